@@ -1,0 +1,31 @@
+# The CUDA backend: kernels/*.cu build into mixtrain_kernels (no separable compilation);
+# src/backends/cuda/*.cpp is host code that calls cuBLASLt, cuDNN and the kernels.
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  set(CMAKE_CUDA_ARCHITECTURES ${MIXTRAIN_CUDA_ARCHS})
+endif()
+if(NOT CMAKE_CUDA_COMPILER)
+  set(CMAKE_CUDA_COMPILER ${CUDAToolkit_NVCC_EXECUTABLE})
+endif()
+enable_language(CUDA)
+set(CMAKE_CUDA_STANDARD 17)
+set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+
+find_library(MT_CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64 REQUIRED)
+find_path(MT_CUDNN_INCLUDE cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include REQUIRED)
+
+file(GLOB MT_CUDA_KERNELS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/*.cu)
+file(GLOB MT_CUDA_HOST CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backends/cuda/*.cpp)
+
+if(MT_CUDA_KERNELS)
+  add_library(mixtrain_kernels STATIC ${MT_CUDA_KERNELS})
+  target_include_directories(mixtrain_kernels
+    PRIVATE ${PROJECT_SOURCE_DIR}/kernels ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+  target_compile_options(mixtrain_kernels PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo>)
+  target_link_libraries(mixtrain_kernels PUBLIC CUDA::cudart)
+  target_link_libraries(mixtrain PRIVATE mixtrain_kernels)
+endif()
+
+target_sources(mixtrain PRIVATE ${MT_CUDA_HOST})
+target_compile_definitions(mixtrain PUBLIC MIXTRAIN_WITH_CUDA=1)
+target_include_directories(mixtrain PRIVATE ${MT_CUDNN_INCLUDE} ${PROJECT_SOURCE_DIR}/kernels)
+target_link_libraries(mixtrain PUBLIC CUDA::cudart CUDA::cublas CUDA::cublasLt ${MT_CUDNN_LIBRARY})

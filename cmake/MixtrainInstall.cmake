@@ -1,0 +1,22 @@
+# cmake --install: headers, the library and a package config, so that a user's project can
+# find_package(mixtrain) and link mixtrain::mixtrain.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(_mt_targets mixtrain)
+if(TARGET mixtrain_kernels)
+  list(APPEND _mt_targets mixtrain_kernels)
+endif()
+install(TARGETS ${_mt_targets} EXPORT mixtrainTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(DIRECTORY include/mixtrain DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(EXPORT mixtrainTargets NAMESPACE mixtrain:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/mixtrain)
+configure_package_config_file(cmake/mixtrainConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/mixtrainConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/mixtrain)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/mixtrainConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/mixtrainConfig.cmake ${PROJECT_BINARY_DIR}/mixtrainConfigVersion.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/mixtrain)

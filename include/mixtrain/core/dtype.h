@@ -1,0 +1,34 @@
+#pragma once
+// Element types, their sizes and names, and PyTorch's type-promotion rule for the ones we have.
+#include <cstddef>
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+namespace mixtrain {
+
+enum class DType : uint8_t { Float32, Float16, BFloat16, Float64, Int64, Int32, Bool };
+
+constexpr DType kFloat32 = DType::Float32;
+constexpr DType kFloat16 = DType::Float16;
+constexpr DType kBFloat16 = DType::BFloat16;
+constexpr DType kFloat64 = DType::Float64;
+constexpr DType kInt64 = DType::Int64;
+constexpr DType kInt32 = DType::Int32;
+constexpr DType kBool = DType::Bool;
+
+constexpr int kNumDTypes = 7;
+
+size_t element_size(DType t);
+const char* dtype_name(DType t);  // "float32", "float16", "bfloat16", ...
+DType dtype_from_name(const std::string& name);  // accepts the names above and fp32/fp16/bf16/fp64
+bool is_floating(DType t);
+bool is_half(DType t);  // fp16 or bf16
+
+// PyTorch's promotion among tensors of the same category: the wider float wins, fp16 with bf16
+// gives fp32, any float beats any integer, int64 beats int32 beats bool.
+DType promote_types(DType a, DType b);
+
+std::ostream& operator<<(std::ostream& os, DType t);
+
+}  // namespace mixtrain
