@@ -333,18 +333,15 @@ float mixed_float(Rng& rng, int special) {
   switch (r % 5) {
     case 0: return float_of(rng.u32());
     case 1: return float_of((r & 0x807fffffu) | ((103u + (r >> 23) % 41u) << 23));  // fp16 range
-    case 2: return std::ldexp(static_cast<float>(r % 2048) + 0.5f * (r >> 31), -24);  // subnormals
+    case 2: return std::ldexp(static_cast<float>(r % 2048) + ((r >> 31) ? 0.5f : 0.0f), -24);  // subnormals
     case 3: return float_of(r & 0x807fffffu);  // fp32 subnormal or zero
-    default: return (r & 1) ? 65504.0f + (r % 32) : -65520.0f;
+    default: return (r & 1) ? 65504.0f + static_cast<float>(r % 32) : -65520.0f;
   }
 }
 
+std::vector<float> poisoned_floats(size_t n, uint32_t pattern) { return std::vector<float>(n, float_of(pattern)); }
 template <typename T>
-std::vector<T> poisoned(size_t n, uint32_t pattern) {
-  std::vector<T> v(n);
-  for (auto& x : v) std::memcpy(&x, &pattern, sizeof x);
-  return v;
-}
+std::vector<T> poisoned_16(size_t n, uint16_t pattern) { return std::vector<T>(n, T::from_bits(pattern)); }
 
 TEST(HalfArrays, BulkMatchesScalar) {
   Mismatches h2f("half_to_float_array"), f2h("float_to_half_array");
@@ -365,10 +362,10 @@ TEST(HalfArrays, BulkMatchesScalar) {
           hin[i] = Half::from_bits(hb);
           bin[i] = BFloat16(fin[i]);
         }
-        auto fout = poisoned<float>(total, 0x7fbadbadu);
-        auto hout = poisoned<Half>(total, 0xfdfdu);
-        auto bfout = poisoned<float>(total, 0xffbeefeeu);
-        auto bout = poisoned<BFloat16>(total, 0xfdfdu);
+        auto fout = poisoned_floats(total, 0x7fbadbadu);
+        auto hout = poisoned_16<Half>(total, 0xfdfdu);
+        auto bfout = poisoned_floats(total, 0xffbeefeeu);
+        auto bout = poisoned_16<BFloat16>(total, 0xfdfdu);
         half_to_float_array(hin.data() + offset, fout.data() + offset, n);
         float_to_half_array(fin.data() + offset, hout.data() + offset, n);
         bf16_to_float_array(bin.data() + offset, bfout.data() + offset, n);
