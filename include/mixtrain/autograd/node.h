@@ -1,0 +1,94 @@
+#pragma once
+// The autograd graph: each differentiable op call records a Node whose edges point at the nodes
+// that produced its inputs (or at the accumulator of a leaf). Backward formulas are closures
+// written with mixtrain ops; their captured tensors are the saved tensors, freed as soon as the
+// node has run.
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <vector>
+
+#include "mixtrain/core/tensor.h"
+
+namespace mixtrain::autograd {
+
+using TensorList = std::vector<Tensor>;
+
+class Node;
+
+struct Edge {
+  std::shared_ptr<Node> node;
+  uint32_t input_nr = 0;
+  bool valid() const { return node != nullptr; }
+};
+
+// What the engine needs to know about each input a node returns a gradient for.
+struct InputMeta {
+  Shape shape;
+  DType dtype = DType::Float32;
+  Device device;
+};
+
+class Node {
+ public:
+  Node();
+  virtual ~Node() = default;
+  // Gradients w.r.t. the node's outputs in, gradients w.r.t. its inputs out (undefined = zero).
+  virtual TensorList apply(TensorList&& grad_outputs) = 0;
+  virtual const char* name() const = 0;
+  // Drops saved tensors; called by the engine once the node has run.
+  virtual void release_saved() {}
+
+  std::vector<Edge> next_edges;
+  std::vector<InputMeta> input_meta;
+  uint32_t num_outputs = 1;
+  uint64_t sequence_nr;  // later nodes run first
+};
+
+using BackwardFn = std::function<TensorList(const TensorList& grad_outputs)>;
+
+// A node whose backward is a closure; the closure (and what it captured) dies after one run.
+class FunctionNode : public Node {
+ public:
+  FunctionNode(const char* name, BackwardFn fn) : name_(name), fn_(std::move(fn)) {}
+  TensorList apply(TensorList&& grad_outputs) override;
+  const char* name() const override { return name_; }
+  void release_saved() override { fn_ = nullptr; }
+
+ private:
+  const char* name_;
+  BackwardFn fn_;
+};
+
+// Accumulates the incoming gradient into a leaf tensor's grad.
+class AccumulateGrad : public Node {
+ public:
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
+  TensorList apply(TensorList&& grad_outputs) override;
+  const char* name() const override { return "AccumulateGrad"; }
+
+ private:
+  std::shared_ptr<TensorImpl> leaf_;
+};
+
+// True when grad mode is on and any input requires grad.
+bool needs_grad(std::initializer_list<const Tensor*> inputs);
+bool needs_grad(const std::vector<Tensor>& inputs);
+
+// Records `fn` as the backward of an op with these inputs and outputs, if needs_grad(inputs).
+// fn receives one gradient per output and returns one per input (undefined where none).
+void record(const char* name, const std::vector<Tensor*>& outputs, const std::vector<const Tensor*>& inputs,
+            BackwardFn fn);
+inline void record(const char* name, Tensor& output, std::initializer_list<const Tensor*> inputs, BackwardFn fn) {
+  record(name, std::vector<Tensor*>{&output}, std::vector<const Tensor*>(inputs), std::move(fn));
+}
+
+// A handle to the data for a backward closure: no history, so saving an op's own output makes
+// no reference cycle through its grad_fn.
+inline Tensor saved(const Tensor& t) { return t.defined() ? t.detach() : Tensor(); }
+
+// Runs backward from roots; grads must match roots' shapes (undefined: ones for scalars).
+void run_backward(const TensorList& roots, const TensorList& grads);
+
+}  // namespace mixtrain::autograd

@@ -1,0 +1,157 @@
+#pragma once
+// Tensor: a reference-counted handle over a storage, a shape, strides and a dtype, plus the
+// autograd fields (grad, grad_fn). Copies of a Tensor share the same TensorImpl, as in PyTorch.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "mixtrain/core/device.h"
+#include "mixtrain/core/dtype.h"
+#include "mixtrain/core/shape.h"
+#include "mixtrain/core/storage.h"
+#include "mixtrain/core/tensor_options.h"
+
+namespace mixtrain {
+
+namespace autograd {
+class Node;
+}
+
+struct TensorImpl {
+  Storage storage;
+  int64_t offset = 0;  // in elements
+  Shape shape;
+  Shape strides;  // in elements
+  DType dtype = DType::Float32;
+  Device device;
+
+  // Autograd. A leaf has no grad_fn; a non-leaf records the node that produced it.
+  bool requires_grad = false;
+  bool is_view = false;  // shares storage with another tensor (reshape of a non-contiguous, t(), ...)
+  std::shared_ptr<autograd::Node> grad_fn;
+  uint32_t output_nr = 0;
+  std::shared_ptr<TensorImpl> grad;
+  std::weak_ptr<autograd::Node> grad_accumulator;  // leaves: the node that accumulates into grad
+  uint64_t version = 0;  // bumped by in-place ops
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // Uninitialised tensor of a shape; all factories build on this.
+  static Tensor empty(const Shape& shape, const TensorOptions& options = {});
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  const Shape& sizes() const { return shape(); }
+  int64_t size(int64_t dim) const;
+  const Shape& strides() const;
+  int64_t stride(int64_t dim) const;
+  int64_t dim() const;
+  int64_t numel() const;
+  DType dtype() const;
+  Device device() const;
+  TensorOptions options() const;
+  int64_t storage_offset() const;
+  bool is_contiguous() const;
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(dtype()); }
+  std::string str() const;  // "Tensor[2, 3] float32 cpu"
+
+  // Raw element pointer (storage base + offset).
+  void* raw_data() const;
+  template <class T> T* data_ptr() const;
+  template <class T> T item() const;
+  template <class T> std::vector<T> to_vector() const;
+
+  // Autograd.
+  bool requires_grad() const;
+  Tensor& set_requires_grad(bool value);
+  bool is_leaf() const;
+  Tensor grad() const;
+  void set_grad(const Tensor& grad);
+  const std::shared_ptr<autograd::Node>& grad_fn() const;
+  void backward() const;
+  void backward(const Tensor& gradient) const;
+  Tensor detach() const;  // shares storage, no history
+  Tensor clone() const;   // copies data, keeps history
+
+  // Conversions (differentiable).
+  Tensor to(DType dtype) const;
+  Tensor to(Device device) const;
+  Tensor to(Device device, DType dtype) const;
+  Tensor float_() const { return to(DType::Float32); }
+  Tensor half() const { return to(DType::Float16); }
+  Tensor bfloat16() const { return to(DType::BFloat16); }
+  Tensor contiguous() const;
+
+  // Views (share storage; differentiable).
+  Tensor reshape(const Shape& shape) const;
+  Tensor view(const Shape& shape) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const;
+  Tensor permute(const Shape& dims) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor expand(const Shape& shape) const;
+
+  // Math (methods mirror the free functions in <mixtrain/ops/functional.h>).
+  Tensor neg() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor rsqrt() const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
+  Tensor relu() const;
+  Tensor gelu() const;
+  Tensor abs() const;
+  Tensor pow(double exponent) const;
+  Tensor sum() const;
+  Tensor sum(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  Tensor max(int64_t dim, bool keepdim = false) const;
+  Tensor argmax(int64_t dim, bool keepdim = false) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  Tensor matmul(const Tensor& other) const;
+
+  // In-place (not autocast, not differentiable through leaves that require grad).
+  Tensor& zero_();
+  Tensor& fill_(double value);
+  Tensor& copy_(const Tensor& src);
+  Tensor& add_(const Tensor& other, double alpha = 1.0);
+  Tensor& mul_(double value);
+
+  std::shared_ptr<TensorImpl>& impl() { return impl_; }
+  const std::shared_ptr<TensorImpl>& impl() const { return impl_; }
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+}  // namespace mixtrain

@@ -1,0 +1,51 @@
+#pragma once
+// The pre-dispatch hook: every public op entry offers its floating inputs (and its optional
+// dtype argument) to the hook before autograd records the call. autocast installs the hook; the
+// ops layer knows nothing of autocast. Nested op calls made inside an op's implementation see no
+// hook, so composites are cast once, at the outside.
+#include <optional>
+
+#include "mixtrain/core/dtype.h"
+#include "mixtrain/ops/op_list.h"
+
+namespace mixtrain {
+class Tensor;
+}
+
+namespace mixtrain::ops {
+
+struct DispatchArgs {
+  OpId op;
+  Tensor* const* tensors;  // the op's tensor arguments, may be replaced by casts
+  int num_tensors;
+  std::optional<DType>* dtype;  // the op's dtype argument, or nullptr when it has none
+};
+
+using PreDispatchHook = void (*)(DispatchArgs& args);
+
+void set_pre_dispatch_hook(PreDispatchHook hook);
+
+// Per-thread switch the hook's owner flips when its state changes, so ops pay one thread-local
+// read when no hook applies.
+void set_hook_active_for_thread(bool active);
+
+// RAII scope around an op's implementation: runs the hook (when active and not nested), then
+// suppresses it for nested calls.
+class OpScope {
+ public:
+  OpScope(OpId op, std::initializer_list<Tensor*> tensors, std::optional<DType>* dtype = nullptr);
+  ~OpScope();
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+};
+
+// Suppresses the hook (the autograd engine holds one while backward runs).
+class HookExcludeGuard {
+ public:
+  HookExcludeGuard();
+  ~HookExcludeGuard();
+  HookExcludeGuard(const HookExcludeGuard&) = delete;
+  HookExcludeGuard& operator=(const HookExcludeGuard&) = delete;
+};
+
+}  // namespace mixtrain::ops

@@ -1,0 +1,82 @@
+#pragma once
+// Every op mixtrain has, with its default autocast policy (PyTorch's CUDA lists; an op they do
+// not list is Passthrough). This X-macro is the single source of op ids, names and policies.
+#include <cstdint>
+#include <string_view>
+
+#include "mixtrain/ops/cast_policy.h"
+
+#define MT_FORALL_OPS(_)                                   \
+  /* casts and layout */                                   \
+  _(to, Passthrough)                                       \
+  _(contiguous, Passthrough)                               \
+  _(clone, Passthrough)                                    \
+  _(reshape, Passthrough)                                  \
+  _(transpose, Passthrough)                                \
+  _(permute, Passthrough)                                  \
+  _(slice, Passthrough)                                    \
+  _(expand, Passthrough)                                   \
+  /* matrix products: tensor cores */                      \
+  _(matmul, LowerPrecision)                                \
+  _(bmm, LowerPrecision)                                   \
+  _(linear, LowerPrecision)                                \
+  /* elementwise arithmetic */                             \
+  _(add, Passthrough)                                      \
+  _(sub, Passthrough)                                      \
+  _(mul, Passthrough)                                      \
+  _(div, Passthrough)                                      \
+  _(maximum, Passthrough)                                  \
+  _(minimum, Passthrough)                                  \
+  _(neg, Passthrough)                                      \
+  _(abs, Passthrough)                                      \
+  _(square, Passthrough)                                   \
+  _(sqrt, Passthrough)                                     \
+  _(tanh, Passthrough)                                     \
+  _(sigmoid, Passthrough)                                  \
+  _(relu, Passthrough)                                     \
+  _(gelu, Passthrough)                                     \
+  _(where, Passthrough)                                    \
+  _(compare, Passthrough)                                  \
+  /* numerically unsafe in half precision */               \
+  _(exp, Float32)                                          \
+  _(log, Float32)                                          \
+  _(pow, Float32)                                          \
+  _(rsqrt, Float32)                                        \
+  /* reductions */                                         \
+  _(sum, Float32OptDtype)                                  \
+  _(mean, Passthrough)                                     \
+  _(max, Passthrough)                                      \
+  _(min, Passthrough)                                      \
+  _(argmax, Passthrough)                                   \
+  _(softmax, Float32OptDtype)                              \
+  _(log_softmax, Float32OptDtype)                          \
+  /* losses */                                             \
+  _(mse_loss, Float32)                                     \
+  _(nll_loss, Float32)                                     \
+  _(cross_entropy, Float32)                                \
+  _(binary_cross_entropy_with_logits, Float32)             \
+  _(binary_cross_entropy, Banned)                          \
+  /* nn */                                                 \
+  _(dropout, Passthrough)
+
+namespace mixtrain::ops {
+
+enum class OpId : uint16_t {
+#define MT_OP_ENUM(name, policy) name,
+  MT_FORALL_OPS(MT_OP_ENUM)
+#undef MT_OP_ENUM
+      kCount
+};
+
+constexpr int kNumOps = static_cast<int>(OpId::kCount);
+
+const char* op_name(OpId op);
+bool op_from_name(std::string_view name, OpId* out);
+amp::CastPolicy default_policy(OpId op);
+
+// The live policy table (starts at the defaults; amp may override entries).
+amp::CastPolicy policy(OpId op);
+void set_policy(OpId op, amp::CastPolicy p);
+void reset_policies();
+
+}  // namespace mixtrain::ops

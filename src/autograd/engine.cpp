@@ -1,0 +1,125 @@
+// The backward engine: counts dependencies over the graph reachable from the roots, then runs
+// nodes in an order where each node sees the sum of all gradients flowing into it. Saved tensors
+// are dropped as soon as their node has run, so activations are released during backward.
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "mixtrain/autograd/grad_mode.h"
+#include "mixtrain/autograd/node.h"
+#include "mixtrain/core/error.h"
+#include "mixtrain/core/factories.h"
+#include "mixtrain/ops/dispatch.h"
+#include "mixtrain/ops/functional.h"
+
+namespace mixtrain::autograd {
+
+namespace {
+
+struct LaterFirst {
+  bool operator()(const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) const {
+    return a->sequence_nr < b->sequence_nr;
+  }
+};
+
+Edge root_edge(const Tensor& root) {
+  if (root.grad_fn()) return {root.grad_fn(), root.impl()->output_nr};
+  // A leaf root: build the accumulator through a trivial record so it is shared with the graph.
+  auto acc = root.impl()->grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(root.impl());
+    acc->input_meta.push_back({root.shape(), root.dtype(), root.device()});
+    root.impl()->grad_accumulator = acc;
+  }
+  return {acc, 0};
+}
+
+Tensor checked_gradient(const Node& node, size_t index, Tensor grad) {
+  const InputMeta& meta = node.input_meta[index];
+  MT_CHECK(grad.shape() == meta.shape, "backward of ", node.name(), ": gradient for input ", index, " has shape ",
+           shape_str(grad.shape()), " but the input has shape ", shape_str(meta.shape));
+  MT_CHECK(grad.device() == meta.device, "backward of ", node.name(), ": gradient for input ", index, " is on ",
+           grad.device(), " but the input is on ", meta.device);
+  if (grad.dtype() != meta.dtype) grad = grad.to(meta.dtype);
+  return grad;
+}
+
+}  // namespace
+
+void run_backward(const TensorList& roots, const TensorList& grads) {
+  MT_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " roots but ", grads.size(), " gradients");
+  NoGradGuard no_grad;
+  ops::HookExcludeGuard no_autocast;
+
+  std::vector<std::pair<Edge, Tensor>> starts;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& root = roots[i];
+    MT_CHECK(root.defined(), "backward: undefined tensor");
+    MT_CHECK(root.requires_grad(), "backward: ", root.str(),
+             " does not require grad and has no grad_fn (was it computed under NoGradGuard or from tensors "
+             "that do not require grad?)");
+    Tensor g = grads[i];
+    if (!g.defined()) {
+      MT_CHECK(root.numel() == 1, "backward: a gradient can be created implicitly only for scalar outputs, but ",
+               "the tensor has shape ", shape_str(root.shape()), "; pass a gradient of that shape");
+      g = ones(root.shape(), root.options());
+    } else {
+      MT_CHECK(g.shape() == root.shape(), "backward: gradient of shape ", shape_str(g.shape()),
+               " does not match the tensor's shape ", shape_str(root.shape()));
+      if (g.dtype() != root.dtype()) g = g.to(root.dtype());
+    }
+    starts.emplace_back(root_edge(root), g);
+  }
+
+  // Dependency counts over the reachable graph.
+  std::unordered_map<Node*, int> dependencies;
+  std::unordered_set<Node*> seen;
+  std::vector<Node*> stack;
+  for (auto& [edge, g] : starts) {
+    if (seen.insert(edge.node.get()).second) stack.push_back(edge.node.get());
+  }
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges) {
+      if (!e.valid()) continue;
+      ++dependencies[e.node.get()];
+      if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+    }
+  }
+
+  std::unordered_map<Node*, TensorList> buffers;
+  auto accumulate = [&](const Edge& e, Tensor g) {
+    TensorList& buf = buffers[e.node.get()];
+    if (buf.size() < e.node->num_outputs) buf.resize(e.node->num_outputs);
+    Tensor& slot = buf[e.input_nr];
+    slot = slot.defined() ? add(slot, g) : std::move(g);
+  };
+
+  std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, LaterFirst> ready;
+  std::unordered_set<Node*> queued;
+  for (auto& [edge, g] : starts) accumulate(edge, g);
+  for (auto& [edge, g] : starts) {
+    if (dependencies[edge.node.get()] == 0 && queued.insert(edge.node.get()).second) ready.push(edge.node);
+  }
+
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = ready.top();
+    ready.pop();
+    TensorList inputs = std::move(buffers[node.get()]);
+    buffers.erase(node.get());
+    inputs.resize(node->num_outputs);
+    TensorList outputs = node->apply(std::move(inputs));
+    node->release_saved();
+    MT_CHECK(outputs.size() == node->next_edges.size() || node->next_edges.empty(), "backward of ", node->name(),
+             ": returned ", outputs.size(), " gradients for ", node->next_edges.size(), " inputs");
+    for (size_t i = 0; i < node->next_edges.size(); ++i) {
+      const Edge& e = node->next_edges[i];
+      if (!e.valid()) continue;
+      if (outputs[i].defined()) accumulate(e, checked_gradient(*node, i, std::move(outputs[i])));
+      if (--dependencies[e.node.get()] == 0) ready.push(e.node);
+    }
+  }
+}
+
+}  // namespace mixtrain::autograd

@@ -1,0 +1,83 @@
+// Copies between any two dtypes and layouts, and fills.
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/loops.h"
+
+namespace mixtrain::backends::cpu {
+
+Backend& cpu_backend() {
+  static CpuBackend backend;
+  return backend;
+}
+
+namespace {
+template <class To, class From>
+To convert(From v) {
+  if constexpr (std::is_same_v<To, bool>) {
+    return static_cast<float>(v) != 0.0f;
+  } else if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) {
+    return static_cast<To>(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
+    // fp64 -> half through fp32 would round twice; PyTorch rounds double to float first as well,
+    // and so does the GPU, so we match them.
+    return To(static_cast<float>(v));
+  } else {
+    return static_cast<To>(v);
+  }
+}
+}  // namespace
+
+void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
+  MT_CHECK(src.shape() == dst.shape(), "copy: shapes ", shape_str(src.shape()), " and ", shape_str(dst.shape()),
+           " differ");
+  // Fast paths for the casts AMP does all the time.
+  if (src.is_contiguous() && dst.is_contiguous()) {
+    const int64_t n = src.numel();
+    if (src.dtype() == dst.dtype()) {
+      std::memcpy(dst.raw_data(), src.raw_data(), n * element_size(src.dtype()));
+      return;
+    }
+    if (src.dtype() == kFloat32 && dst.dtype() == kFloat16) {
+      parallel_for(n, kParallelGrain, [&](int64_t b, int64_t e) {
+        float_to_half_array(src.data_ptr<float>() + b, dst.data_ptr<Half>() + b, e - b);
+      });
+      return;
+    }
+    if (src.dtype() == kFloat16 && dst.dtype() == kFloat32) {
+      parallel_for(n, kParallelGrain, [&](int64_t b, int64_t e) {
+        half_to_float_array(src.data_ptr<Half>() + b, dst.data_ptr<float>() + b, e - b);
+      });
+      return;
+    }
+  }
+  dispatch_all(dst.dtype(), "copy", [&](auto to_tag) {
+    using To = typename decltype(to_tag)::type;
+    dispatch_all(src.dtype(), "copy", [&](auto from_tag) {
+      using From = typename decltype(from_tag)::type;
+      std::array<char*, 2> base{static_cast<char*>(dst.raw_data()), static_cast<char*>(src.raw_data())};
+      std::array<const int64_t*, 2> strides{dst.strides().data(), src.strides().data()};
+      std::array<int64_t, 2> sizes{sizeof(To), sizeof(From)};
+      strided_loop<2>(dst.shape(), base, strides, sizes,
+                      [](const std::array<char*, 2>& p, int64_t n, const std::array<int64_t, 2>& s) {
+                        for (int64_t i = 0; i < n; ++i)
+                          *reinterpret_cast<To*>(p[0] + i * s[0]) =
+                              convert<To>(*reinterpret_cast<const From*>(p[1] + i * s[1]));
+                      });
+    });
+  });
+}
+
+void CpuBackend::fill(const Tensor& dst, double value) {
+  dispatch_all(dst.dtype(), "fill", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T v = convert<T>(value);
+    std::array<char*, 1> base{static_cast<char*>(dst.raw_data())};
+    std::array<const int64_t*, 1> strides{dst.strides().data()};
+    std::array<int64_t, 1> sizes{sizeof(T)};
+    strided_loop<1>(dst.shape(), base, strides, sizes,
+                    [v](const std::array<char*, 1>& p, int64_t n, const std::array<int64_t, 1>& s) {
+                      for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = v;
+                    });
+  });
+}
+
+}  // namespace mixtrain::backends::cpu

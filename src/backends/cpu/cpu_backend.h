@@ -1,0 +1,36 @@
+#pragma once
+// The CPU backend: Eigen for matrix products, plain loops (vectorized by the compiler, split by
+// OpenMP) for the rest. fp16/bf16 are stored as such and computed in fp32, rounding once, which
+// is what the GPU does, so AMP numerics can be tested here.
+#include "backends/backend.h"
+
+namespace mixtrain::backends::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  void copy(const Tensor& src, const Tensor& dst) override;
+  void fill(const Tensor& dst, double value) override;
+  void unary(UnaryOp op, const Tensor& x, const Tensor& out, double alpha) override;
+  void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& grad_y, const Tensor& grad_x,
+                      double alpha) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_first, const Tensor& out) override;
+  void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t reduce, int64_t inner, const Tensor& out,
+              const Tensor& indices) override;
+  void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& out,
+            const Tensor& bias) override;
+  void softmax(const Tensor& x, int64_t outer, int64_t n, int64_t inner, bool log, const Tensor& out) override;
+  void softmax_backward(const Tensor& y, const Tensor& grad_y, int64_t outer, int64_t n, int64_t inner, bool log,
+                        const Tensor& grad_x) override;
+  void nll_loss(const Tensor& logp, const Tensor& target, int64_t outer, int64_t classes, int64_t inner,
+                const NllLossArgs& args, const Tensor& loss, const Tensor& count) override;
+  void nll_loss_backward(const Tensor& target, int64_t outer, int64_t classes, int64_t inner,
+                         const NllLossArgs& args, const Tensor& grad_loss, const Tensor& count,
+                         const Tensor& grad_logp) override;
+};
+
+Backend& cpu_backend();
+
+}  // namespace mixtrain::backends::cpu

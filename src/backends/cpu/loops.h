@@ -1,0 +1,189 @@
+#pragma once
+// Building blocks of the CPU kernels: dtype dispatch and a strided N-ary elementwise loop that
+// coalesces dimensions, runs the contiguous case as a plain vectorizable loop and splits large
+// work across OpenMP threads.
+#include <array>
+#include <cstdint>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include <omp.h>
+
+#include "mixtrain/core/dtype_traits.h"
+#include "mixtrain/core/error.h"
+#include "mixtrain/core/tensor.h"
+
+namespace mixtrain::backends::cpu {
+
+template <class T> struct Tag { using type = T; };
+
+// Calls f(Tag<T>{}) for the floating dtypes.
+template <class F>
+void dispatch_floating(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case DType::Float32: f(Tag<float>{}); return;
+    case DType::Float64: f(Tag<double>{}); return;
+    case DType::Float16: f(Tag<Half>{}); return;
+    case DType::BFloat16: f(Tag<BFloat16>{}); return;
+    default: MT_ERROR(op, ": not implemented for dtype ", dtype, " (expected a floating dtype)");
+  }
+}
+
+// Calls f(Tag<T>{}) for every dtype.
+template <class F>
+void dispatch_all(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case DType::Int64: f(Tag<int64_t>{}); return;
+    case DType::Int32: f(Tag<int32_t>{}); return;
+    case DType::Bool: f(Tag<bool>{}); return;
+    default: dispatch_floating(dtype, op, std::forward<F>(f));
+  }
+}
+
+constexpr int64_t kParallelGrain = 32768;
+
+// Iterates the elements of `shape` for N operands given their byte strides. `inner(ptrs, n,
+// strides)` is called for runs along the innermost coalesced dimension.
+template <int N, class Inner>
+void strided_loop(const Shape& shape, std::array<char*, N> base, std::array<const int64_t*, N> elem_strides,
+                  std::array<int64_t, N> elem_sizes, Inner&& inner) {
+  // Coalesce adjacent dims that are contiguous with each other for every operand.
+  const int nd_in = static_cast<int>(shape.size());
+  MT_CHECK(nd_in <= 16, "elementwise: tensors of more than 16 dimensions are not supported");
+  int64_t sizes[16];
+  int64_t strides[N][16];
+  int nd = 0;
+  for (int d = 0; d < nd_in; ++d) {
+    if (shape[d] == 1) continue;
+    bool merge = nd > 0;
+    for (int k = 0; k < N && merge; ++k) merge = strides[k][nd - 1] == elem_strides[k][d] * shape[d];
+    if (merge) {
+      sizes[nd - 1] *= shape[d];
+      for (int k = 0; k < N; ++k) strides[k][nd - 1] = elem_strides[k][d];
+    } else {
+      sizes[nd] = shape[d];
+      for (int k = 0; k < N; ++k) strides[k][nd] = elem_strides[k][d];
+      ++nd;
+    }
+  }
+  if (nd == 0) {
+    sizes[0] = 1;
+    for (int k = 0; k < N; ++k) strides[k][0] = 0;
+    nd = 1;
+  }
+  for (int k = 0; k < N; ++k)
+    for (int d = 0; d < nd; ++d) strides[k][d] *= elem_sizes[k];
+
+  int64_t total = 1;
+  for (int d = 0; d < nd; ++d) total *= sizes[d];
+  const int64_t inner_size = sizes[nd - 1];
+  const int64_t outer_total = total / (inner_size ? inner_size : 1);
+  if (total == 0) return;
+
+  auto run_rows = [&](int64_t row_begin, int64_t row_end) {
+    std::array<int64_t, N> inner_strides;
+    for (int k = 0; k < N; ++k) inner_strides[k] = strides[k][nd - 1];
+    for (int64_t row = row_begin; row < row_end; ++row) {
+      std::array<char*, N> ptrs = base;
+      int64_t rem = row;
+      for (int d = nd - 2; d >= 0; --d) {
+        const int64_t idx = rem % sizes[d];
+        rem /= sizes[d];
+        for (int k = 0; k < N; ++k) ptrs[k] += idx * strides[k][d];
+      }
+      inner(ptrs, inner_size, inner_strides);
+    }
+  };
+  auto run_flat = [&](int64_t begin, int64_t end) {  // nd == 1: split the single run
+    std::array<char*, N> ptrs = base;
+    std::array<int64_t, N> inner_strides;
+    for (int k = 0; k < N; ++k) {
+      inner_strides[k] = strides[k][0];
+      ptrs[k] += begin * strides[k][0];
+    }
+    inner(ptrs, end - begin, inner_strides);
+  };
+
+  if (total < kParallelGrain) {
+    if (nd == 1) run_flat(0, total);
+    else run_rows(0, outer_total);
+    return;
+  }
+  if (nd == 1) {
+#pragma omp parallel
+    {
+      const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+      const int64_t chunk = (total + nt - 1) / nt;
+      const int64_t b = std::min<int64_t>(total, t * chunk), e = std::min<int64_t>(total, b + chunk);
+      if (b < e) run_flat(b, e);
+    }
+  } else {
+#pragma omp parallel
+    {
+      const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+      const int64_t chunk = (outer_total + nt - 1) / nt;
+      const int64_t b = std::min<int64_t>(outer_total, t * chunk), e = std::min<int64_t>(outer_total, b + chunk);
+      if (b < e) run_rows(b, e);
+    }
+  }
+}
+
+// Runs f(begin, end) over [0, n) split across threads when n is large enough.
+template <class F>
+void parallel_for(int64_t n, int64_t grain, F&& f) {
+  if (n <= grain) {
+    f(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t chunk = (n + nt - 1) / nt;
+    const int64_t b = std::min<int64_t>(n, t * chunk), e = std::min<int64_t>(n, b + chunk);
+    if (b < e) f(b, e);
+  }
+}
+
+template <class T>
+inline acc_t<T> load(const char* p) {
+  return static_cast<acc_t<T>>(*reinterpret_cast<const T*>(p));
+}
+template <class T>
+inline void store(char* p, acc_t<T> v) {
+  *reinterpret_cast<T*>(p) = static_cast<T>(v);
+}
+
+namespace detail {
+template <class Tout, class... Tin, class F, size_t... I>
+void map_run(F& f, const std::array<char*, 1 + sizeof...(Tin)>& p, int64_t n,
+             const std::array<int64_t, 1 + sizeof...(Tin)>& s, std::index_sequence<I...>) {
+  const bool contiguous = s[0] == static_cast<int64_t>(sizeof(Tout)) &&
+                          ((s[I + 1] == static_cast<int64_t>(sizeof(Tin))) && ...);
+  if (contiguous) {
+    Tout* o = reinterpret_cast<Tout*>(p[0]);
+    const std::tuple<const Tin*...> in{reinterpret_cast<const Tin*>(p[I + 1])...};
+    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Tout>(f(static_cast<acc_t<Tin>>(std::get<I>(in)[i])...));
+  } else {
+    for (int64_t i = 0; i < n; ++i)
+      store<Tout>(p[0] + i * s[0], static_cast<acc_t<Tout>>(f(load<Tin>(p[I + 1] + i * s[I + 1])...)));
+  }
+}
+}  // namespace detail
+
+// Elementwise map over tensors of one shape: out = f(in...), each read in its acc type.
+template <class T> using TensorFor = std::enable_if_t<sizeof(T*) != 0, Tensor>;
+
+template <class Tout, class... Tin, class F>
+void map_elementwise(const Tensor& out, F&& f, const TensorFor<Tin>&... in) {
+  constexpr int N = 1 + sizeof...(Tin);
+  std::array<char*, N> base{static_cast<char*>(out.raw_data()), static_cast<char*>(in.raw_data())...};
+  std::array<const int64_t*, N> strides{out.strides().data(), in.strides().data()...};
+  std::array<int64_t, N> sizes{static_cast<int64_t>(sizeof(Tout)), static_cast<int64_t>(sizeof(Tin))...};
+  strided_loop<N>(out.shape(), base, strides, sizes,
+                  [&](const std::array<char*, N>& p, int64_t n, const std::array<int64_t, N>& s) {
+                    detail::map_run<Tout, Tin...>(f, p, n, s, std::index_sequence_for<Tin...>{});
+                  });
+}
+
+}  // namespace mixtrain::backends::cpu

@@ -1,0 +1,103 @@
+// Matrix products on Eigen. Half inputs are widened to fp32 blocks, multiplied in fp32 and the
+// result rounded once: Eigen's own half GEMM is hundreds of times slower, and this is exactly
+// the tensor-core contract (fp32 accumulation, one rounding).
+#include <Eigen/Core>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/loops.h"
+
+namespace mixtrain::backends::cpu {
+
+namespace {
+
+template <class S>
+using RowMat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class S>
+using ColMat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+template <class S>
+using RowMap = Eigen::Map<const RowMat<S>, 0, Eigen::OuterStride<>>;
+template <class S>
+using ColMap = Eigen::Map<const ColMat<S>, 0, Eigen::OuterStride<>>;
+
+// One operand as a [rows, cols] matrix after its optional transpose.
+struct MatrixView {
+  const char* data;
+  int64_t rows, cols;
+  int64_t row_stride, col_stride;  // elements
+  int64_t batch_stride;            // elements; 0 when broadcast over the batch
+};
+
+MatrixView view_of(const Tensor& t, bool trans) {
+  const int64_t d = t.dim();
+  MatrixView v{static_cast<const char*>(t.raw_data()), t.size(d - 2), t.size(d - 1), t.stride(d - 2), t.stride(d - 1),
+               d == 3 ? t.stride(0) : 0};
+  if (trans) {
+    std::swap(v.rows, v.cols);
+    std::swap(v.row_stride, v.col_stride);
+  }
+  MT_CHECK(v.col_stride == 1 || v.row_stride == 1 || v.rows == 1 || v.cols == 1,
+           "gemm: operand ", t.str(), " needs a unit stride in one of its last two dimensions");
+  return v;
+}
+
+template <class S, class Out>
+void multiply(const MatrixView& a, const MatrixView& b, int64_t batch, Out& emit) {
+  auto with_map = [](const MatrixView& v, int64_t bi, auto&& f) {
+    const S* p = reinterpret_cast<const S*>(v.data) + bi * v.batch_stride;
+    if (v.col_stride == 1 || v.cols == 1)
+      f(RowMap<S>(p, v.rows, v.cols, Eigen::OuterStride<>(v.row_stride)));
+    else
+      f(ColMap<S>(p, v.rows, v.cols, Eigen::OuterStride<>(v.col_stride)));
+  };
+  auto one = [&](int64_t bi) {
+    with_map(a, bi, [&](const auto& ma) { with_map(b, bi, [&](const auto& mb) { emit(bi, ma, mb); }); });
+  };
+  if (batch > 1) {
+    // Batched products are small: parallelize across the batch, Eigen runs single-threaded inside.
+#pragma omp parallel for schedule(static)
+    for (int64_t bi = 0; bi < batch; ++bi) one(bi);
+  } else {
+    one(0);
+  }
+}
+
+template <class S>
+void gemm_typed(const MatrixView& a, const MatrixView& b, S* out, int64_t batch, const S* bias) {
+  const int64_t m = a.rows, n = b.cols;
+  auto emit = [&](int64_t bi, const auto& ma, const auto& mb) {
+    Eigen::Map<RowMat<S>> mo(out + bi * m * n, m, n);
+    mo.noalias() = ma * mb;
+    if (bias) mo.rowwise() += Eigen::Map<const Eigen::Matrix<S, 1, Eigen::Dynamic>>(bias, n);
+  };
+  multiply<S>(a, b, batch, emit);
+}
+
+}  // namespace
+
+void CpuBackend::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& out,
+                      const Tensor& bias) {
+  MT_CHECK(out.is_contiguous(), "gemm: output must be contiguous");
+  const int64_t batch = out.dim() == 3 ? out.size(0) : 1;
+  if (a.dtype() == kFloat32 || a.dtype() == kFloat64) {
+    const MatrixView va = view_of(a, trans_a), vb = view_of(b, trans_b);
+    if (a.dtype() == kFloat32)
+      gemm_typed<float>(va, vb, out.data_ptr<float>(), batch, bias.defined() ? bias.data_ptr<float>() : nullptr);
+    else
+      gemm_typed<double>(va, vb, out.data_ptr<double>(), batch, bias.defined() ? bias.data_ptr<double>() : nullptr);
+    return;
+  }
+  MT_CHECK(is_half(a.dtype()), "gemm: not implemented for dtype ", a.dtype());
+  auto widen = [&](const Tensor& t) {
+    Tensor w = Tensor::empty(t.shape(), TensorOptions(kFloat32));
+    copy(t, w);
+    return w;
+  };
+  const Tensor a32 = widen(a), b32 = widen(b);
+  const Tensor bias32 = bias.defined() ? widen(bias) : Tensor();
+  Tensor out32 = Tensor::empty(out.shape(), TensorOptions(kFloat32));
+  gemm_typed<float>(view_of(a32, trans_a), view_of(b32, trans_b), out32.data_ptr<float>(), batch,
+                    bias32.defined() ? bias32.data_ptr<float>() : nullptr);
+  copy(out32, out);
+}
+
+}  // namespace mixtrain::backends::cpu

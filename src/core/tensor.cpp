@@ -1,0 +1,150 @@
+// Tensor accessors and the parts of the handle that need no op; the math methods live in
+// src/ops/tensor_methods.cpp.
+#include "mixtrain/core/tensor.h"
+
+#include <sstream>
+
+#include "mixtrain/autograd/node.h"
+#include "mixtrain/core/dtype_traits.h"
+#include "mixtrain/core/error.h"
+#include "mixtrain/ops/functional.h"
+
+namespace mixtrain {
+
+namespace {
+const TensorImpl& checked(const std::shared_ptr<TensorImpl>& impl) {
+  MT_CHECK(impl != nullptr, "Tensor: use of an undefined tensor");
+  return *impl;
+}
+}  // namespace
+
+Tensor Tensor::empty(const Shape& shape, const TensorOptions& options) {
+  for (int64_t s : shape) MT_CHECK(s >= 0, "empty: negative size in shape ", shape_str(shape));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = options.dtype();
+  impl->device = options.device();
+  impl->storage = std::make_shared<StorageImpl>(shape_numel(shape) * element_size(options.dtype()), options.device());
+  impl->requires_grad = options.requires_grad();
+  MT_CHECK(!impl->requires_grad || is_floating(impl->dtype), "requires_grad: only floating tensors can require ",
+           "gradients, got ", impl->dtype);
+  return Tensor(std::move(impl));
+}
+
+const Shape& Tensor::shape() const { return checked(impl_).shape; }
+const Shape& Tensor::strides() const { return checked(impl_).strides; }
+int64_t Tensor::dim() const { return static_cast<int64_t>(checked(impl_).shape.size()); }
+int64_t Tensor::numel() const { return shape_numel(checked(impl_).shape); }
+DType Tensor::dtype() const { return checked(impl_).dtype; }
+Device Tensor::device() const { return checked(impl_).device; }
+int64_t Tensor::storage_offset() const { return checked(impl_).offset; }
+TensorOptions Tensor::options() const { return TensorOptions().dtype(dtype()).device(device()); }
+
+int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+
+bool Tensor::is_contiguous() const {
+  const auto& t = checked(impl_);
+  int64_t expected = 1;
+  for (size_t i = t.shape.size(); i-- > 0;) {
+    if (t.shape[i] == 1) continue;
+    if (t.strides[i] != expected) return false;
+    expected *= t.shape[i];
+  }
+  return true;
+}
+
+void* Tensor::raw_data() const {
+  const auto& t = checked(impl_);
+  return static_cast<char*>(t.storage->data()) + t.offset * static_cast<int64_t>(element_size(t.dtype));
+}
+
+template <class T>
+T* Tensor::data_ptr() const {
+  MT_CHECK(dtype() == dtype_of<T>::value, "data_ptr: tensor has dtype ", dtype(), " but ",
+           dtype_of<T>::value, " was requested");
+  return static_cast<T*>(raw_data());
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor host = to(Device::cpu(), dtype_of<T>::value).contiguous();
+  const T* p = host.data_ptr<T>();
+  return std::vector<T>(p, p + host.numel());
+}
+
+template <class T>
+T Tensor::item() const {
+  MT_CHECK(numel() == 1, "item: tensor of shape ", shape_str(shape()), " has ", numel(),
+           " elements, expected exactly one");
+  return to_vector<T>()[0];
+}
+
+#define MT_INSTANTIATE_ACCESSORS(T)               \
+  template T* Tensor::data_ptr<T>() const;        \
+  template std::vector<T> Tensor::to_vector<T>() const; \
+  template T Tensor::item<T>() const;
+MT_INSTANTIATE_ACCESSORS(float)
+MT_INSTANTIATE_ACCESSORS(double)
+MT_INSTANTIATE_ACCESSORS(Half)
+MT_INSTANTIATE_ACCESSORS(BFloat16)
+MT_INSTANTIATE_ACCESSORS(int64_t)
+MT_INSTANTIATE_ACCESSORS(int32_t)
+MT_INSTANTIATE_ACCESSORS(bool)
+#undef MT_INSTANTIATE_ACCESSORS
+
+std::string Tensor::str() const {
+  if (!defined()) return "Tensor(undefined)";
+  std::ostringstream os;
+  os << "Tensor" << shape_str(shape()) << ' ' << dtype() << ' ' << device();
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+
+bool Tensor::requires_grad() const { return checked(impl_).requires_grad; }
+
+Tensor& Tensor::set_requires_grad(bool value) {
+  MT_CHECK(!value || is_floating(dtype()), "set_requires_grad: only floating tensors can require gradients, got ",
+           dtype());
+  MT_CHECK(value || is_leaf(), "set_requires_grad(false): ", str(),
+           " is not a leaf; use detach() to take a tensor out of the graph");
+  impl_->requires_grad = value;
+  return *this;
+}
+
+bool Tensor::is_leaf() const { return checked(impl_).grad_fn == nullptr; }
+
+Tensor Tensor::grad() const {
+  const auto& t = checked(impl_);
+  return t.grad ? Tensor(t.grad) : Tensor();
+}
+
+void Tensor::set_grad(const Tensor& grad) {
+  checked(impl_);
+  if (grad.defined()) {
+    MT_CHECK(grad.shape() == shape() && grad.dtype() == dtype() && grad.device() == device(),
+             "set_grad: gradient ", grad.str(), " does not match tensor ", str());
+  }
+  impl_->grad = grad.impl();
+}
+
+const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const { return checked(impl_).grad_fn; }
+
+void Tensor::backward() const { autograd::run_backward({*this}, {Tensor()}); }
+void Tensor::backward(const Tensor& gradient) const { autograd::run_backward({*this}, {gradient}); }
+
+Tensor Tensor::detach() const {
+  const auto& t = checked(impl_);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.storage;
+  impl->offset = t.offset;
+  impl->shape = t.shape;
+  impl->strides = t.strides;
+  impl->dtype = t.dtype;
+  impl->device = t.device;
+  return Tensor(std::move(impl));
+}
+
+}  // namespace mixtrain

@@ -1,0 +1,89 @@
+// Casts, device moves, copies and fills.
+#include "ops/op_helpers.h"
+
+namespace mixtrain {
+
+using namespace ops;
+
+namespace {
+// Copies src into dst (same shape); a cross-device copy runs on the non-CPU side's backend.
+void copy_into(const Tensor& src, const Tensor& dst) {
+  const DeviceType t = src.device().is_cpu() ? dst.device().type : src.device().type;
+  backend_for(t).copy(src, dst);
+}
+}  // namespace
+
+Tensor to(const Tensor& x_in, DType dtype) {
+  Tensor x = x_in;
+  OpScope scope(OpId::to, {&x});
+  check_defined("to", x, "input");
+  if (x.dtype() == dtype) return x;
+  MT_CHECK(!x.requires_grad() || is_floating(dtype), "to: cannot cast ", describe(x),
+           ", which requires grad, to the non-floating dtype ", dtype);
+  Tensor out = new_empty(x.shape(), x, dtype);
+  copy_into(x, out);
+  const DType src = x.dtype();
+  autograd::record("ToDtypeBackward", out, {&x}, [src](const TensorList& g) { return TensorList{g[0].to(src)}; });
+  return out;
+}
+
+Tensor to(const Tensor& x_in, Device device) {
+  Tensor x = x_in;
+  OpScope scope(OpId::to, {&x});
+  check_defined("to", x, "input");
+  if (x.device() == device) return x;
+  Tensor src = x.contiguous();
+  Tensor out = Tensor::empty(x.shape(), TensorOptions().dtype(x.dtype()).device(device));
+  copy_into(src, out);
+  const Device from = x.device();
+  autograd::record("ToDeviceBackward", out, {&x}, [from](const TensorList& g) { return TensorList{g[0].to(from)}; });
+  return out;
+}
+
+Tensor contiguous(const Tensor& x) {
+  check_defined("contiguous", x, "input");
+  if (x.is_contiguous()) return x;
+  return clone(x);
+}
+
+Tensor clone(const Tensor& x_in) {
+  Tensor x = x_in;
+  OpScope scope(OpId::clone, {&x});
+  check_defined("clone", x, "input");
+  Tensor out = new_empty(x.shape(), x);
+  copy_into(x, out);
+  autograd::record("CloneBackward", out, {&x}, [](const TensorList& g) { return TensorList{g[0]}; });
+  return out;
+}
+
+Tensor Tensor::to(DType dtype) const { return mixtrain::to(*this, dtype); }
+Tensor Tensor::to(Device device) const { return mixtrain::to(*this, device); }
+Tensor Tensor::to(Device device, DType dtype) const {
+  // Cast on the CPU side of a move: fewer bytes cross when narrowing, none wasted when widening.
+  if (device.is_cpu()) return mixtrain::to(*this, device).to(dtype);
+  return mixtrain::to(mixtrain::to(*this, dtype), device);
+}
+Tensor Tensor::contiguous() const { return mixtrain::contiguous(*this); }
+Tensor Tensor::clone() const { return mixtrain::clone(*this); }
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_inplace("copy_", *this);
+  check_defined("copy_", src, "source");
+  Tensor s = src;
+  if (s.shape() != shape()) s = s.expand(shape());
+  if (s.device() != device()) s = s.to(device());
+  copy_into(s, *this);
+  ++impl()->version;
+  return *this;
+}
+
+Tensor& Tensor::fill_(double value) {
+  check_inplace("fill_", *this);
+  backend_for(*this).fill(*this, value);
+  ++impl()->version;
+  return *this;
+}
+
+Tensor& Tensor::zero_() { return fill_(0.0); }
+
+}  // namespace mixtrain

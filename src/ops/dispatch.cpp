@@ -1,0 +1,31 @@
+#include "mixtrain/ops/dispatch.h"
+
+#include <atomic>
+
+namespace mixtrain::ops {
+
+namespace {
+std::atomic<PreDispatchHook> g_hook{nullptr};
+thread_local bool t_hook_active = false;
+thread_local int t_exclude_depth = 0;
+}  // namespace
+
+void set_pre_dispatch_hook(PreDispatchHook hook) { g_hook.store(hook); }
+void set_hook_active_for_thread(bool active) { t_hook_active = active; }
+
+OpScope::OpScope(OpId op, std::initializer_list<Tensor*> tensors, std::optional<DType>* dtype) {
+  if (t_hook_active && t_exclude_depth == 0) {
+    if (PreDispatchHook hook = g_hook.load(std::memory_order_relaxed)) {
+      DispatchArgs args{op, tensors.begin(), static_cast<int>(tensors.size()), dtype};
+      hook(args);
+    }
+  }
+  ++t_exclude_depth;
+}
+
+OpScope::~OpScope() { --t_exclude_depth; }
+
+HookExcludeGuard::HookExcludeGuard() { ++t_exclude_depth; }
+HookExcludeGuard::~HookExcludeGuard() { --t_exclude_depth; }
+
+}  // namespace mixtrain::ops

@@ -1,0 +1,251 @@
+// Elementwise ops: binary arithmetic with broadcasting and type promotion, scalar forms, unary
+// math, comparisons and where. Each op's forward kernel and backward formula sit together.
+#include <cmath>
+
+#include "ops/op_helpers.h"
+
+namespace mixtrain {
+
+using namespace ops;
+using backends::BinaryOp;
+using backends::CompareOp;
+using backends::UnaryOp;
+
+namespace {
+
+// A broadcast view for the kernel only (no autograd node: the op's backward reduces instead).
+Tensor broadcast_for_kernel(const Tensor& t, const Shape& shape) {
+  if (t.shape() == shape) return t;
+  NoGradGuard no_grad;
+  return t.detach().expand(shape);
+}
+
+Tensor cast_if_needed(const Tensor& t, DType dtype) { return t.dtype() == dtype ? t : t.to(dtype); }
+
+struct Promoted {
+  Tensor a, b;
+  Shape shape;
+};
+
+Promoted promote(const char* op, const Tensor& a, const Tensor& b) {
+  check_defined(op, a, "first input");
+  check_defined(op, b, "second input");
+  check_same_device(op, a, b);
+  MT_CHECK(is_floating(a.dtype()) || is_floating(b.dtype()), op, ": expected floating tensors, got ", describe(a),
+           " and ", describe(b));
+  const DType dt = promote_types(a.dtype(), b.dtype());
+  return {cast_if_needed(a, dt), cast_if_needed(b, dt), broadcast_shapes(a.shape(), b.shape(), op)};
+}
+
+Tensor binary_forward(BinaryOp kop, const Promoted& p) {
+  Tensor out = new_empty(p.shape, p.a);
+  backend_for(out).binary(kop, broadcast_for_kernel(p.a, p.shape), broadcast_for_kernel(p.b, p.shape), out);
+  return out;
+}
+
+Tensor binary_op(OpId id, BinaryOp kop, const Tensor& a_in, const Tensor& b_in) {
+  Tensor a = a_in, b = b_in;
+  OpScope scope(id, {&a, &b});
+  const char* name = op_name(id);
+  Promoted p = promote(name, a, b);
+  Tensor out = binary_forward(kop, p);
+  if (!autograd::needs_grad({&p.a, &p.b})) return out;
+  const Shape sa = p.a.shape(), sb = p.b.shape();
+  const bool ga = p.a.requires_grad(), gb = p.b.requires_grad();
+  switch (kop) {
+    case BinaryOp::Add:
+      autograd::record("AddBackward", {&out}, {&p.a, &p.b}, [sa, sb](const TensorList& g) {
+        return TensorList{sum_to(g[0], sa), sum_to(g[0], sb)};
+      });
+      break;
+    case BinaryOp::Sub:
+      autograd::record("SubBackward", {&out}, {&p.a, &p.b}, [sa, sb, gb](const TensorList& g) {
+        return TensorList{sum_to(g[0], sa), gb ? sum_to(neg(g[0]), sb) : Tensor()};
+      });
+      break;
+    case BinaryOp::Mul: {
+      Tensor a_s = gb ? autograd::saved(p.a) : Tensor(), b_s = ga ? autograd::saved(p.b) : Tensor();
+      autograd::record("MulBackward", {&out}, {&p.a, &p.b}, [a_s, b_s, sa, sb](const TensorList& g) {
+        return TensorList{b_s.defined() ? sum_to(mul(g[0], b_s), sa) : Tensor(),
+                          a_s.defined() ? sum_to(mul(g[0], a_s), sb) : Tensor()};
+      });
+      break;
+    }
+    case BinaryOp::Div: {
+      Tensor a_s = gb ? autograd::saved(p.a) : Tensor(), b_s = autograd::saved(p.b);
+      autograd::record("DivBackward", {&out}, {&p.a, &p.b}, [a_s, b_s, sa, sb, ga](const TensorList& g) {
+        return TensorList{ga ? sum_to(div(g[0], b_s), sa) : Tensor(),
+                          a_s.defined() ? sum_to(neg(div(mul(g[0], a_s), mul(b_s, b_s))), sb) : Tensor()};
+      });
+      break;
+    }
+    case BinaryOp::Pow: {
+      Tensor a_s = autograd::saved(p.a), b_s = autograd::saved(p.b), o_s = autograd::saved(out);
+      autograd::record("PowBackward", {&out}, {&p.a, &p.b}, [a_s, b_s, o_s, sa, sb, ga, gb](const TensorList& g) {
+        return TensorList{ga ? sum_to(mul(g[0], mul(b_s, pow(a_s, sub(b_s, 1.0)))), sa) : Tensor(),
+                          gb ? sum_to(mul(g[0], mul(o_s, log(a_s))), sb) : Tensor()};
+      });
+      break;
+    }
+    case BinaryOp::Maximum:
+    case BinaryOp::Minimum: {
+      // The gradient goes to the input that was picked (to a on ties, as torch splits evenly; we
+      // keep the simpler rule and document it).
+      Tensor a_s = autograd::saved(p.a), b_s = autograd::saved(p.b);
+      const bool is_max = kop == BinaryOp::Maximum;
+      autograd::record(is_max ? "MaximumBackward" : "MinimumBackward", {&out}, {&p.a, &p.b},
+                       [a_s, b_s, sa, sb, is_max](const TensorList& g) {
+                         Tensor pick_a = is_max ? ge(a_s, b_s) : le(a_s, b_s);
+                         Tensor zero = zeros({}, g[0].options());
+                         return TensorList{sum_to(where(pick_a, g[0], zero), sa), sum_to(where(pick_a, zero, g[0]), sb)};
+                       });
+      break;
+    }
+  }
+  return out;
+}
+
+Tensor scalar_op(OpId id, BinaryOp kop, const Tensor& a_in, double s, bool scalar_first) {
+  Tensor a = a_in;
+  OpScope scope(id, {&a});
+  const char* name = op_name(id);
+  check_defined(name, a, "input");
+  check_floating(name, a);
+  Tensor out = new_empty(a.shape(), a);
+  backend_for(a).binary_scalar(kop, a, s, scalar_first, out);
+  if (!autograd::needs_grad({&a})) return out;
+  Tensor a_s = (kop == BinaryOp::Div && scalar_first) || kop == BinaryOp::Pow ? autograd::saved(a) : Tensor();
+  Tensor o_s = kop == BinaryOp::Pow && scalar_first ? autograd::saved(out) : Tensor();
+  autograd::record(name, out, {&a}, [kop, s, scalar_first, a_s, o_s](const TensorList& g) -> TensorList {
+    switch (kop) {
+      case BinaryOp::Add: return {g[0]};
+      case BinaryOp::Sub: return {scalar_first ? neg(g[0]) : g[0]};
+      case BinaryOp::Mul: return {mul(g[0], s)};
+      case BinaryOp::Div: return {scalar_first ? neg(div(mul(g[0], s), mul(a_s, a_s))) : div(g[0], s)};
+      case BinaryOp::Pow:
+        return {scalar_first ? mul(mul(g[0], o_s), std::log(s)) : mul(mul(g[0], pow(a_s, s - 1.0)), s)};
+      default: MT_ERROR(op_name(OpId::add), ": no scalar backward for this op");
+    }
+  });
+  return out;
+}
+
+// Which forward values the derivative reads.
+constexpr bool backward_reads_input(UnaryOp op) {
+  return op == UnaryOp::Log || op == UnaryOp::Relu || op == UnaryOp::Gelu || op == UnaryOp::Abs ||
+         op == UnaryOp::Pow || op == UnaryOp::Square;
+}
+constexpr bool backward_reads_output(UnaryOp op) {
+  return op == UnaryOp::Exp || op == UnaryOp::Sqrt || op == UnaryOp::Rsqrt || op == UnaryOp::Tanh ||
+         op == UnaryOp::Sigmoid;
+}
+
+Tensor unary_op(OpId id, UnaryOp kop, const Tensor& x_in, double alpha = 0.0) {
+  Tensor x = x_in;
+  OpScope scope(id, {&x});
+  const char* name = op_name(id);
+  check_defined(name, x, "input");
+  check_floating(name, x);
+  Tensor out = new_empty(x.shape(), x);
+  backend_for(x).unary(kop, x, out, alpha);
+  if (!autograd::needs_grad({&x})) return out;
+  Tensor x_s = backward_reads_input(kop) ? autograd::saved(x) : Tensor();
+  Tensor y_s = backward_reads_output(kop) ? autograd::saved(out) : Tensor();
+  autograd::record(name, out, {&x}, [kop, alpha, x_s, y_s](const TensorList& g) {
+    Tensor gx = new_empty(g[0].shape(), g[0]);
+    backend_for(g[0]).unary_backward(kop, x_s, y_s, g[0], gx, alpha);
+    return TensorList{gx};
+  });
+  return out;
+}
+
+Tensor compare_op(CompareOp op, const char* name, const Tensor& a, const Tensor& b) {
+  check_defined(name, a, "first input");
+  check_defined(name, b, "second input");
+  check_same_device(name, a, b);
+  const DType dt = promote_types(a.dtype(), b.dtype());
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  NoGradGuard no_grad;
+  Tensor out = new_empty(shape, a, kBool);
+  backend_for(a).compare(op, broadcast_for_kernel(cast_if_needed(a, dt), shape),
+                         broadcast_for_kernel(cast_if_needed(b, dt), shape), out);
+  return out;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary_op(OpId::add, BinaryOp::Add, a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary_op(OpId::sub, BinaryOp::Sub, a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary_op(OpId::mul, BinaryOp::Mul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary_op(OpId::div, BinaryOp::Div, a, b); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary_op(OpId::pow, BinaryOp::Pow, a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op(OpId::maximum, BinaryOp::Maximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op(OpId::minimum, BinaryOp::Minimum, a, b); }
+
+Tensor add(const Tensor& a, double b) { return scalar_op(OpId::add, BinaryOp::Add, a, b, false); }
+Tensor sub(const Tensor& a, double b) { return scalar_op(OpId::sub, BinaryOp::Sub, a, b, false); }
+Tensor rsub(const Tensor& a, double b) { return scalar_op(OpId::sub, BinaryOp::Sub, a, b, true); }
+Tensor mul(const Tensor& a, double b) { return scalar_op(OpId::mul, BinaryOp::Mul, a, b, false); }
+Tensor div(const Tensor& a, double b) { return scalar_op(OpId::div, BinaryOp::Div, a, b, false); }
+Tensor rdiv(const Tensor& a, double b) { return scalar_op(OpId::div, BinaryOp::Div, a, b, true); }
+Tensor pow(const Tensor& a, double exponent) { return unary_op(OpId::pow, UnaryOp::Pow, a, exponent); }
+
+Tensor neg(const Tensor& x) { return unary_op(OpId::neg, UnaryOp::Neg, x); }
+Tensor exp(const Tensor& x) { return unary_op(OpId::exp, UnaryOp::Exp, x); }
+Tensor log(const Tensor& x) { return unary_op(OpId::log, UnaryOp::Log, x); }
+Tensor sqrt(const Tensor& x) { return unary_op(OpId::sqrt, UnaryOp::Sqrt, x); }
+Tensor rsqrt(const Tensor& x) { return unary_op(OpId::rsqrt, UnaryOp::Rsqrt, x); }
+Tensor tanh(const Tensor& x) { return unary_op(OpId::tanh, UnaryOp::Tanh, x); }
+Tensor sigmoid(const Tensor& x) { return unary_op(OpId::sigmoid, UnaryOp::Sigmoid, x); }
+Tensor relu(const Tensor& x) { return unary_op(OpId::relu, UnaryOp::Relu, x); }
+Tensor gelu(const Tensor& x) { return unary_op(OpId::gelu, UnaryOp::Gelu, x); }
+Tensor abs(const Tensor& x) { return unary_op(OpId::abs, UnaryOp::Abs, x); }
+Tensor square(const Tensor& x) { return unary_op(OpId::square, UnaryOp::Square, x); }
+
+Tensor eq(const Tensor& a, const Tensor& b) { return compare_op(CompareOp::Eq, "eq", a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return compare_op(CompareOp::Ne, "ne", a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return compare_op(CompareOp::Lt, "lt", a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return compare_op(CompareOp::Le, "le", a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return compare_op(CompareOp::Gt, "gt", a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return compare_op(CompareOp::Ge, "ge", a, b); }
+
+Tensor where(const Tensor& cond_in, const Tensor& a_in, const Tensor& b_in) {
+  Tensor cond = cond_in, a = a_in, b = b_in;
+  OpScope scope(OpId::where, {&a, &b});
+  check_defined("where", cond, "condition");
+  MT_CHECK(cond.dtype() == kBool, "where: condition must be bool, got ", describe(cond));
+  check_same_device("where", cond, a);
+  Promoted p = promote("where", a, b);
+  const Shape shape = broadcast_shapes(cond.shape(), p.shape, "where");
+  Tensor out = new_empty(shape, p.a);
+  backend_for(out).where(broadcast_for_kernel(cond, shape), broadcast_for_kernel(p.a, shape),
+                         broadcast_for_kernel(p.b, shape), out);
+  if (autograd::needs_grad({&p.a, &p.b})) {
+    const Shape sa = p.a.shape(), sb = p.b.shape();
+    Tensor c = autograd::saved(cond);
+    autograd::record("WhereBackward", {&out}, {&p.a, &p.b}, [c, sa, sb](const TensorList& g) {
+      Tensor zero = zeros({}, g[0].options());
+      return TensorList{sum_to(where(c, g[0], zero), sa), sum_to(where(c, zero, g[0]), sb)};
+    });
+  }
+  return out;
+}
+
+Tensor& Tensor::add_(const Tensor& other, double alpha) {
+  check_inplace("add_", *this);
+  check_same_device("add_", *this, other);
+  Tensor o = other.dtype() == dtype() ? other : other.to(dtype());
+  if (alpha != 1.0) o = mul(o, alpha);
+  backend_for(*this).binary(BinaryOp::Add, *this, broadcast_for_kernel(o, shape()), *this);
+  ++impl()->version;
+  return *this;
+}
+
+Tensor& Tensor::mul_(double value) {
+  check_inplace("mul_", *this);
+  backend_for(*this).binary_scalar(BinaryOp::Mul, *this, value, false, *this);
+  ++impl()->version;
+  return *this;
+}
+
+}  // namespace mixtrain

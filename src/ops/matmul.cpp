@@ -1,0 +1,116 @@
+// Matrix products: matmul (PyTorch's 1-D/2-D/batched rules), bmm and linear. All reduce to one
+// recorded primitive, mm over 2-D or 3-D operands, whose backward is two more products.
+#include "ops/op_helpers.h"
+
+namespace mixtrain {
+
+using namespace ops;
+
+namespace {
+
+void check_pair(const char* op, const Tensor& a, const Tensor& b) {
+  check_defined(op, a, "first input");
+  check_defined(op, b, "second input");
+  check_same_device(op, a, b);
+  check_floating(op, a);
+  MT_CHECK(a.dtype() == b.dtype(), op, ": expected both inputs to have the same dtype, got ", describe(a), " and ",
+           describe(b), " (cast one, or run under autocast)");
+}
+
+// a: [m, k] or [B, m, k]; b: [k, n] or [B, k, n] (same B). Records its backward.
+Tensor mm(const char* op, const Tensor& a, const Tensor& b) {
+  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  MT_CHECK(b.size(-2) == k, op, ": shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),
+           " cannot be multiplied (", k, " != ", b.size(-2), ")");
+  Shape out_shape = a.dim() == 3 ? Shape{a.size(0), m, n} : Shape{m, n};
+  Tensor out = new_empty(out_shape, a);
+  backend_for(a).gemm(gemm_ready(a), false, gemm_ready(b), false, out, Tensor());
+  if (autograd::needs_grad({&a, &b})) {
+    Tensor a_s = b.requires_grad() ? autograd::saved(a) : Tensor();
+    Tensor b_s = a.requires_grad() ? autograd::saved(b) : Tensor();
+    autograd::record("MmBackward", out, {&a, &b}, [a_s, b_s, op](const TensorList& g) {
+      return TensorList{b_s.defined() ? mm(op, g[0], b_s.transpose(-1, -2)) : Tensor(),
+                        a_s.defined() ? mm(op, a_s.transpose(-1, -2), g[0]) : Tensor()};
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  Tensor a = a_in, b = b_in;
+  OpScope scope(OpId::matmul, {&a, &b});
+  check_pair("matmul", a, b);
+  MT_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both inputs need at least one dimension, got ", describe(a),
+           " and ", describe(b));
+  if (a.dim() == 1 && b.dim() == 1) return mm("matmul", a.reshape({1, -1}), b.reshape({-1, 1})).reshape({});
+  if (a.dim() == 1) return matmul(a.unsqueeze(0), b).squeeze(-2);
+  if (b.dim() == 1) {
+    Shape out = a.shape();
+    out.pop_back();
+    return matmul(a, b.reshape({-1, 1})).reshape(out);
+  }
+  if (a.dim() == 2 && b.dim() == 2) return mm("matmul", a, b);
+  MT_CHECK(a.size(-1) == b.size(-2), "matmul: shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),
+           " cannot be multiplied (", a.size(-1), " != ", b.size(-2), ")");
+  if (b.dim() == 2) {  // fold a's batch dims into its rows: one big GEMM
+    Shape out = a.shape();
+    out.back() = b.size(1);
+    return mm("matmul", a.reshape({-1, a.size(-1)}), b).reshape(out);
+  }
+  // Broadcast the batch dims, then one batched product.
+  const Shape ab(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  const Shape batch = broadcast_shapes(ab, bb, "matmul");
+  Shape ae = batch, be = batch, out = batch;
+  ae.insert(ae.end(), {a.size(-2), a.size(-1)});
+  be.insert(be.end(), {b.size(-2), b.size(-1)});
+  out.insert(out.end(), {a.size(-2), b.size(-1)});
+  const int64_t nb = shape_numel(batch);
+  return mm("matmul", a.expand(ae).reshape({nb, a.size(-2), a.size(-1)}), b.expand(be).reshape({nb, b.size(-2), b.size(-1)}))
+      .reshape(out);
+}
+
+Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
+  Tensor a = a_in, b = b_in;
+  OpScope scope(OpId::bmm, {&a, &b});
+  check_pair("bmm", a, b);
+  MT_CHECK(a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0), "bmm: expected [B, m, k] and [B, k, n], got ",
+           describe(a), " and ", describe(b));
+  return mm("bmm", a, b);
+}
+
+Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
+  Tensor x = x_in, w = w_in, b = b_in;
+  OpScope scope(OpId::linear, {&x, &w, &b});
+  check_pair("linear", x, w);
+  MT_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input ", describe(x),
+           " does not match weight ", describe(w), " (expected input [..., ", w.dim() == 2 ? w.size(1) : -1, "])");
+  if (b.defined()) {
+    check_same_device("linear", x, b);
+    MT_CHECK(b.dim() == 1 && b.size(0) == w.size(0) && b.dtype() == x.dtype(), "linear: bias ", describe(b),
+             " does not match weight ", describe(w));
+  }
+  const int64_t in = w.size(1), out_features = w.size(0);
+  Tensor x2 = x.reshape({-1, in});
+  Shape out_shape = x.shape();
+  out_shape.back() = out_features;
+  Tensor out = new_empty({x2.size(0), out_features}, x);
+  backend_for(x).gemm(gemm_ready(x2), false, gemm_ready(w), true, out, b);
+  if (autograd::needs_grad({&x2, &w, &b})) {
+    Tensor x_s = w.requires_grad() ? autograd::saved(x2) : Tensor();
+    Tensor w_s = x2.requires_grad() ? autograd::saved(w) : Tensor();
+    const bool gb = b.defined() && b.requires_grad();
+    autograd::record("LinearBackward", {&out}, {&x2, &w, &b}, [x_s, w_s, gb](const TensorList& g) {
+      const Tensor& go = g[0];
+      TensorList r(3);
+      if (w_s.defined()) r[0] = mm("linear", go, w_s);
+      if (x_s.defined()) r[1] = mm("linear", go.transpose(0, 1), x_s);
+      if (gb) r[2] = sum(go, {0});
+      return r;
+    });
+  }
+  return out.reshape(out_shape);
+}
+
+}  // namespace mixtrain

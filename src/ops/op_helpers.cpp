@@ -1,0 +1,55 @@
+#include "ops/op_helpers.h"
+
+#include <sstream>
+
+#include "mixtrain/autograd/grad_mode.h"
+
+namespace mixtrain::ops {
+
+std::string describe(const Tensor& t) {
+  if (!t.defined()) return "undefined";
+  std::ostringstream os;
+  os << shape_str(t.shape()) << ' ' << t.dtype() << ' ' << t.device();
+  return os.str();
+}
+
+void check_defined(const char* op, const Tensor& t, const char* what) {
+  MT_CHECK(t.defined(), op, ": ", what, " is an undefined tensor");
+}
+
+void check_floating(const char* op, const Tensor& t) {
+  MT_CHECK(is_floating(t.dtype()), op, ": expected a floating tensor, got ", describe(t));
+}
+
+void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
+  MT_CHECK(a.device() == b.device(), op, ": tensors are on different devices: ", describe(a), " and ", describe(b));
+}
+
+Tensor new_empty(const Shape& shape, const Tensor& like) { return Tensor::empty(shape, like.options()); }
+Tensor new_empty(const Shape& shape, const Tensor& like, DType dtype) {
+  return Tensor::empty(shape, TensorOptions().dtype(dtype).device(like.device()));
+}
+
+Tensor sum_to(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  const int64_t lead = g.dim() - static_cast<int64_t>(shape.size());
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < g.dim(); ++d) {
+    if (d < lead || (shape[d - lead] == 1 && g.size(d) != 1)) dims.push_back(d);
+  }
+  Tensor r = dims.empty() ? g : sum(g, dims, /*keepdim=*/true);
+  return r.reshape(shape);
+}
+
+Tensor gemm_ready(const Tensor& t) {
+  const int64_t d = t.dim();
+  const bool ok = t.stride(d - 1) == 1 || t.stride(d - 2) == 1 || t.size(d - 1) == 1 || t.size(d - 2) == 1;
+  return ok ? t : t.contiguous();
+}
+
+void check_inplace(const char* op, const Tensor& self) {
+  MT_CHECK(!(autograd::is_grad_enabled() && self.requires_grad()), op, ": in-place update of ", describe(self),
+           ", which requires grad, while grad mode is on; run it under NoGradGuard or use the out-of-place op");
+}
+
+}  // namespace mixtrain::ops

@@ -1,0 +1,40 @@
+#pragma once
+// Shared pieces of the op definitions: argument checks with uniform messages, output
+// allocation, and the reduction that undoes broadcasting in backward.
+#include <string>
+
+#include "backends/backend.h"
+#include "mixtrain/autograd/grad_mode.h"
+#include "mixtrain/autograd/node.h"
+#include "mixtrain/core/error.h"
+#include "mixtrain/core/factories.h"
+#include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/dispatch.h"
+#include "mixtrain/ops/functional.h"
+
+namespace mixtrain::ops {
+
+using autograd::TensorList;
+using backends::backend_for;
+
+// "[2, 3] float32 cpu"
+std::string describe(const Tensor& t);
+
+void check_defined(const char* op, const Tensor& t, const char* what);
+void check_floating(const char* op, const Tensor& t);
+void check_same_device(const char* op, const Tensor& a, const Tensor& b);
+
+// A new contiguous tensor of `shape` with like's dtype and device.
+Tensor new_empty(const Shape& shape, const Tensor& like);
+Tensor new_empty(const Shape& shape, const Tensor& like, DType dtype);
+
+// Sums g over the dimensions that broadcasting expanded, giving a tensor of `shape`.
+Tensor sum_to(const Tensor& g, const Shape& shape);
+
+// Tensors whose last two dims are not unit-strided in either order are copied for the GEMM.
+Tensor gemm_ready(const Tensor& t);
+
+// Throws when an in-place op would modify a tensor autograd needs untouched.
+void check_inplace(const char* op, const Tensor& self);
+
+}  // namespace mixtrain::ops

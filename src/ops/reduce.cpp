@@ -1,0 +1,178 @@
+// Reductions (sum, mean, max, min, argmax) and softmax / log_softmax.
+#include <algorithm>
+
+#include "ops/op_helpers.h"
+
+namespace mixtrain {
+
+using namespace ops;
+using backends::ReduceOp;
+
+namespace {
+
+// Reduced dims (sorted, unique) and the shapes before and after.
+struct ReducePlan {
+  std::vector<int64_t> dims;
+  Shape out_shape;      // without the reduced dims (or with 1s when keepdim)
+  Shape keepdim_shape;  // with 1s in the reduced dims
+};
+
+ReducePlan plan_reduce(const char* op, const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
+  ReducePlan p;
+  if (dims_in.empty()) {
+    for (int64_t d = 0; d < x.dim(); ++d) p.dims.push_back(d);
+  } else {
+    for (int64_t d : dims_in) p.dims.push_back(wrap_dim(d, x.dim(), op));
+  }
+  std::sort(p.dims.begin(), p.dims.end());
+  MT_CHECK(std::adjacent_find(p.dims.begin(), p.dims.end()) == p.dims.end(), op, ": a dimension repeats in the list");
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    const bool reduced = std::binary_search(p.dims.begin(), p.dims.end(), d);
+    p.keepdim_shape.push_back(reduced ? 1 : x.size(d));
+    if (!reduced || keepdim) p.out_shape.push_back(reduced ? 1 : x.size(d));
+  }
+  return p;
+}
+
+// Runs a reduce kernel; x is permuted so the reduced dims form one block when they do not.
+void run_reduce(ReduceOp op, const Tensor& x_in, const ReducePlan& p, const Tensor& out, const Tensor& indices) {
+  Tensor x = x_in;
+  const bool block = p.dims.empty() || p.dims.back() - p.dims.front() + 1 == static_cast<int64_t>(p.dims.size());
+  int64_t first = p.dims.empty() ? x.dim() : p.dims.front();
+  if (!block) {
+    Shape perm;
+    for (int64_t d = 0; d < x.dim(); ++d)
+      if (!std::binary_search(p.dims.begin(), p.dims.end(), d)) perm.push_back(d);
+    first = static_cast<int64_t>(perm.size());
+    perm.insert(perm.end(), p.dims.begin(), p.dims.end());
+    NoGradGuard no_grad;
+    x = x.detach().permute(perm);
+  }
+  {
+    NoGradGuard no_grad;
+    x = x.detach().contiguous();
+  }
+  int64_t outer = 1, n = 1, inner = 1;
+  const int64_t count = static_cast<int64_t>(p.dims.size());
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (d < first) outer *= x.size(d);
+    else if (d < first + count) n *= x.size(d);
+    else inner *= x.size(d);
+  }
+  backend_for(x).reduce(op, x, outer, n, inner, out, indices);
+}
+
+int64_t reduced_count(const Tensor& x, const ReducePlan& p) {
+  int64_t n = 1;
+  for (int64_t d : p.dims) n *= x.size(d);
+  return n;
+}
+
+Tensor minmax(const Tensor& x_in, int64_t dim, bool keepdim, bool is_max, Tensor* indices_out) {
+  Tensor x = x_in;
+  const char* name = is_max ? "max" : "min";
+  OpScope scope(is_max ? OpId::max : OpId::min, {&x});
+  check_defined(name, x, "input");
+  MT_CHECK(x.dim() > 0 && x.size(wrap_dim(dim, x.dim(), name)) > 0, name, ": cannot reduce an empty dimension of ",
+           describe(x));
+  const ReducePlan p = plan_reduce(name, x, {dim}, keepdim);
+  Tensor out = new_empty(p.out_shape, x);
+  Tensor idx = new_empty(p.out_shape, x, kInt64);
+  run_reduce(is_max ? ReduceOp::Max : ReduceOp::Min, x, p, out, idx);
+  if (indices_out) *indices_out = idx;
+  if (autograd::needs_grad({&x})) {
+    const int64_t d = p.dims[0];
+    const Shape xs = x.shape(), ks = p.keepdim_shape;
+    Tensor idx_s = idx;
+    autograd::record(is_max ? "MaxBackward" : "MinBackward", out, {&x}, [d, xs, ks, idx_s](const TensorList& g) {
+      // One-hot of the picked positions along d, built from arange so any backend can run it.
+      Shape pos_shape(xs.size(), 1);
+      pos_shape[d] = xs[d];
+      Tensor pos = arange(0, static_cast<double>(xs[d]), 1.0, TensorOptions(kInt64).device(g[0].device())).reshape(pos_shape);
+      Tensor picked = eq(pos, idx_s.reshape(ks));
+      return TensorList{where(picked, g[0].reshape(ks), zeros({}, g[0].options()))};
+    });
+  }
+  return out;
+}
+
+Tensor softmax_impl(OpId id, const Tensor& x_in, int64_t dim, std::optional<DType> dtype_in) {
+  Tensor x = x_in;
+  std::optional<DType> dtype = dtype_in;
+  const bool log = id == OpId::log_softmax;
+  const char* name = op_name(id);
+  OpScope scope(id, {&x}, &dtype);
+  check_defined(name, x, "input");
+  check_floating(name, x);
+  if (dtype && *dtype != x.dtype()) x = x.to(*dtype);
+  const int64_t d = wrap_dim(dim, x.dim(), name);
+  Tensor xc = x.contiguous();
+  int64_t outer = 1, inner = 1;
+  for (int64_t k = 0; k < d; ++k) outer *= x.size(k);
+  for (int64_t k = d + 1; k < x.dim(); ++k) inner *= x.size(k);
+  const int64_t n = x.dim() == 0 ? 1 : x.size(d);
+  Tensor out = new_empty(x.shape(), x);
+  backend_for(x).softmax(xc, outer, n, inner, log, out);
+  if (autograd::needs_grad({&x})) {
+    Tensor y = autograd::saved(out);
+    autograd::record(log ? "LogSoftmaxBackward" : "SoftmaxBackward", out, {&x}, [y, outer, n, inner, log](const TensorList& g) {
+      Tensor gc = g[0].contiguous();
+      Tensor gx = new_empty(gc.shape(), gc);
+      backend_for(gc).softmax_backward(y, gc, outer, n, inner, log, gx);
+      return TensorList{gx};
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim, std::optional<DType> dtype_in) {
+  Tensor x = x_in;
+  std::optional<DType> dtype = dtype_in;
+  OpScope scope(OpId::sum, {&x}, &dtype);
+  check_defined("sum", x, "input");
+  if (dtype && *dtype != x.dtype()) x = x.to(*dtype);
+  const ReducePlan p = plan_reduce("sum", x, dims, keepdim);
+  const DType out_dtype = is_floating(x.dtype()) ? x.dtype() : kInt64;
+  Tensor out = new_empty(p.out_shape, x, out_dtype);
+  run_reduce(ReduceOp::Sum, x, p, out, Tensor());
+  if (autograd::needs_grad({&x})) {
+    const Shape xs = x.shape(), ks = p.keepdim_shape;
+    autograd::record("SumBackward", out, {&x}, [xs, ks](const TensorList& g) { return TensorList{g[0].reshape(ks).expand(xs)}; });
+  }
+  return out;
+}
+
+Tensor mean(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
+  Tensor x = x_in;
+  OpScope scope(OpId::mean, {&x});
+  check_defined("mean", x, "input");
+  check_floating("mean", x);
+  const ReducePlan p = plan_reduce("mean", x, dims, keepdim);
+  const double n = static_cast<double>(reduced_count(x, p));
+  // Accumulate half inputs in fp32: their sum can overflow where the mean does not.
+  const DType acc = is_half(x.dtype()) ? kFloat32 : x.dtype();
+  Tensor s = mul(sum(x, dims, keepdim, acc), 1.0 / n);
+  return s.dtype() == x.dtype() ? s : s.to(x.dtype());
+}
+
+Tensor max(const Tensor& x, int64_t dim, bool keepdim) { return minmax(x, dim, keepdim, true, nullptr); }
+Tensor min(const Tensor& x, int64_t dim, bool keepdim) { return minmax(x, dim, keepdim, false, nullptr); }
+Tensor max(const Tensor& x) { return minmax(x.reshape({-1}), 0, false, true, nullptr); }
+
+Tensor argmax(const Tensor& x_in, int64_t dim, bool keepdim) {
+  Tensor x = x_in;
+  OpScope scope(OpId::argmax, {&x});
+  NoGradGuard no_grad;
+  Tensor idx;
+  minmax(x.detach(), dim, keepdim, true, &idx);
+  return idx;
+}
+
+Tensor softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype) { return softmax_impl(OpId::softmax, x, dim, dtype); }
+Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
+  return softmax_impl(OpId::log_softmax, x, dim, dtype);
+}
+
+}  // namespace mixtrain

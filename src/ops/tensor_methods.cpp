@@ -1,0 +1,41 @@
+// Tensor methods and operators: thin forwards to the functional ops.
+#include "mixtrain/ops/functional.h"
+
+namespace mixtrain {
+
+Tensor Tensor::neg() const { return mixtrain::neg(*this); }
+Tensor Tensor::exp() const { return mixtrain::exp(*this); }
+Tensor Tensor::log() const { return mixtrain::log(*this); }
+Tensor Tensor::sqrt() const { return mixtrain::sqrt(*this); }
+Tensor Tensor::rsqrt() const { return mixtrain::rsqrt(*this); }
+Tensor Tensor::tanh() const { return mixtrain::tanh(*this); }
+Tensor Tensor::sigmoid() const { return mixtrain::sigmoid(*this); }
+Tensor Tensor::relu() const { return mixtrain::relu(*this); }
+Tensor Tensor::gelu() const { return mixtrain::gelu(*this); }
+Tensor Tensor::abs() const { return mixtrain::abs(*this); }
+Tensor Tensor::pow(double exponent) const { return mixtrain::pow(*this, exponent); }
+Tensor Tensor::sum() const { return mixtrain::sum(*this); }
+Tensor Tensor::sum(const std::vector<int64_t>& dims, bool keepdim) const { return mixtrain::sum(*this, dims, keepdim); }
+Tensor Tensor::mean() const { return mixtrain::mean(*this); }
+Tensor Tensor::mean(const std::vector<int64_t>& dims, bool keepdim) const { return mixtrain::mean(*this, dims, keepdim); }
+Tensor Tensor::max(int64_t dim, bool keepdim) const { return mixtrain::max(*this, dim, keepdim); }
+Tensor Tensor::argmax(int64_t dim, bool keepdim) const { return mixtrain::argmax(*this, dim, keepdim); }
+Tensor Tensor::softmax(int64_t dim) const { return mixtrain::softmax(*this, dim); }
+Tensor Tensor::log_softmax(int64_t dim) const { return mixtrain::log_softmax(*this, dim); }
+Tensor Tensor::matmul(const Tensor& other) const { return mixtrain::matmul(*this, other); }
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator+(const Tensor& a, double b) { return add(a, b); }
+Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, double b) { return div(a, b); }
+Tensor operator+(double a, const Tensor& b) { return add(b, a); }
+Tensor operator-(double a, const Tensor& b) { return rsub(b, a); }
+Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
+Tensor operator/(double a, const Tensor& b) { return rdiv(b, a); }
+Tensor operator-(const Tensor& a) { return neg(a); }
+
+}  // namespace mixtrain
