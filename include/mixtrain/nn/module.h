@@ -1,0 +1,125 @@
+#pragma once
+// nn::Module: the base of every layer and model. It owns named parameters, buffers and child
+// modules, in registration order, and walks them for parameters(), state_dict(), to() and
+// train()/eval(). As in PyTorch's C++ frontend, user code holds modules through handles
+// (ModuleHolder<Impl>): copies of a handle share one module and its parameters.
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mixtrain/core/tensor.h"
+
+namespace mixtrain::nn {
+
+class Module : public std::enable_shared_from_this<Module> {
+ public:
+  explicit Module(std::string name = "Module") : name_(std::move(name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Single-input forward, which Sequential chains. Modules with other signatures define their
+  // own forward and leave this one throwing.
+  virtual Tensor forward(const Tensor& input);
+
+  const std::string& name() const { return name_; }
+
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
+  std::vector<Tensor> buffers(bool recurse = true) const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
+  std::vector<std::shared_ptr<Module>> children() const;
+
+  // Training mode for this module and its children (dropout, batch norm).
+  virtual void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  // Moves parameters and buffers (in place: existing parameter handles see the change, as an
+  // optimizer built earlier needs). to(DType) casts floating parameters and buffers.
+  void to(Device device);
+  void to(DType dtype);
+  void to(Device device, DType dtype);
+
+  // Parameters and buffers by dotted name ("0.weight", "encoder.conv1.bias").
+  std::map<std::string, Tensor> state_dict() const;
+  // Copies values into the existing tensors; strict: the key sets must match. Checks shapes
+  // and dtypes first, so a mismatch changes nothing.
+  void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
+
+  void zero_grad();
+
+ protected:
+  Tensor register_parameter(const std::string& name, Tensor tensor, bool requires_grad = true);
+  Tensor register_buffer(const std::string& name, Tensor tensor);
+  template <class Holder>
+  Holder register_module(const std::string& name, Holder holder) {
+    add_child(name, holder.ptr());
+    return holder;
+  }
+  void add_child(const std::string& name, std::shared_ptr<Module> child);
+
+ private:
+  template <class F>
+  void visit_tensors(bool params, bool buffers, F&& f) const;
+
+  std::string name_;
+  bool training_ = true;
+  std::vector<std::pair<std::string, Tensor>> parameters_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+// A shared handle to a module implementation, like torch::nn::ModuleHolder.
+template <class Impl>
+class ModuleHolder {
+ public:
+  using ImplType = Impl;
+  ModuleHolder(std::nullptr_t) {}  // NOLINT: empty handle, assigned later
+  explicit ModuleHolder(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  template <class... Args, class = std::enable_if_t<std::is_constructible_v<Impl, Args&&...>>>
+  explicit ModuleHolder(Args&&... args) : impl_(std::make_shared<Impl>(std::forward<Args>(args)...)) {}
+
+  Impl* operator->() const { return impl_.get(); }
+  Impl& operator*() const { return *impl_; }
+  const std::shared_ptr<Impl>& ptr() const { return impl_; }
+  bool is_empty() const { return impl_ == nullptr; }
+  operator Module&() const { return *impl_; }  // NOLINT: pass a handle where a Module& is expected
+
+  template <class... Args>
+  auto forward(Args&&... args) const {
+    return impl_->forward(std::forward<Args>(args)...);
+  }
+  template <class... Args>
+  auto operator()(Args&&... args) const {
+    return impl_->forward(std::forward<Args>(args)...);
+  }
+
+  std::vector<Tensor> parameters(bool recurse = true) const { return impl_->parameters(recurse); }
+  std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const {
+    return impl_->named_parameters(recurse);
+  }
+  std::map<std::string, Tensor> state_dict() const { return impl_->state_dict(); }
+  void load_state_dict(const std::map<std::string, Tensor>& s, bool strict = true) const { impl_->load_state_dict(s, strict); }
+  void train(bool on = true) const { impl_->train(on); }
+  void eval() const { impl_->eval(); }
+  void to(Device d) const { impl_->to(d); }
+  void to(DType t) const { impl_->to(t); }
+  void to(Device d, DType t) const { impl_->to(d, t); }
+  void zero_grad() const { impl_->zero_grad(); }
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// Declares `Name` as the handle of `NameImpl`.
+#define MT_MODULE(Name)                           \
+  class Name : public ::mixtrain::nn::ModuleHolder<Name##Impl> { \
+   public:                                        \
+    using ::mixtrain::nn::ModuleHolder<Name##Impl>::ModuleHolder; \
+  }
+
+}  // namespace mixtrain::nn

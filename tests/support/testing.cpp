@@ -1,0 +1,123 @@
+#include "support/testing.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace mixtrain::testing {
+
+Tolerance tolerance_for(DType dtype) {
+  switch (dtype) {
+    case DType::Float64: return {1e-12, 1e-10, 1e-12};
+    case DType::Float32: return {1e-5, 1e-4, 1e-6};
+    case DType::Float16: return {1e-3, 1e-2, 1e-3};
+    case DType::BFloat16: return {1e-2, 5e-2, 1e-2};
+    default: return {0, 0, 0};
+  }
+}
+
+Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, double lo, double hi) {
+  Generator gen(seed);
+  NoGradGuard no_grad;
+  Tensor u = rand(shape, gen, TensorOptions(kFloat64));
+  return add(mul(u, hi - lo), lo).to(dtype);
+}
+
+void poison(Tensor& t) {
+  NoGradGuard no_grad;
+  t.fill_(is_floating(t.dtype()) ? std::nan("") : -12345.0);
+}
+
+std::vector<double> to_doubles(const Tensor& t) {
+  NoGradGuard no_grad;
+  return t.detach().to_vector<double>();
+}
+
+::testing::AssertionResult all_close(const Tensor& out, const std::vector<double>& ref, const Tolerance& tol) {
+  const std::vector<double> got = to_doubles(out);
+  if (got.size() != ref.size())
+    return ::testing::AssertionFailure() << "size mismatch: got " << got.size() << " expected " << ref.size();
+  double diff2 = 0, ref2 = 0, worst_abs = 0, worst_rel = 0;
+  int shown = 0;
+  std::ostringstream bad;
+  int64_t failures = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::abs(got[i] - ref[i]);
+    const bool ok = !std::isnan(got[i]) && d <= tol.atol + tol.rtol * std::abs(ref[i]);
+    if (!std::isnan(got[i])) {
+      diff2 += d * d;
+      worst_abs = std::max(worst_abs, d);
+      if (ref[i] != 0) worst_rel = std::max(worst_rel, d / std::abs(ref[i]));
+    }
+    ref2 += ref[i] * ref[i];
+    if (!ok) {
+      ++failures;
+      if (shown++ < 5) bad << "  [" << i << "] got " << got[i] << " expected " << ref[i] << "\n";
+    }
+  }
+  const double norm_err = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  if (failures == 0 && norm_err <= tol.norm_rtol) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << failures << " of " << got.size() << " elements out of tolerance, norm error "
+                                       << norm_err << " (allowed " << tol.norm_rtol << "), worst abs " << worst_abs
+                                       << ", worst rel " << worst_rel << "\n"
+                                       << bad.str();
+}
+
+::testing::AssertionResult all_close(const Tensor& out, const Tensor& ref, const Tolerance& tol) {
+  if (out.shape() != ref.shape())
+    return ::testing::AssertionFailure() << "shape mismatch: " << shape_str(out.shape()) << " vs " << shape_str(ref.shape());
+  return all_close(out, to_doubles(ref), tol);
+}
+
+::testing::AssertionResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                                     std::vector<Tensor> inputs, double eps, double rtol, double atol) {
+  for (auto& t : inputs) {
+    if (t.defined() && is_floating(t.dtype())) {
+      if (t.dtype() != kFloat64)
+        return ::testing::AssertionFailure() << "gradcheck needs fp64 inputs, got " << t.str();
+      t.set_requires_grad(true);
+    }
+  }
+  Tensor out = fn(inputs);
+  const Tensor weights = random_tensor(out.shape(), kFloat64, 1234, 0.5, 1.5);
+  auto scalar = [&](const std::vector<Tensor>& in) {
+    NoGradGuard no_grad;
+    return mul(fn(in), weights).sum().item<double>();
+  };
+  mul(out, weights).sum().backward();
+
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    Tensor& t = inputs[k];
+    if (!t.defined() || !t.requires_grad()) continue;
+    Tensor grad = t.grad();
+    std::vector<double> analytic = grad.defined() ? to_doubles(grad) : std::vector<double>(t.numel(), 0.0);
+    // Perturb a contiguous copy element by element; non-contiguous inputs keep their layout by
+    // writing through the original view.
+    Tensor base = t.detach();
+    std::vector<double> values = to_doubles(base);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      auto with_value = [&](double v) {
+        std::vector<double> copy = values;
+        copy[i] = v;
+        NoGradGuard no_grad;
+        base.copy_(from_vector(copy, t.shape()));
+        std::vector<Tensor> in = inputs;
+        for (auto& x : in)
+          if (x.defined()) x = x.detach();
+        return scalar(in);
+      };
+      const double plus = with_value(values[i] + eps), minus = with_value(values[i] - eps);
+      {
+        NoGradGuard no_grad;
+        base.copy_(from_vector(values, t.shape()));
+      }
+      const double numeric = (plus - minus) / (2 * eps);
+      if (std::abs(numeric - analytic[i]) > atol + rtol * std::abs(numeric) + 1e-6 * std::abs(numeric)) {
+        return ::testing::AssertionFailure() << "input " << k << " element " << i << ": autograd " << analytic[i]
+                                             << " vs finite difference " << numeric;
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace mixtrain::testing
