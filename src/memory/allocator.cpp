@@ -1,81 +1,125 @@
-// Temporary registry: a plain system allocator with statistics (replaced by the caching allocator).
+// The per-device registry behind allocator_for(), and the Stats JSON form.
 #include "mixtrain/memory/allocator.h"
 
-#include <cstdlib>
+#include <atomic>
 #include <mutex>
-#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
+#include "memory/backing.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/memory/caching_allocator.h"
 
 namespace mixtrain::memory {
 
 namespace {
-class SystemAllocator : public Allocator {
- public:
-  void* allocate(size_t nbytes) override {
-    const size_t rounded = ((nbytes ? nbytes : 1) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    MT_CHECK(p, "out of memory allocating ", nbytes, " bytes on cpu");
-    std::lock_guard<std::mutex> lock(mu_);
-    sizes_[p] = rounded;
-    s_.allocated_bytes += rounded;
-    s_.reserved_bytes += rounded;
-    s_.peak_allocated_bytes = std::max(s_.peak_allocated_bytes, s_.allocated_bytes);
-    s_.peak_reserved_bytes = std::max(s_.peak_reserved_bytes, s_.reserved_bytes);
-    ++s_.num_backing_allocs;
-    return p;
-  }
-  void deallocate(void* p) override {
-    if (!p) return;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = sizes_.find(p);
-      s_.allocated_bytes -= it->second;
-      s_.reserved_bytes -= it->second;
-      ++s_.num_backing_frees;
-      sizes_.erase(it);
-    }
-    std::free(p);
-  }
-  Device device() const override { return Device::cpu(); }
-  Stats stats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return s_;
-  }
-  void reset_peak_stats() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    s_.peak_allocated_bytes = s_.allocated_bytes;
-    s_.peak_reserved_bytes = s_.reserved_bytes;
-  }
-  void empty_cache() override {}
-  std::string name() const override { return "system"; }
 
- private:
-  mutable std::mutex mu_;
-  std::unordered_map<void*, size_t> sizes_;
-  Stats s_;
+constexpr int kMaxDevices = 64;
+
+struct Registry {
+  std::mutex mutex;
+  BackingFactory factories[kNumDeviceTypes];
+  CachingAllocator* defaults[kNumDeviceTypes][kMaxDevices] = {};
+  // Read without the mutex on every allocation; written under it.
+  std::atomic<Allocator*> current[kNumDeviceTypes][kMaxDevices];
+
+  Registry() {
+    for (auto& row : current)
+      for (auto& slot : row) slot.store(nullptr, std::memory_order_relaxed);
+  }
 };
 
-Allocator* g_override[2] = {nullptr, nullptr};
-}  // namespace
-
-Allocator& allocator_for(Device device) {
-  static SystemAllocator cpu;
-  if (g_override[static_cast<int>(device.type)]) return *g_override[static_cast<int>(device.type)];
-  MT_CHECK(device.is_cpu(), "no allocator for device ", device);
-  return cpu;
+// Never destroyed: tensors in static objects may free their storage after main returns, and
+// must still find their allocator then.
+Registry& registry() {
+  static Registry* r = new Registry();
+  return *r;
 }
 
-void set_allocator(Device device, Allocator* allocator) { g_override[static_cast<int>(device.type)] = allocator; }
+int type_index(Device device) {
+  MT_CHECK(device.index >= 0 && device.index < kMaxDevices, "memory: device index ", device.index,
+           " of ", device, " is out of range [0, ", kMaxDevices, ")");
+  MT_CHECK(!device.is_cpu() || device.index == 0, "memory: the CPU device has index 0, not ", device.index);
+  return static_cast<int>(device.type);
+}
+
+CachingAllocator* make_default(Registry& r, Device device) {
+  const BackingFactory& factory = r.factories[static_cast<int>(device.type)];
+  std::unique_ptr<BackingAllocator> backing;
+  if (factory) {
+    backing = factory(device.index);
+    MT_CHECK(backing, "allocator_for(", device, "): ", device_type_name(device.type), " device ", device.index,
+             " not available");
+  } else if (device.is_cpu()) {
+    backing = std::make_unique<SystemBackingAllocator>();
+  } else {
+    MT_ERROR("allocator_for(", device, "): no CUDA backend compiled in (nothing registered a backing allocator for ",
+             device_type_name(device.type), ")");
+  }
+  return new CachingAllocator(std::move(backing), device, CachingAllocatorOptions::from_env());
+}
+
+}  // namespace
+
+void register_backing_factory(DeviceType type, BackingFactory factory) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.factories[static_cast<int>(type)] = std::move(factory);
+}
+
+bool has_backing_factory(DeviceType type) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return static_cast<bool>(r.factories[static_cast<int>(type)]);
+}
+
+Allocator& allocator_for(Device device) {
+  const int t = type_index(device);
+  Registry& r = registry();
+  std::atomic<Allocator*>& slot = r.current[t][device.index];
+  if (Allocator* a = slot.load(std::memory_order_acquire)) return *a;
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (Allocator* a = slot.load(std::memory_order_relaxed)) return *a;
+  CachingAllocator*& d = r.defaults[t][device.index];
+  if (!d) d = make_default(r, device);
+  slot.store(d, std::memory_order_release);
+  return *d;
+}
+
+void set_allocator(Device device, Allocator* allocator) {
+  const int t = type_index(device);
+  MT_CHECK(!allocator || allocator->device() == device, "set_allocator(", device, "): the allocator serves ",
+           allocator->device());
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  // The default, possibly not created yet (then allocator_for creates it).
+  if (!allocator) allocator = r.defaults[t][device.index];
+  r.current[t][device.index].store(allocator, std::memory_order_release);
+}
+
 Stats stats(Device device) { return allocator_for(device).stats(); }
 void reset_peak_stats(Device device) { allocator_for(device).reset_peak_stats(); }
 void empty_cache(Device device) { allocator_for(device).empty_cache(); }
 
 void to_json(nlohmann::json& j, const Stats& s) {
-  j = {{"allocated_bytes", s.allocated_bytes}, {"reserved_bytes", s.reserved_bytes},
-       {"peak_allocated_bytes", s.peak_allocated_bytes}, {"peak_reserved_bytes", s.peak_reserved_bytes}};
+  j = nlohmann::json{
+      {"allocated_bytes", s.allocated_bytes},
+      {"reserved_bytes", s.reserved_bytes},
+      {"peak_allocated_bytes", s.peak_allocated_bytes},
+      {"peak_reserved_bytes", s.peak_reserved_bytes},
+      {"requested_bytes", s.requested_bytes},
+      {"num_allocs", s.num_allocs},
+      {"num_frees", s.num_frees},
+      {"num_backing_allocs", s.num_backing_allocs},
+      {"num_backing_frees", s.num_backing_frees},
+      {"num_cache_hits", s.num_cache_hits},
+      {"num_splits", s.num_splits},
+      {"num_merges", s.num_merges},
+      {"num_ooms", s.num_ooms},
+      {"num_alloc_retries", s.num_alloc_retries},
+      {"limit_bytes", s.limit_bytes},
+      {"largest_free_block", s.largest_free_block},
+  };
 }
 
 }  // namespace mixtrain::memory

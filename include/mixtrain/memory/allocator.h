@@ -25,6 +25,7 @@ struct Stats {
   int64_t num_splits = 0;
   int64_t num_merges = 0;
   int64_t num_ooms = 0;
+  int64_t num_alloc_retries = 0;      // misses that released the cache and tried again
   int64_t limit_bytes = -1;           // -1: no limit
   int64_t largest_free_block = 0;     // largest cached free block
 };

@@ -1,0 +1,22 @@
+#pragma once
+// Internal: how a device backend hands the memory layer its BackingAllocator. The memory layer
+// sits below the backends, so it cannot call cudaMalloc itself; the CUDA backend registers a
+// factory (before its first allocation) and allocator_for(Device::cuda(i)) wraps what it makes
+// in the same CachingAllocator the CPU uses.
+#include <functional>
+#include <memory>
+
+#include "mixtrain/core/device.h"
+#include "mixtrain/memory/caching_allocator.h"
+
+namespace mixtrain::memory {
+
+// Makes the backing allocator of device `index`; returns nullptr when that device does not exist.
+using BackingFactory = std::function<std::unique_ptr<BackingAllocator>(int index)>;
+
+// Replaces the factory of a device type (the CPU's defaults to SystemBackingAllocator). Devices
+// whose allocator was already created keep it.
+void register_backing_factory(DeviceType type, BackingFactory factory);
+bool has_backing_factory(DeviceType type);
+
+}  // namespace mixtrain::memory
