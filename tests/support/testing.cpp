@@ -75,6 +75,7 @@ std::vector<double> to_doubles(const Tensor& t) {
       if (t.dtype() != kFloat64)
         return ::testing::AssertionFailure() << "gradcheck needs fp64 inputs, got " << t.str();
       t.set_requires_grad(true);
+      t.set_grad(Tensor());  // the caller may reuse the tensor across checks
     }
   }
   Tensor out = fn(inputs);
