@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian machine and builds mixtrain into build/ (or $MT_BUILD_DIR):
+# installs the Debian packages it needs (when missing), configures with CMake and builds.
+# Extra arguments go to the CMake configure step (e.g. -DMIXTRAIN_SANITIZE=address,undefined).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${MT_BUILD_DIR:-$root/build}
+
+packages=(build-essential cmake libeigen3-dev nlohmann-json3-dev libgtest-dev libgmock-dev
+          libbenchmark-dev zlib1g-dev dataset-fashion-mnist fortunes ccache)
+missing=()
+for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+jobs=${MT_JOBS:-$(nproc)}
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+cmake --build "$build" -j "$jobs"
