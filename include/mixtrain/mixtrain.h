@@ -11,4 +11,5 @@
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/memory/allocator.h"
 #include "mixtrain/nn/functional.h"
+#include "mixtrain/nn/nn.h"
 #include "mixtrain/ops/functional.h"

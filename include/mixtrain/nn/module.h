@@ -5,6 +5,7 @@
 // (ModuleHolder<Impl>): copies of a handle share one module and its parameters.
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +33,8 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
   std::vector<std::shared_ptr<Module>> children() const;
+  // Every descendant (not this module), pre-order, by dotted name ("0", "encoder.conv1").
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules() const;
 
   // Training mode for this module and its children (dropout, batch norm).
   virtual void train(bool on = true);
@@ -50,6 +53,7 @@ class Module : public std::enable_shared_from_this<Module> {
   // and dtypes first, so a mismatch changes nothing.
   void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
 
+  // Sets every parameter's grad to undefined (PyTorch's set_to_none=True).
   void zero_grad();
 
  protected:
@@ -65,6 +69,7 @@ class Module : public std::enable_shared_from_this<Module> {
  private:
   template <class F>
   void visit_tensors(bool params, bool buffers, F&& f) const;
+  void to_impl(std::optional<Device> device, std::optional<DType> dtype);
 
   std::string name_;
   bool training_ = true;

@@ -1,0 +1,47 @@
+#pragma once
+// The MLP example's model and training loop, as a library so the `mixtrain` command line and the
+// tests can run it: run_mlp(config) trains and evaluates, returning the per-step losses.
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "common/idx.h"
+
+namespace mixtrain::examples {
+
+enum class MlpTask {
+  FashionMnist,  // 784-256-128-10 classifier, cross-entropy
+  Csv,           // regressor on a CSV's feature columns -> target column, MSE
+  Synthetic,     // 215 inputs -> 1 regressor on data from a random teacher network, MSE
+};
+
+struct MlpConfig {
+  MlpTask task = MlpTask::FashionMnist;
+  std::string data_dir = kFashionMnistDir;  // FashionMnist
+  std::string csv_path;                     // Csv
+  std::string target_column;                // Csv
+  int64_t synthetic_samples = 8192;         // Synthetic: training rows (plus 1/8 as many test rows)
+  std::vector<int64_t> hidden;              // hidden widths; empty: the task's default
+  int64_t steps = 1000;
+  int64_t batch_size = 128;
+  double lr = 1e-3;
+  uint64_t seed = 0;
+  int64_t log_every = 100;  // a progress line every this many steps (0: none)
+  std::ostream* log = nullptr;  // where progress lines go; nullptr: silent
+};
+
+struct MlpResult {
+  std::vector<double> losses;  // training loss of every step
+  double test_loss = 0;        // mean over the test set (regression: MSE on standardised targets)
+  double test_accuracy = -1;   // classification only; -1 otherwise
+  int64_t test_size = 0;
+  int64_t parameters = 0;
+  double seconds = 0;          // training loop wall time (data loading excluded)
+  std::string description;     // e.g. "fashion-mnist 784-256-128-10"
+};
+
+// Trains on the CPU in fp32. Throws mixtrain::Error for bad configuration or data.
+MlpResult run_mlp(const MlpConfig& config);
+
+}  // namespace mixtrain::examples
