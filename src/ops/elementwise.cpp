@@ -202,6 +202,25 @@ Tensor gelu(const Tensor& x) { return unary_op(OpId::gelu, UnaryOp::Gelu, x); }
 Tensor abs(const Tensor& x) { return unary_op(OpId::abs, UnaryOp::Abs, x); }
 Tensor square(const Tensor& x) { return unary_op(OpId::square, UnaryOp::Square, x); }
 
+Tensor addcmul(const Tensor& self_in, const Tensor& t1_in, const Tensor& t2_in, double value) {
+  Tensor self = self_in, t1 = t1_in, t2 = t2_in;
+  OpScope scope(OpId::addcmul, {&self, &t1, &t2});
+  check_defined("addcmul", self, "self");
+  check_defined("addcmul", t1, "tensor1");
+  check_defined("addcmul", t2, "tensor2");
+  check_same_device("addcmul", self, t1);
+  check_same_device("addcmul", self, t2);
+  MT_CHECK(is_floating(self.dtype()) && is_floating(t1.dtype()) && is_floating(t2.dtype()),
+           "addcmul: expected floating tensors, got ", describe(self), ", ", describe(t1), " and ", describe(t2));
+  const DType out = promote_types(promote_types(self.dtype(), t1.dtype()), t2.dtype());
+  // A composite of mul and add; for half results it runs in fp32 so the value is rounded once,
+  // like PyTorch's fused kernel, instead of after every step.
+  const DType compute = is_half(out) ? kFloat32 : out;
+  Tensor prod = mul(cast_if_needed(t1, compute), cast_if_needed(t2, compute));
+  if (value != 1.0) prod = mul(prod, value);
+  return cast_if_needed(add(cast_if_needed(self, compute), prod), out);
+}
+
 Tensor eq(const Tensor& a, const Tensor& b) { return compare_op(CompareOp::Eq, "eq", a, b); }
 Tensor ne(const Tensor& a, const Tensor& b) { return compare_op(CompareOp::Ne, "ne", a, b); }
 Tensor lt(const Tensor& a, const Tensor& b) { return compare_op(CompareOp::Lt, "lt", a, b); }

@@ -113,4 +113,14 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   return out.reshape(out_shape);
 }
 
+Tensor dot(const Tensor& a_in, const Tensor& b_in) {
+  Tensor a = a_in, b = b_in;
+  OpScope scope(OpId::dot, {&a, &b});
+  check_pair("dot", a, b);
+  MT_CHECK(a.dim() == 1 && b.dim() == 1 && a.size(0) == b.size(0), "dot: expected two 1-D tensors of the same length, got ",
+           describe(a), " and ", describe(b));
+  // A [1, k] x [k, 1] product: the GEMM's fp32 accumulation for half inputs, and its backward.
+  return mm("dot", a.reshape({1, -1}), b.reshape({-1, 1})).reshape({});
+}
+
 }  // namespace mixtrain

@@ -19,6 +19,8 @@ Tensor clone(const Tensor& x);
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor bmm(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// Inner product of two 1-D tensors of the same length and dtype (a 0-dim tensor).
+Tensor dot(const Tensor& a, const Tensor& b);
 
 // Elementwise (broadcasting, type promotion).
 Tensor add(const Tensor& a, const Tensor& b);
@@ -46,6 +48,9 @@ Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);
 Tensor abs(const Tensor& x);
 Tensor square(const Tensor& x);
+// self + value * t1 * t2 (broadcasting, type promotion over all three). Half results are computed
+// in fp32 and rounded once, as PyTorch's fused kernel does.
+Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, double value = 1.0);
 
 // Comparisons give bool tensors; where picks elementwise.
 Tensor eq(const Tensor& a, const Tensor& b);

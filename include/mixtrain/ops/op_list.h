@@ -56,6 +56,9 @@
   _(cross_entropy, Float32)                                \
   _(binary_cross_entropy_with_logits, Float32)             \
   _(binary_cross_entropy, Banned)                          \
+  /* mixed-input ops: the widest floating input type */    \
+  _(dot, Promote)                                          \
+  _(addcmul, Promote)                                      \
   /* nn */                                                 \
   _(dropout, Passthrough)
 

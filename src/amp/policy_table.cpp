@@ -1,0 +1,93 @@
+// The policy table seen from amp: listing, per-op overrides, JSON dump and load.
+#include <fstream>
+#include <utility>
+#include <vector>
+
+#include "mixtrain/amp/cast_policy.h"
+#include "mixtrain/core/error.h"
+#include "mixtrain/ops/op_list.h"
+
+namespace mixtrain::amp {
+
+namespace {
+
+ops::OpId op_or_throw(const char* what, std::string_view op) {
+  ops::OpId id;
+  MT_CHECK(ops::op_from_name(op, &id), what, ": unknown op \"", op, "\" (amp::policy_table() lists the ops)");
+  return id;
+}
+
+std::string policy_names() {
+  std::string s;
+  for (int p = 0; p < kNumCastPolicies; ++p) {
+    s += (p ? ", " : "");
+    s += cast_policy_name(static_cast<CastPolicy>(p));
+  }
+  return s;
+}
+
+}  // namespace
+
+std::vector<PolicyEntry> policy_table() {
+  std::vector<PolicyEntry> table;
+  table.reserve(ops::kNumOps);
+  for (int i = 0; i < ops::kNumOps; ++i) {
+    const auto id = static_cast<ops::OpId>(i);
+    table.push_back({ops::op_name(id), ops::policy(id)});
+  }
+  return table;
+}
+
+CastPolicy policy_of(std::string_view op) { return ops::policy(op_or_throw("amp::policy_of", op)); }
+
+void set_policy(std::string_view op, CastPolicy policy) {
+  const ops::OpId id = op_or_throw("amp::set_policy", op);
+  MT_CHECK(static_cast<int>(policy) < kNumCastPolicies,
+           "amp::set_policy(\"", op, "\"): invalid policy value ", static_cast<int>(policy));
+  ops::set_policy(id, policy);
+}
+
+void reset_policy_table() { ops::reset_policies(); }
+
+nlohmann::json policy_table_to_json() {
+  nlohmann::json j = nlohmann::json::object();
+  for (const PolicyEntry& e : policy_table()) j[e.op] = cast_policy_name(e.policy);
+  return j;
+}
+
+void load_policy_table(const nlohmann::json& doc) {
+  MT_CHECK(doc.is_object(), "load_policy_table: expected a JSON object {\"op\": \"policy\", ...}, got ", doc.type_name(),
+           "; nothing was applied");
+  // Check everything first, apply after: a bad file must not leave the table half-changed.
+  std::vector<std::pair<ops::OpId, CastPolicy>> parsed;
+  for (const auto& [key, value] : doc.items()) {
+    ops::OpId id;
+    MT_CHECK(ops::op_from_name(key, &id), "load_policy_table: entry \"", key, "\": unknown op \"", key,
+             "\" (amp::policy_table() lists the ops); nothing was applied");
+    MT_CHECK(value.is_string(), "load_policy_table: entry \"", key, "\": the policy must be a string, got ",
+             value.type_name(), " ", value.dump(), "; nothing was applied");
+    CastPolicy policy;
+    MT_CHECK(cast_policy_from_name(value.get<std::string>(), &policy), "load_policy_table: entry \"", key,
+             "\": unknown policy ", value.dump(), " (expected one of ", policy_names(), "); nothing was applied");
+    parsed.emplace_back(id, policy);
+  }
+  for (const auto& [id, policy] : parsed) ops::set_policy(id, policy);
+}
+
+void load_policy_table_file(const std::string& path) {
+  std::ifstream in(path);
+  MT_CHECK(in.good(), "load_policy_table_file: cannot open \"", path, "\"");
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    MT_ERROR("load_policy_table_file: \"", path, "\" is not valid JSON: ", e.what(), "; nothing was applied");
+  }
+  try {
+    load_policy_table(doc);
+  } catch (const Error& e) {
+    MT_ERROR(path, ": ", e.what());
+  }
+}
+
+}  // namespace mixtrain::amp

@@ -1,0 +1,39 @@
+#pragma once
+// Shared pieces of the autocast tests.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "mixtrain/mixtrain.h"
+
+namespace mixtrain::amp_test {
+
+// Every test starts from the default policy table, empty cache and zero counters, and leaves
+// them so even when it fails half-way.
+class AmpTest : public ::testing::Test {
+ protected:
+  void SetUp() override { restore(); }
+  void TearDown() override { restore(); }
+  static void restore() {
+    amp::reset_policy_table();
+    amp::clear_autocast_cache();
+    amp::reset_autocast_stats();
+  }
+};
+
+inline std::vector<float> values_of(const Tensor& t) { return t.to(kFloat32).contiguous().to_vector<float>(); }
+
+// Expects `fn` to throw mixtrain::Error whose message contains every one of `parts`.
+template <class F>
+void expect_error(F&& fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected mixtrain::Error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message lacks \"" << p << "\": " << msg;
+  }
+}
+
+}  // namespace mixtrain::amp_test

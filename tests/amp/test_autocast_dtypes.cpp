@@ -1,0 +1,152 @@
+// Table-driven: every op in amp::policy_table() is called with inputs of each dtype it accepts,
+// under autocast fp16, autocast bf16, a nested enabled=false scope and outside any scope, and its
+// output dtype is checked against what its policy prescribes. An op without an invoker here
+// fails the test, so a new op must be added.
+#include <functional>
+#include <map>
+
+#include "amp_test_util.h"
+
+namespace mixtrain::amp_test {
+namespace {
+
+namespace F = nn::functional;
+using amp::CastPolicy;
+
+struct Invoker {
+  std::vector<DType> dtypes;                            // input dtypes the op accepts
+  std::function<Tensor(DType)> call;                    // builds inputs of that dtype, calls the op
+  std::function<DType(DType)> result = [](DType d) { return d; };  // output dtype when computing in d
+};
+
+const std::vector<DType> kFloats = {kFloat32, kFloat16, kBFloat16, kFloat64};
+const std::vector<DType> kAll = {kFloat32, kFloat16, kBFloat16, kFloat64, kInt64, kInt32};
+
+Tensor make(const Shape& shape, DType d) { return (randn(shape) * 3.0).to(d); }
+Tensor positive(const Shape& shape, DType d) { return (rand(shape) + 0.5).to(d); }
+Tensor probability(const Shape& shape, DType d) { return (rand(shape) * 0.8 + 0.1).to(d); }
+Tensor labels(int64_t n, int64_t classes) { return randint(0, classes, {n}); }
+
+Invoker unary(std::function<Tensor(const Tensor&)> f, bool positive_only = false) {
+  return {kFloats, [f, positive_only](DType d) { return f(positive_only ? positive({5}, d) : make({5}, d)); }};
+}
+Invoker binary(std::function<Tensor(const Tensor&, const Tensor&)> f) {
+  return {kFloats, [f](DType d) { return f(make({2, 3}, d), make({3}, d)); }};
+}
+
+std::map<std::string, Invoker> invokers() {
+  std::map<std::string, Invoker> m;
+  m["to"] = {kAll, [](DType d) { return make({4}, d).to(kFloat32); }, [](DType) { return kFloat32; }};
+  m["contiguous"] = {kAll, [](DType d) { return make({2, 3}, d).t().contiguous(); }};
+  m["clone"] = {kAll, [](DType d) { return make({3}, d).clone(); }};
+  m["reshape"] = {kAll, [](DType d) { return make({2, 3}, d).reshape({3, 2}); }};
+  m["transpose"] = {kAll, [](DType d) { return transpose(make({2, 3}, d), 0, 1); }};
+  m["permute"] = {kAll, [](DType d) { return permute(make({2, 3, 4}, d), {2, 0, 1}); }};
+  m["slice"] = {kAll, [](DType d) { return slice(make({6}, d), 0, 1, 5, 2); }};
+  m["expand"] = {kAll, [](DType d) { return expand(make({1, 3}, d), {4, 3}); }};
+  m["matmul"] = {kFloats, [](DType d) { return matmul(make({2, 3}, d), make({3, 4}, d)); }};
+  m["bmm"] = {kFloats, [](DType d) { return bmm(make({2, 2, 3}, d), make({2, 3, 4}, d)); }};
+  m["linear"] = {kFloats, [](DType d) { return linear(make({2, 3}, d), make({4, 3}, d), make({4}, d)); }};
+  m["add"] = binary([](const Tensor& a, const Tensor& b) { return add(a, b); });
+  m["sub"] = binary([](const Tensor& a, const Tensor& b) { return sub(a, b); });
+  m["mul"] = binary([](const Tensor& a, const Tensor& b) { return mul(a, b); });
+  m["div"] = {kFloats, [](DType d) { return div(make({2, 3}, d), positive({3}, d)); }};
+  m["maximum"] = binary([](const Tensor& a, const Tensor& b) { return maximum(a, b); });
+  m["minimum"] = binary([](const Tensor& a, const Tensor& b) { return minimum(a, b); });
+  m["neg"] = unary([](const Tensor& x) { return neg(x); });
+  m["abs"] = unary([](const Tensor& x) { return abs(x); });
+  m["square"] = unary([](const Tensor& x) { return square(x); });
+  m["sqrt"] = unary([](const Tensor& x) { return sqrt(x); }, true);
+  m["tanh"] = unary([](const Tensor& x) { return tanh(x); });
+  m["sigmoid"] = unary([](const Tensor& x) { return sigmoid(x); });
+  m["relu"] = unary([](const Tensor& x) { return relu(x); });
+  m["gelu"] = unary([](const Tensor& x) { return gelu(x); });
+  m["where"] = {kFloats, [](DType d) { return where(gt(make({4}, kFloat32), zeros({4})), make({4}, d), make({4}, d)); }};
+  m["compare"] = {kAll, [](DType d) { return lt(make({4}, d), make({4}, d)); }, [](DType) { return kBool; }};
+  m["exp"] = unary([](const Tensor& x) { return exp(x); });
+  m["log"] = unary([](const Tensor& x) { return log(x); }, true);
+  m["pow"] = {kFloats, [](DType d) { return pow(positive({4}, d), 2.5); }};
+  m["rsqrt"] = unary([](const Tensor& x) { return rsqrt(x); }, true);
+  m["sum"] = {kAll, [](DType d) { return sum(make({2, 3}, d), {1}); },
+              [](DType d) { return is_floating(d) ? d : kInt64; }};
+  m["mean"] = {kFloats, [](DType d) { return mean(make({2, 3}, d)); }};
+  m["max"] = {kAll, [](DType d) { return max(make({2, 3}, d), 1); }};
+  m["min"] = {kAll, [](DType d) { return min(make({2, 3}, d), 0); }};
+  m["argmax"] = {kAll, [](DType d) { return argmax(make({2, 3}, d), 1); }, [](DType) { return kInt64; }};
+  m["softmax"] = {kFloats, [](DType d) { return softmax(make({2, 3}, d), 1); }};
+  m["log_softmax"] = {kFloats, [](DType d) { return log_softmax(make({2, 3}, d), 1); }};
+  m["mse_loss"] = {kFloats, [](DType d) { return F::mse_loss(make({4}, d), make({4}, d)); }};
+  m["nll_loss"] = {kFloats, [](DType d) { return F::nll_loss(log_softmax(make({4, 3}, d), 1), labels(4, 3)); }};
+  m["cross_entropy"] = {kFloats, [](DType d) { return F::cross_entropy(make({4, 3}, d), labels(4, 3)); }};
+  m["binary_cross_entropy_with_logits"] = {
+      kFloats, [](DType d) { return F::binary_cross_entropy_with_logits(make({4}, d), probability({4}, d)); }};
+  m["binary_cross_entropy"] = {
+      kFloats, [](DType d) { return F::binary_cross_entropy(probability({4}, d), probability({4}, d)); }};
+  m["dot"] = {kFloats, [](DType d) { return dot(make({5}, d), make({5}, d)); }};
+  m["addcmul"] = {kFloats, [](DType d) { return addcmul(make({2, 3}, d), make({3}, d), make({2, 3}, d), 0.5); }};
+  m["dropout"] = {kFloats, [](DType d) { return F::dropout(make({8}, d), 0.5, true); }};
+  return m;
+}
+
+// What the op's policy prescribes for inputs of dtype d under autocast to `low`. nullopt: throws.
+std::optional<DType> expected_under_autocast(CastPolicy policy, const Invoker& inv, DType d, DType low) {
+  if (policy == CastPolicy::Banned) return std::nullopt;  // raised whatever the inputs' dtype
+  const bool eligible = is_floating(d) && d != kFloat64;
+  if (!eligible) return inv.result(d);
+  switch (policy) {
+    case CastPolicy::LowerPrecision: return inv.result(low);
+    case CastPolicy::Float32:
+    case CastPolicy::Float32OptDtype: return inv.result(kFloat32);
+    default: return inv.result(d);  // Promote over inputs of one dtype, Passthrough
+  }
+}
+
+void check(const std::string& context, const std::string& op, DType d, const std::function<Tensor()>& run,
+           std::optional<DType> expected) {
+  SCOPED_TRACE(context + ": " + op + " on " + dtype_name(d) + " inputs");
+  if (!expected) {
+    EXPECT_THROW(run(), Error);
+    return;
+  }
+  Tensor out;
+  try {
+    out = run();
+  } catch (const Error& e) {
+    ADD_FAILURE() << "threw: " << e.what();
+    return;
+  }
+  EXPECT_EQ(dtype_name(out.dtype()), std::string(dtype_name(*expected)));
+}
+
+TEST_F(AmpTest, EveryOpInTheTableHasAnInvoker) {
+  const auto inv = invokers();
+  for (const amp::PolicyEntry& e : amp::policy_table())
+    EXPECT_TRUE(inv.count(e.op)) << "op \"" << e.op << "\" has no invoker in test_autocast_dtypes.cpp: add one";
+  EXPECT_EQ(inv.size(), amp::policy_table().size()) << "an invoker names an op the table does not have";
+}
+
+TEST_F(AmpTest, OutputDtypeOfEveryOpFollowsItsPolicy) {
+  manual_seed(7);
+  const auto inv = invokers();
+  for (const amp::PolicyEntry& e : amp::policy_table()) {
+    auto it = inv.find(e.op);
+    if (it == inv.end()) continue;  // reported by EveryOpInTheTableHasAnInvoker
+    const Invoker& f = it->second;
+    for (DType d : f.dtypes) {
+      auto run = [&] { return f.call(d); };
+      check("outside autocast", e.op, d, run, f.result(d));
+      for (DType low : {kFloat16, kBFloat16}) {
+        amp::AutocastGuard autocast(DeviceType::CPU, low);
+        check(std::string("autocast ") + dtype_name(low), e.op, d, run, expected_under_autocast(e.policy, f, d, low));
+        amp::AutocastGuard off(DeviceType::CPU, low, /*enabled=*/false);
+        check(std::string("enabled=false inside autocast ") + dtype_name(low), e.op, d, run, f.result(d));
+      }
+      // CUDA autocast leaves CPU tensors alone.
+      amp::AutocastGuard cuda(DeviceType::CUDA, kFloat16);
+      check("CUDA autocast, CPU tensors", e.op, d, run, f.result(d));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mixtrain::amp_test
