@@ -34,6 +34,8 @@ void set_hook_active_for_thread(bool active);
 class OpScope {
  public:
   OpScope(OpId op, std::initializer_list<Tensor*> tensors, std::optional<DType>* dtype = nullptr);
+  // For ops over a list of tensors (cat, stack).
+  OpScope(OpId op, Tensor* const* tensors, int num_tensors, std::optional<DType>* dtype = nullptr);
   ~OpScope();
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;
