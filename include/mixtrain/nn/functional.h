@@ -58,7 +58,8 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Te
 Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), IntPair stride = 1,
                         IntPair padding = 0, IntPair output_padding = 0, int64_t groups = 1, IntPair dilation = 1);
 
-// ---- Pooling. stride defaults to kernel_size; padding (at most half the kernel) reads -inf.
+// ---- Pooling. stride defaults to kernel_size (spell a pair as IntPair{2, 1} here: braces alone
+// cannot initialize the optional); padding (at most half the kernel) reads -inf.
 Tensor max_pool2d(const Tensor& input, IntPair kernel_size, std::optional<IntPair> stride = std::nullopt,
                   IntPair padding = 0, IntPair dilation = 1, bool ceil_mode = false);
 // Also returns the argmax of each window as flat int64 positions h * W + w in its input plane.
