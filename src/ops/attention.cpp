@@ -40,9 +40,13 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
     check_same_device(op, q, mask);
     MT_CHECK(mask.dtype() == kBool || is_floating(mask.dtype()), op, ": attn_mask must be bool (true = attend) or ",
              "an additive float mask, got ", describe(mask));
-    MT_CHECK(mask.dim() <= static_cast<int64_t>(score_shape.size()) &&
-                 broadcast_shapes(mask.shape(), score_shape, op) == score_shape,
-             op, ": attn_mask ", describe(mask), " does not broadcast to the attention scores ", shape_str(score_shape));
+    bool fits = mask.dim() <= static_cast<int64_t>(score_shape.size());
+    for (int64_t i = 1; fits && i <= mask.dim(); ++i) {
+      const int64_t m = mask.size(-i), t = score_shape[score_shape.size() - i];
+      fits = m == t || m == 1;
+    }
+    MT_CHECK(fits, op, ": attn_mask ", describe(mask), " does not broadcast to the attention scores ",
+             shape_str(score_shape));
     MT_CHECK(!is_causal, op, ": give either attn_mask or is_causal, not both");
   }
   MT_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, op, ": dropout_p must be in [0, 1), got ", dropout_p);

@@ -11,6 +11,7 @@ thread_local int t_exclude_depth = 0;
 }  // namespace
 
 void set_pre_dispatch_hook(PreDispatchHook hook) { g_hook.store(hook); }
+PreDispatchHook pre_dispatch_hook() { return g_hook.load(); }
 void set_hook_active_for_thread(bool active) { t_hook_active = active; }
 
 OpScope::OpScope(OpId op, std::initializer_list<Tensor*> tensors, std::optional<DType>* dtype)

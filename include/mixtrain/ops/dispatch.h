@@ -24,6 +24,7 @@ struct DispatchArgs {
 using PreDispatchHook = void (*)(DispatchArgs& args);
 
 void set_pre_dispatch_hook(PreDispatchHook hook);
+PreDispatchHook pre_dispatch_hook();  // the installed hook (nullptr: none), to restore after a swap
 
 // Per-thread switch the hook's owner flips when its state changes, so ops pay one thread-local
 // read when no hook applies.
