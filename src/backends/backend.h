@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "mixtrain/core/error.h"
 #include "mixtrain/core/tensor.h"
 
 namespace mixtrain::backends {
@@ -26,6 +27,35 @@ struct NllLossArgs {
   int64_t ignore_index = -100;
   double label_smoothing = 0.0;
 };
+
+// Convolution geometry; the sizes come from the tensors (x [N, C, H, W], w [Cout, C/groups, kh, kw]).
+struct Conv2dParams {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;
+};
+
+// Pooling window; padding is implicit -inf.
+struct Pool2dParams {
+  int64_t kernel_h = 1, kernel_w = 1;
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+};
+
+enum class UpsampleMode : uint8_t { Nearest, Bilinear };
+
+// Source coordinate of output pixel i: nearest: floor(i * scale); bilinear: i * scale when
+// align_corners, else (i + 0.5) * scale - 0.5 clamped at 0. The ops layer works out `scale`
+// (PyTorch's rules for size / scale_factor / align_corners), so every backend agrees on it.
+struct Upsample2dParams {
+  UpsampleMode mode = UpsampleMode::Nearest;
+  bool align_corners = false;
+  double scale_h = 1.0, scale_w = 1.0;
+};
+
+constexpr int64_t kNoPaddingIdx = INT64_MIN;
 
 class Backend {
  public:
@@ -75,6 +105,108 @@ class Backend {
   virtual void nll_loss_backward(const Tensor& target, int64_t outer, int64_t classes, int64_t inner,
                                  const NllLossArgs& args, const Tensor& grad_loss, const Tensor& count,
                                  const Tensor& grad_logp) = 0;
+
+  // ---- Kernels added for the model ops. Each has a default that throws, so a backend that
+  // does not have one yet still builds and says clearly what is missing. Inputs are contiguous;
+  // "stat" tensors are fp32 for fp16/bf16/fp32 inputs and fp64 for fp64 inputs.
+
+  // out [N, Cout, Ho, Wo] = conv(x, w) (+ bias [Cout], may be undefined).
+  virtual void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
+                      const Tensor& out) {
+    not_implemented("conv2d");
+  }
+  // grad_x (its shape gives H, W) = the adjoint of conv2d w.r.t. x applied to grad_out; this is
+  // also the forward of conv_transpose2d.
+  virtual void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p,
+                                     const Tensor& grad_x) {
+    not_implemented("conv2d_backward_input");
+  }
+  // grad_w [Cout, C/groups, kh, kw] = sum over the batch of grad_out (x) im2col(x).
+  virtual void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
+                                      const Tensor& grad_w) {
+    not_implemented("conv2d_backward_weight");
+  }
+
+  // out, indices [N, C, Ho, Wo]; indices (int64) are flat positions h * W + w in the input plane.
+  virtual void max_pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) {
+    not_implemented("max_pool2d");
+  }
+  // grad_x = scatter-add of grad_out at indices (overwrites grad_x).
+  virtual void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Tensor& grad_x) {
+    not_implemented("max_pool2d_backward");
+  }
+
+  // x [N, C, H, W] -> out [N, C, Ho, Wo].
+  virtual void upsample2d(const Tensor& x, const Upsample2dParams& p, const Tensor& out) {
+    not_implemented("upsample2d");
+  }
+  // grad_x (overwritten) = adjoint of upsample2d applied to grad_out.
+  virtual void upsample2d_backward(const Tensor& grad_out, const Upsample2dParams& p, const Tensor& grad_x) {
+    not_implemented("upsample2d_backward");
+  }
+
+  // Batch norm over x viewed as [N, C, S]. Per channel: mean and invstd = 1/sqrt(var + eps) with
+  // the biased variance, into stat tensors [C]. When running_mean/var are defined (any floating
+  // dtype) they are updated in place: r = (1 - momentum) r + momentum * stat, with the unbiased
+  // variance.
+  virtual void batch_norm_stats(const Tensor& x, int64_t n, int64_t c, int64_t s, double eps, const Tensor& mean,
+                                const Tensor& invstd, const Tensor& running_mean, const Tensor& running_var,
+                                double momentum) {
+    not_implemented("batch_norm_stats");
+  }
+  // out = (x - mean[c]) * invstd[c] * weight[c] + bias[c]; weight and bias may be undefined or of
+  // x's dtype or fp32.
+  virtual void batch_norm(const Tensor& x, int64_t n, int64_t c, int64_t s, const Tensor& mean, const Tensor& invstd,
+                          const Tensor& weight, const Tensor& bias, const Tensor& out) {
+    not_implemented("batch_norm");
+  }
+  // With batch_stats (training) the gradient flows through mean and invstd too; without, they are
+  // constants (eval). Any of grad_x, grad_weight, grad_bias may be undefined (not wanted).
+  virtual void batch_norm_backward(const Tensor& x, const Tensor& grad_y, int64_t n, int64_t c, int64_t s,
+                                   const Tensor& mean, const Tensor& invstd, const Tensor& weight, bool batch_stats,
+                                   const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
+    not_implemented("batch_norm_backward");
+  }
+
+  // Group norm over x viewed as [N, G, C/G, S]: statistics per (n, g) into mean, rstd [N, G]
+  // (stat dtype), affine per channel. weight/bias as for batch_norm.
+  virtual void group_norm(const Tensor& x, int64_t n, int64_t c, int64_t s, int64_t groups, double eps,
+                          const Tensor& weight, const Tensor& bias, const Tensor& out, const Tensor& mean,
+                          const Tensor& rstd) {
+    not_implemented("group_norm");
+  }
+  virtual void group_norm_backward(const Tensor& x, const Tensor& grad_y, int64_t n, int64_t c, int64_t s,
+                                   int64_t groups, const Tensor& mean, const Tensor& rstd, const Tensor& weight,
+                                   const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
+    not_implemented("group_norm_backward");
+  }
+  // Layer norm over x viewed as [rows, cols]: statistics per row into mean, rstd [rows], affine
+  // per column.
+  virtual void layer_norm(const Tensor& x, int64_t rows, int64_t cols, double eps, const Tensor& weight,
+                          const Tensor& bias, const Tensor& out, const Tensor& mean, const Tensor& rstd) {
+    not_implemented("layer_norm");
+  }
+  virtual void layer_norm_backward(const Tensor& x, const Tensor& grad_y, int64_t rows, int64_t cols,
+                                   const Tensor& mean, const Tensor& rstd, const Tensor& weight, const Tensor& grad_x,
+                                   const Tensor& grad_weight, const Tensor& grad_bias) {
+    not_implemented("layer_norm_backward");
+  }
+
+  // out [K, D] = weight[indices[k]] for indices (int64, K of them) and weight [V, D]. Throws on
+  // an index outside [0, V).
+  virtual void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) {
+    not_implemented("embedding");
+  }
+  // grad_weight [V, D] (overwritten) = scatter-add of grad_out rows at indices, skipping padding_idx.
+  virtual void embedding_backward(const Tensor& grad_out, const Tensor& indices, int64_t padding_idx,
+                                  const Tensor& grad_weight) {
+    not_implemented("embedding_backward");
+  }
+
+ protected:
+  [[noreturn]] static void not_implemented(const char* kernel) {
+    MT_ERROR(kernel, ": not implemented on this backend");
+  }
 };
 
 // The backend of a device type; throws when that backend is not compiled in.

@@ -11,12 +11,16 @@ thread_local int t_exclude_depth = 0;
 }  // namespace
 
 void set_pre_dispatch_hook(PreDispatchHook hook) { g_hook.store(hook); }
+PreDispatchHook pre_dispatch_hook() { return g_hook.load(); }
 void set_hook_active_for_thread(bool active) { t_hook_active = active; }
 
-OpScope::OpScope(OpId op, std::initializer_list<Tensor*> tensors, std::optional<DType>* dtype) {
+OpScope::OpScope(OpId op, std::initializer_list<Tensor*> tensors, std::optional<DType>* dtype)
+    : OpScope(op, tensors.begin(), static_cast<int>(tensors.size()), dtype) {}
+
+OpScope::OpScope(OpId op, Tensor* const* tensors, int num_tensors, std::optional<DType>* dtype) {
   if (t_hook_active && t_exclude_depth == 0) {
     if (PreDispatchHook hook = g_hook.load(std::memory_order_relaxed)) {
-      DispatchArgs args{op, tensors.begin(), static_cast<int>(tensors.size()), dtype};
+      DispatchArgs args{op, tensors, num_tensors, dtype};
       hook(args);
     }
   }

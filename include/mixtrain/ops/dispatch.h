@@ -24,6 +24,7 @@ struct DispatchArgs {
 using PreDispatchHook = void (*)(DispatchArgs& args);
 
 void set_pre_dispatch_hook(PreDispatchHook hook);
+PreDispatchHook pre_dispatch_hook();  // the installed hook (nullptr: none), to restore after a swap
 
 // Per-thread switch the hook's owner flips when its state changes, so ops pay one thread-local
 // read when no hook applies.
@@ -34,6 +35,8 @@ void set_hook_active_for_thread(bool active);
 class OpScope {
  public:
   OpScope(OpId op, std::initializer_list<Tensor*> tensors, std::optional<DType>* dtype = nullptr);
+  // For ops over a list of tensors (cat, stack).
+  OpScope(OpId op, Tensor* const* tensors, int num_tensors, std::optional<DType>* dtype = nullptr);
   ~OpScope();
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;

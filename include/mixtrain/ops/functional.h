@@ -72,6 +72,15 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
 Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
 
+// Lists of tensors. cat and stack follow type promotion when dtypes differ (an fp16 and an fp32
+// tensor give fp32), and every input gets its slice of the gradient back in its own dtype.
+// split and chunk return views (the last piece may be smaller), as in PyTorch.
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& split_sizes, int64_t dim = 0);
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+
 // Views (functional spellings of the Tensor methods).
 Tensor reshape(const Tensor& x, const Shape& shape);
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);

@@ -60,7 +60,24 @@
   _(dot, Promote)                                          \
   _(addcmul, Promote)                                      \
   /* nn */                                                 \
-  _(dropout, Passthrough)
+  _(dropout, Passthrough)                                  \
+  /* convolution: tensor cores */                          \
+  _(conv2d, LowerPrecision)                                \
+  _(conv_transpose2d, LowerPrecision)                      \
+  _(scaled_dot_product_attention, LowerPrecision)          \
+  /* pooling and resampling */                             \
+  _(max_pool2d, Passthrough)                               \
+  _(upsample_nearest2d, Float32)                           \
+  _(upsample_bilinear2d, Float32)                          \
+  /* normalization (batch_norm's stats are fp32 inside) */ \
+  _(batch_norm, Passthrough)                               \
+  _(group_norm, Float32)                                   \
+  _(layer_norm, Float32)                                   \
+  _(embedding, Passthrough)                                \
+  /* tensor lists */                                       \
+  _(cat, Passthrough)                                      \
+  _(stack, Passthrough)                                    \
+  _(split, Passthrough)
 
 namespace mixtrain::ops {
 

@@ -29,6 +29,41 @@ class CpuBackend final : public Backend {
   void nll_loss_backward(const Tensor& target, int64_t outer, int64_t classes, int64_t inner,
                          const NllLossArgs& args, const Tensor& grad_loss, const Tensor& count,
                          const Tensor& grad_logp) override;
+
+  // conv.cpp: im2col + Eigen GEMM.
+  void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, const Tensor& out) override;
+  void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p,
+                             const Tensor& grad_x) override;
+  void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
+                              const Tensor& grad_w) override;
+  // pool_upsample.cpp
+  void max_pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) override;
+  void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Tensor& grad_x) override;
+  void upsample2d(const Tensor& x, const Upsample2dParams& p, const Tensor& out) override;
+  void upsample2d_backward(const Tensor& grad_out, const Upsample2dParams& p, const Tensor& grad_x) override;
+  // norm.cpp
+  void batch_norm_stats(const Tensor& x, int64_t n, int64_t c, int64_t s, double eps, const Tensor& mean,
+                        const Tensor& invstd, const Tensor& running_mean, const Tensor& running_var,
+                        double momentum) override;
+  void batch_norm(const Tensor& x, int64_t n, int64_t c, int64_t s, const Tensor& mean, const Tensor& invstd,
+                  const Tensor& weight, const Tensor& bias, const Tensor& out) override;
+  void batch_norm_backward(const Tensor& x, const Tensor& grad_y, int64_t n, int64_t c, int64_t s, const Tensor& mean,
+                           const Tensor& invstd, const Tensor& weight, bool batch_stats, const Tensor& grad_x,
+                           const Tensor& grad_weight, const Tensor& grad_bias) override;
+  void group_norm(const Tensor& x, int64_t n, int64_t c, int64_t s, int64_t groups, double eps, const Tensor& weight,
+                  const Tensor& bias, const Tensor& out, const Tensor& mean, const Tensor& rstd) override;
+  void group_norm_backward(const Tensor& x, const Tensor& grad_y, int64_t n, int64_t c, int64_t s, int64_t groups,
+                           const Tensor& mean, const Tensor& rstd, const Tensor& weight, const Tensor& grad_x,
+                           const Tensor& grad_weight, const Tensor& grad_bias) override;
+  void layer_norm(const Tensor& x, int64_t rows, int64_t cols, double eps, const Tensor& weight, const Tensor& bias,
+                  const Tensor& out, const Tensor& mean, const Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& x, const Tensor& grad_y, int64_t rows, int64_t cols, const Tensor& mean,
+                           const Tensor& rstd, const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight,
+                           const Tensor& grad_bias) override;
+  // embedding.cpp
+  void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) override;
+  void embedding_backward(const Tensor& grad_out, const Tensor& indices, int64_t padding_idx,
+                          const Tensor& grad_weight) override;
 };
 
 Backend& cpu_backend();

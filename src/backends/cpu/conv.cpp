@@ -1,0 +1,193 @@
+// 2-D convolution as im2col + GEMM, one sample at a time (the column buffer of a whole batch of
+// UNet-sized images would not fit), groups as separate GEMMs over slices of the same buffers.
+// fp16/bf16 are widened to fp32 while they are unfolded, multiplied in fp32 and rounded once on
+// the way out, as cuDNN does with fp32 accumulation.
+#include <Eigen/Core>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/loops.h"
+
+namespace mixtrain::backends::cpu {
+
+namespace {
+
+template <class S>
+using RowMat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class S>
+using MapMat = Eigen::Map<RowMat<S>>;
+template <class S>
+using ConstMapMat = Eigen::Map<const RowMat<S>>;
+
+struct Geometry {
+  int64_t n, c, h, w;      // input
+  int64_t co, kh, kw;      // weight [co, c / groups, kh, kw]
+  int64_t ho, wo;          // output
+  Conv2dParams p;
+  int64_t cg() const { return c / p.groups; }
+  int64_t cog() const { return co / p.groups; }
+  int64_t k() const { return cg() * kh * kw; }  // GEMM depth per group
+  int64_t l() const { return ho * wo; }
+};
+
+Geometry geometry(const Tensor& x, const Tensor& w, const Tensor& out, const Conv2dParams& p) {
+  MT_CHECK(x.is_contiguous() && w.is_contiguous() && out.is_contiguous(), "conv2d: expected contiguous tensors");
+  return {x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3), out.size(2), out.size(3), p};
+}
+
+// Unfolds one sample x [c, h, w] into cols [c * kh * kw, ho * wo]; taps in the padding read 0.
+template <class T, class W>
+void im2col(const T* x, const Geometry& g, W* cols) {
+  const int64_t rows = g.c * g.kh * g.kw, l = g.l();
+  parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, l)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t ch = r / (g.kh * g.kw), ki = (r / g.kw) % g.kh, kj = r % g.kw;
+      const T* plane = x + ch * g.h * g.w;
+      W* dst = cols + r * l;
+      for (int64_t oh = 0; oh < g.ho; ++oh) {
+        const int64_t ih = oh * g.p.stride_h - g.p.pad_h + ki * g.p.dilation_h;
+        W* row = dst + oh * g.wo;
+        if (ih < 0 || ih >= g.h) {
+          std::fill(row, row + g.wo, W(0));
+          continue;
+        }
+        for (int64_t ow = 0; ow < g.wo; ++ow) {
+          const int64_t iw = ow * g.p.stride_w - g.p.pad_w + kj * g.p.dilation_w;
+          row[ow] = (iw >= 0 && iw < g.w) ? static_cast<W>(plane[ih * g.w + iw]) : W(0);
+        }
+      }
+    }
+  });
+}
+
+// The adjoint of im2col: adds cols back into x [c, h, w] (not cleared here). Channels are
+// independent, so threads split them and never write the same element.
+template <class W>
+void col2im(const W* cols, const Geometry& g, W* x) {
+  const int64_t l = g.l(), kk = g.kh * g.kw;
+  parallel_for(g.c, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, kk * l)), [&](int64_t b, int64_t e) {
+    for (int64_t ch = b; ch < e; ++ch) {
+      W* plane = x + ch * g.h * g.w;
+      for (int64_t q = 0; q < kk; ++q) {
+        const int64_t ki = q / g.kw, kj = q % g.kw;
+        const W* src = cols + (ch * kk + q) * l;
+        for (int64_t oh = 0; oh < g.ho; ++oh) {
+          const int64_t ih = oh * g.p.stride_h - g.p.pad_h + ki * g.p.dilation_h;
+          if (ih < 0 || ih >= g.h) continue;
+          for (int64_t ow = 0; ow < g.wo; ++ow) {
+            const int64_t iw = ow * g.p.stride_w - g.p.pad_w + kj * g.p.dilation_w;
+            if (iw >= 0 && iw < g.w) plane[ih * g.w + iw] += src[oh * g.wo + ow];
+          }
+        }
+      }
+    }
+  });
+}
+
+// A W-typed view of n elements of a T array: the array itself when T is W, else a widened copy.
+template <class W, class T>
+const W* widened(const T* p, int64_t n, std::vector<W>& buffer) {
+  if constexpr (std::is_same_v<T, W>) {
+    return p;
+  } else {
+    buffer.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) buffer[i] = static_cast<W>(p[i]);
+    return buffer.data();
+  }
+}
+
+// Rounds a W-typed result into T storage (a plain copy when T is W).
+template <class T, class W>
+void narrow_into(const W* src, int64_t n, T* dst) {
+  if constexpr (std::is_same_v<T, W>) {
+    if (src != dst) std::copy(src, src + n, dst);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]);
+  }
+}
+
+template <class T>
+void forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Geometry& g, const Tensor& out) {
+  using W = acc_t<T>;
+  std::vector<W> wbuf, bbuf, cols(static_cast<size_t>(g.c * g.kh * g.kw * g.l())), obuf;
+  const W* wp = widened<W>(static_cast<const T*>(w.raw_data()), w.numel(), wbuf);
+  const W* bp = bias.defined() ? widened<W>(static_cast<const T*>(bias.raw_data()), g.co, bbuf) : nullptr;
+  if (!std::is_same_v<T, W>) obuf.resize(static_cast<size_t>(g.co * g.l()));
+  const T* xp = static_cast<const T*>(x.raw_data());
+  T* op = static_cast<T*>(out.raw_data());
+  const int64_t k = g.k(), l = g.l(), cog = g.cog();
+  for (int64_t s = 0; s < g.n; ++s) {
+    im2col(xp + s * g.c * g.h * g.w, g, cols.data());
+    W* o = obuf.data();
+    if constexpr (std::is_same_v<T, W>) o = op + s * g.co * l;
+    for (int64_t gi = 0; gi < g.p.groups; ++gi) {
+      MapMat<W> og(o + gi * cog * l, cog, l);
+      og.noalias() = ConstMapMat<W>(wp + gi * cog * k, cog, k) * ConstMapMat<W>(cols.data() + gi * k * l, k, l);
+      if (bp) og.colwise() += Eigen::Map<const Eigen::Matrix<W, Eigen::Dynamic, 1>>(bp + gi * cog, cog);
+    }
+    narrow_into(o, g.co * l, op + s * g.co * l);
+  }
+}
+
+template <class T>
+void backward_input(const Tensor& grad_out, const Tensor& w, const Geometry& g, const Tensor& grad_x) {
+  using W = acc_t<T>;
+  std::vector<W> wbuf, gbuf, cols(static_cast<size_t>(g.c * g.kh * g.kw * g.l())), xbuf(static_cast<size_t>(g.c * g.h * g.w));
+  const W* wp = widened<W>(static_cast<const T*>(w.raw_data()), w.numel(), wbuf);
+  const T* gp = static_cast<const T*>(grad_out.raw_data());
+  T* xp = static_cast<T*>(grad_x.raw_data());
+  const int64_t k = g.k(), l = g.l(), cog = g.cog();
+  for (int64_t s = 0; s < g.n; ++s) {
+    const W* go = widened<W>(gp + s * g.co * l, g.co * l, gbuf);
+    for (int64_t gi = 0; gi < g.p.groups; ++gi) {
+      MapMat<W>(cols.data() + gi * k * l, k, l).noalias() =
+          ConstMapMat<W>(wp + gi * cog * k, cog, k).transpose() * ConstMapMat<W>(go + gi * cog * l, cog, l);
+    }
+    std::fill(xbuf.begin(), xbuf.end(), W(0));
+    col2im(cols.data(), g, xbuf.data());
+    narrow_into(xbuf.data(), g.c * g.h * g.w, xp + s * g.c * g.h * g.w);
+  }
+}
+
+template <class T>
+void backward_weight(const Tensor& grad_out, const Tensor& x, const Geometry& g, const Tensor& grad_w) {
+  using W = acc_t<T>;
+  const int64_t k = g.k(), l = g.l(), cog = g.cog();
+  // Summed over the batch in W and rounded once at the end.
+  std::vector<W> gw(static_cast<size_t>(g.co * k), W(0)), gbuf, cols(static_cast<size_t>(g.c * g.kh * g.kw * l));
+  const T* gp = static_cast<const T*>(grad_out.raw_data());
+  const T* xp = static_cast<const T*>(x.raw_data());
+  for (int64_t s = 0; s < g.n; ++s) {
+    const W* go = widened<W>(gp + s * g.co * l, g.co * l, gbuf);
+    im2col(xp + s * g.c * g.h * g.w, g, cols.data());
+    for (int64_t gi = 0; gi < g.p.groups; ++gi) {
+      MapMat<W>(gw.data() + gi * cog * k, cog, k).noalias() +=
+          ConstMapMat<W>(go + gi * cog * l, cog, l) * ConstMapMat<W>(cols.data() + gi * k * l, k, l).transpose();
+    }
+  }
+  narrow_into(gw.data(), g.co * k, static_cast<T*>(grad_w.raw_data()));
+}
+
+}  // namespace
+
+void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
+                        const Tensor& out) {
+  const Geometry g = geometry(x, w, out, p);
+  dispatch_floating(x.dtype(), "conv2d", [&](auto tag) { forward<typename decltype(tag)::type>(x, w, bias, g, out); });
+}
+
+void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p,
+                                       const Tensor& grad_x) {
+  const Geometry g = geometry(grad_x, w, grad_out, p);
+  dispatch_floating(w.dtype(), "conv2d_backward_input",
+                    [&](auto tag) { backward_input<typename decltype(tag)::type>(grad_out, w, g, grad_x); });
+}
+
+void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
+                                        const Tensor& grad_w) {
+  const Geometry g = geometry(x, grad_w, grad_out, p);
+  dispatch_floating(x.dtype(), "conv2d_backward_weight",
+                    [&](auto tag) { backward_weight<typename decltype(tag)::type>(grad_out, x, g, grad_w); });
+}
+
+}  // namespace mixtrain::backends::cpu
