@@ -85,6 +85,28 @@ std::map<std::string, Invoker> invokers() {
   m["dot"] = {kFloats, [](DType d) { return dot(make({5}, d), make({5}, d)); }};
   m["addcmul"] = {kFloats, [](DType d) { return addcmul(make({2, 3}, d), make({3}, d), make({2, 3}, d), 0.5); }};
   m["dropout"] = {kFloats, [](DType d) { return F::dropout(make({8}, d), 0.5, true); }};
+  m["conv2d"] = {kFloats, [](DType d) { return F::conv2d(make({1, 2, 5, 5}, d), make({3, 2, 3, 3}, d), make({3}, d)); }};
+  m["conv_transpose2d"] = {
+      kFloats, [](DType d) { return F::conv_transpose2d(make({1, 2, 3, 3}, d), make({2, 3, 2, 2}, d), make({3}, d), 2); }};
+  m["scaled_dot_product_attention"] = {kFloats, [](DType d) {
+    return F::scaled_dot_product_attention(make({1, 2, 4, 8}, d), make({1, 2, 4, 8}, d), make({1, 2, 4, 8}, d),
+                                           Tensor(), 0.0, true);
+  }};
+  m["max_pool2d"] = {kFloats, [](DType d) { return F::max_pool2d(make({1, 2, 4, 4}, d), 2); }};
+  m["upsample_nearest2d"] = {kFloats, [](DType d) { return F::upsample_nearest2d(make({1, 2, 3, 3}, d), {6, 6}); }};
+  m["upsample_bilinear2d"] = {
+      kFloats, [](DType d) { return F::upsample_bilinear2d(make({1, 2, 3, 3}, d), {6, 6}, false); }};
+  m["batch_norm"] = {kFloats, [](DType d) {
+    // fp32 statistics and affine parameters, as a half model keeps them (fp64 runs all in fp64).
+    const TensorOptions p(d == kFloat64 ? kFloat64 : kFloat32);
+    return F::batch_norm(make({2, 3, 4, 4}, d), zeros({3}, p), ones({3}, p), ones({3}, p), zeros({3}, p), true);
+  }};
+  m["group_norm"] = {kFloats, [](DType d) { return F::group_norm(make({2, 4, 3, 3}, d), 2, make({4}, d), make({4}, d)); }};
+  m["layer_norm"] = {kFloats, [](DType d) { return F::layer_norm(make({2, 3, 8}, d), {8}, make({8}, d), make({8}, d)); }};
+  m["embedding"] = {kFloats, [](DType d) { return F::embedding(randint(0, 10, {2, 3}), make({10, 4}, d)); }};
+  m["cat"] = {kAll, [](DType d) { return cat({make({2, 3}, d), make({1, 3}, d)}, 0); }};
+  m["stack"] = {kAll, [](DType d) { return stack({make({2, 3}, d), make({2, 3}, d)}, 1); }};
+  m["split"] = {kAll, [](DType d) { return split(make({6, 2}, d), 4, 0)[1]; }};
   return m;
 }
 
