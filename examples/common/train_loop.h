@@ -1,0 +1,63 @@
+#pragma once
+// The training loop the example trainers share: autocast around the forward pass, dynamic loss
+// scaling, gradient clipping after unscaling, AdamW, checkpoints and resume. A model plugs in as
+// a TrainTask that builds its loss on the next batch. Public mixtrain API only.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <mixtrain/mixtrain.h>
+
+namespace mixtrain::examples {
+
+enum class Precision { Fp32, Fp16, Bf16 };
+Precision parse_precision(const std::string& name);  // "fp32", "fp16", "bf16"
+const char* precision_name(Precision p);
+
+// What a model brings to the loop.
+class TrainTask {
+ public:
+  virtual ~TrainTask() = default;
+  virtual nn::Module& model() = 0;
+  // Draws the next training batch (on the model's device) and returns the scalar loss. The loop
+  // calls it inside the autocast scope.
+  virtual Tensor next_loss() = 0;
+  // Advances the data stream by n batches without computing anything (resume).
+  virtual void skip_batches(int64_t n) = 0;
+};
+
+struct TrainOptions {
+  Precision precision = Precision::Fp16;
+  Device device = Device::cpu();
+  int64_t steps = 100;
+  double lr = 1e-3;
+  double weight_decay = 0.0;
+  double clip_norm = 1.0;      // <= 0: no clipping
+  double init_scale = 65536.0;
+  std::string save_dir;        // checkpoint here at the end (and every save_every steps)
+  int64_t save_every = 0;
+  std::string resume_dir;      // start from this checkpoint
+};
+
+struct StepRecord {
+  int64_t step = 0;      // 1-based
+  double loss = 0;       // unscaled training loss
+  double scale = 1;      // loss scale used for this step
+  bool skipped = false;  // the scaler skipped the optimizer step (inf/NaN gradients)
+  double grad_norm = 0;  // total gradient norm after unscaling
+  double seconds = 0;    // wall time of the step
+};
+
+struct TrainResult {
+  std::vector<StepRecord> records;
+  int64_t first_step = 1;
+  int64_t skipped_steps = 0;
+  double seconds = 0;
+  memory::Stats memory;  // of options.device, peaks over the run
+};
+
+TrainResult train(TrainTask& task, const TrainOptions& options,
+                  const std::function<void(const StepRecord&)>& on_step = {});
+
+}  // namespace mixtrain::examples
