@@ -25,6 +25,11 @@ class TrainTask {
   virtual Tensor next_loss() = 0;
   // Advances the data stream by n batches without computing anything (resume).
   virtual void skip_batches(int64_t n) = 0;
+  // For reports: one line about the model and data, samples per step, and an evaluation after
+  // training (e.g. "test accuracy 0.86"; empty when the task has none).
+  virtual std::string describe() const { return ""; }
+  virtual int64_t batch_size() const { return 0; }
+  virtual std::string evaluate() { return ""; }
 };
 
 struct TrainOptions {

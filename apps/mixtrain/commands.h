@@ -1,0 +1,13 @@
+#pragma once
+// The mixtrain tool's subcommands. Each returns the process exit code; errors are thrown
+// (std::runtime_error for usage, mixtrain::Error from the library) and printed by main.
+#include <string>
+#include <vector>
+
+namespace mixtrain::cli {
+
+int run_train(const std::vector<std::string>& args);
+int run_bench(const std::vector<std::string>& args);
+int run_policy(const std::vector<std::string>& args);
+
+}  // namespace mixtrain::cli

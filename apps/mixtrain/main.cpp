@@ -1,0 +1,38 @@
+// mixtrain: train the example models, benchmark fp32 against AMP, show the autocast policy.
+#include <iostream>
+#include <stdexcept>
+
+#include <mixtrain/mixtrain.h>
+
+#include "commands.h"
+
+namespace {
+const char* kUsage =
+    "usage: mixtrain <command> [options]\n"
+    "  train mlp|unet|transformer [--precision fp32|fp16|bf16] [--device cpu|cuda] [--steps N]\n"
+    "        [--batch-size N] [--lr X] [--seed N] [--save DIR] [--resume DIR] [--log FILE] [--synthetic]\n"
+    "  bench [--models mlp,unet,transformer] [--device cpu|cuda] [--steps N] [--out DIR]\n"
+    "  policy [--json]\n";
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  const std::vector<std::string> rest(argv + 2, argv + argc);
+  try {
+    if (command == "train") return mixtrain::cli::run_train(rest);
+    if (command == "bench") return mixtrain::cli::run_bench(rest);
+    if (command == "policy") return mixtrain::cli::run_policy(rest);
+    std::cerr << "mixtrain: unknown command '" << command << "'\n" << kUsage;
+    return 2;
+  } catch (const mixtrain::Error& e) {
+    std::cerr << "mixtrain " << command << ": " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "mixtrain " << command << ": " << e.what() << "\n";
+    return 2;
+  }
+}
