@@ -29,6 +29,10 @@ class CpuBackend final : public Backend {
   void nll_loss_backward(const Tensor& target, int64_t outer, int64_t classes, int64_t inner,
                          const NllLossArgs& args, const Tensor& grad_loss, const Tensor& count,
                          const Tensor& grad_logp) override;
+  void non_finite_check_and_unscale(const std::vector<Tensor>& grads, const std::vector<Tensor>& outs,
+                                    const Tensor& inv_scale, const Tensor& found_inf, const Tensor& stats) override;
+  void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_tracker,
+                    const Tensor& found_inf, const ScaleUpdateArgs& args, const Tensor& at_min_scale) override;
 };
 
 Backend& cpu_backend();
