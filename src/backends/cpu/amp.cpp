@@ -28,29 +28,57 @@ struct Partial {
 };
 
 // Scans x[0, n) (as float), writes y = x * inv when y is given, and accumulates into p. The
-// branch-free body vectorizes: a comparison that is false for NaN catches inf and NaN at once.
-template <bool Stats>
-inline void scan(const float* x, float* y, int64_t n, float inv, Partial& p) {
+// branch-free bodies vectorize: a comparison that is false for NaN catches inf and NaN at once;
+// the statistics keep 16 independent lanes (max and counts) so their reductions vectorize too.
+template <bool Write>
+inline void scan_check(const float* x, float* y, int64_t n, float inv, Partial& p) {
   int bad = 0;
-  float mx = p.max_abs;
-  int64_t zeros = 0, sub = 0;
   for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    bad |= static_cast<int>(!(std::fabs(v) <= FLT_MAX));
+    if constexpr (Write) y[i] = v * inv;
+  }
+  p.nonfinite |= bad;
+}
+
+template <bool Write>
+inline void scan_stats(const float* x, float* y, int64_t n, float inv, Partial& p) {
+  constexpr int L = 16;
+  int bad[L] = {};
+  float mx[L] = {};
+  int32_t zeros[L] = {}, sub[L] = {};
+  auto body = [&](int64_t i, int j) {
     const float v = x[i];
     const float a = std::fabs(v);
     const bool finite = a <= FLT_MAX;
-    bad |= static_cast<int>(!finite);
-    if (y) y[i] = v * inv;
-    if constexpr (Stats) {
-      const float fa = finite ? a : 0.0f;
-      mx = fa > mx ? fa : mx;
-      zeros += v == 0.0f;
-      sub += (a > 0.0f) & (a < kFp16MinNormal);
-    }
+    bad[j] |= static_cast<int>(!finite);
+    if constexpr (Write) y[i] = v * inv;
+    const float fa = finite ? a : 0.0f;
+    mx[j] = fa > mx[j] ? fa : mx[j];
+    zeros[j] += v == 0.0f;
+    sub[j] += (a > 0.0f) & (a < kFp16MinNormal);
+  };
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (int j = 0; j < L; ++j) body(i + j, j);
+  for (; i < n; ++i) body(i, 0);
+  for (int j = 0; j < L; ++j) {
+    p.nonfinite |= bad[j];
+    p.max_abs = std::max(p.max_abs, mx[j]);
+    p.zeros += zeros[j];
+    p.subnormal += sub[j];
   }
-  p.nonfinite |= bad;
-  p.max_abs = mx;
-  p.zeros += zeros;
-  p.subnormal += sub;
+}
+
+template <bool Stats>
+inline void scan(const float* x, float* y, int64_t n, float inv, Partial& p) {
+  if constexpr (Stats) {
+    if (y) scan_stats<true>(x, y, n, inv, p);
+    else scan_stats<false>(x, y, n, inv, p);
+  } else {
+    if (y) scan_check<true>(x, y, n, inv, p);
+    else scan_check<false>(x, y, n, inv, p);
+  }
 }
 
 template <bool Stats>
