@@ -15,3 +15,8 @@
 #include "mixtrain/nn/functional.h"
 #include "mixtrain/nn/nn.h"
 #include "mixtrain/ops/functional.h"
+#include "mixtrain/amp/grad_scaler.h"
+#include "mixtrain/io/checkpoint.h"
+#include "mixtrain/io/safetensors.h"
+#include "mixtrain/nn/utils.h"
+#include "mixtrain/optim/optim.h"

@@ -23,6 +23,28 @@ enum class ReduceOp : uint8_t { Sum, Max, Min };
 const char* unary_op_name(UnaryOp op);
 const char* binary_op_name(BinaryOp op);
 
+// The loss scaler's scale update (amp::GradScaler::update), as data so a device kernel can run
+// it without a host round trip. Rule (PyTorch's, plus the opt-in extensions):
+//   overflow: growth_tracker = 0; hysteresis_tracker = max(hysteresis_tracker - 1, 0); when it
+//             reaches 0: at_min_scale = (min_scale > 0 && scale <= min_scale), and
+//             scale = max(float(scale * backoff_factor), min_scale)
+//   clean:    hysteresis_tracker = hysteresis; growth_tracker += 1; when it reaches
+//             growth_interval: growth_tracker = 0 and scale = min(float(scale * growth_factor),
+//             max_scale) if that is finite, else unchanged.
+struct ScaleUpdateArgs {
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  int64_t hysteresis = 1;  // 1: back off on every overflow (PyTorch)
+  double min_scale = 0.0;  // 0: no floor
+  double max_scale = 0.0;  // 0: no ceiling
+};
+
+// Element counts the check+unscale pass can gather in the same sweep, accumulated (max / add)
+// into an fp64 tensor of kAmpStatsSize elements, so several calls (dtypes, optimizers) combine.
+enum AmpStat : int { kAmpStatMaxAbs = 0, kAmpStatZeros = 1, kAmpStatFp16Subnormal = 2, kAmpStatElements = 3 };
+constexpr int64_t kAmpStatsSize = 4;
+
 struct NllLossArgs {
   int64_t ignore_index = -100;
   double label_smoothing = 0.0;
@@ -106,6 +128,23 @@ class Backend {
                                  const NllLossArgs& args, const Tensor& grad_loss, const Tensor& count,
                                  const Tensor& grad_logp) = 0;
 
+  // AMP (amp::GradScaler). The defaults (src/backends/amp_fallback.cpp) copy through the host and
+  // run the CPU kernels, so a new backend works before it has its own; the CPU backend overrides
+  // them with fused loops and a device backend with kernels. Scalars live in device tensors, so
+  // neither call needs a host synchronisation.
+  //
+  // One fused pass over a list of gradients of one dtype (outs: one dtype, fp32 or the grads'):
+  // outs[i] = grads[i] * inv_scale (outs[i] may be grads[i]: in place; values are left as they are
+  // when inv_scale == 1), and found_inf is set to 1 if any element is inf or NaN (never cleared:
+  // the caller zeroes it, so buckets OR into one flag). inv_scale, found_inf: 0-dim fp32. stats:
+  // undefined, or fp64 [kAmpStatsSize] accumulated over the scaled (input) values: max |g| over
+  // finite elements, count of zeros, count with 0 < |g| < 2^-14 (subnormal in fp16), count.
+  virtual void non_finite_check_and_unscale(const std::vector<Tensor>& grads, const std::vector<Tensor>& outs,
+                                            const Tensor& inv_scale, const Tensor& found_inf, const Tensor& stats);
+  // scale: 0-dim fp32; growth_tracker, hysteresis_tracker: 0-dim int32; found_inf: 0-dim fp32
+  // (nonzero = overflow); at_min_scale: 0-dim fp32 set to 1 or 0 (see ScaleUpdateArgs).
+  virtual void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_tracker,
+                            const Tensor& found_inf, const ScaleUpdateArgs& args, const Tensor& at_min_scale);
   // ---- Kernels added for the model ops. Each has a default that throws, so a backend that
   // does not have one yet still builds and says clearly what is missing. Inputs are contiguous;
   // "stat" tensors are fp32 for fp16/bf16/fp32 inputs and fp64 for fp64 inputs.

@@ -64,6 +64,10 @@ class CpuBackend final : public Backend {
   void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) override;
   void embedding_backward(const Tensor& grad_out, const Tensor& indices, int64_t padding_idx,
                           const Tensor& grad_weight) override;
+  void non_finite_check_and_unscale(const std::vector<Tensor>& grads, const std::vector<Tensor>& outs,
+                                    const Tensor& inv_scale, const Tensor& found_inf, const Tensor& stats) override;
+  void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_tracker,
+                    const Tensor& found_inf, const ScaleUpdateArgs& args, const Tensor& at_min_scale) override;
 };
 
 Backend& cpu_backend();

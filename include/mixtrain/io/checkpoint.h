@@ -1,0 +1,48 @@
+#pragma once
+// Training checkpoints that resume bit for bit. A checkpoint is a directory:
+//   model.safetensors      model parameters and buffers by name ("0.weight", ...)
+//   optimizer.safetensors  optimizer tensors: "state.<index>.exp_avg", "state.<index>.master_param", ...
+//   trainer.json           {"format": "mixtrain-checkpoint", "version": 1, "step", "files" (size and
+//                          CRC-32 of both safetensors files), "optimizer" (hyper-parameters and
+//                          step counts), "scaler" (GradScaler.state_dict()), "rng" (seed and
+//                          offset of mixtrain::default_generator()), "extra" (caller's JSON)}
+//
+// Saving writes the three files into "<dir>.mixtrain-tmp", fsyncs them, then swaps that
+// directory with <dir> atomically (renameat2 RENAME_EXCHANGE; without it, two renames through
+// "<dir>.mixtrain-old", which load_checkpoint falls back to if <dir> is missing). A crash at any
+// point leaves the previous checkpoint complete. An existing <dir> that holds anything else than
+// these three files is not replaced (an Error instead of deleting someone's files).
+//
+// Loading reads and checks everything first (manifest sizes and CRCs, safetensors structure,
+// tensor names, shapes and dtypes against the model, the optimizer's and the scaler's state),
+// and only then copies into the model, optimizer, scaler and generator: a bad checkpoint raises
+// an Error naming the file and tensor or field, and changes nothing.
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "mixtrain/amp/grad_scaler.h"
+#include "mixtrain/io/safetensors.h"
+#include "mixtrain/nn/module.h"
+#include "mixtrain/optim/optimizer.h"
+
+namespace mixtrain::io {
+
+// `model`: named_parameters() followed by named_buffers() of a model (what the nn::Module
+// overloads pass), or any named tensors.
+void save_checkpoint(const std::string& dir, const NamedTensors& model, const optim::Optimizer& optimizer,
+                     const amp::GradScaler& scaler, int64_t step,
+                     const nlohmann::json& extra = nlohmann::json::object());
+// Returns the saved step. `extra`, when given, receives the saved "extra" JSON (e.g. a
+// scheduler's state_dict()).
+int64_t load_checkpoint(const std::string& dir, const NamedTensors& model, optim::Optimizer& optimizer,
+                        amp::GradScaler& scaler, nlohmann::json* extra = nullptr);
+
+void save_checkpoint(const std::string& dir, const nn::Module& model, const optim::Optimizer& optimizer,
+                     const amp::GradScaler& scaler, int64_t step,
+                     const nlohmann::json& extra = nlohmann::json::object());
+int64_t load_checkpoint(const std::string& dir, nn::Module& model, optim::Optimizer& optimizer,
+                        amp::GradScaler& scaler, nlohmann::json* extra = nullptr);
+
+}  // namespace mixtrain::io

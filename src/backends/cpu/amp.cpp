@@ -1,0 +1,279 @@
+// The CPU kernels of amp::GradScaler: the fused non-finite check + unscale over a list of
+// gradients, and the scale update. The list is cut into fixed chunks (as multi_tensor_apply
+// does on the GPU) and all chunks of all tensors run in one OpenMP loop, so many small
+// gradients cost one parallel region, not one each. The reductions (any non-finite, max |g|,
+// counts) are exact, so results do not depend on the thread count.
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/loops.h"
+#include "mixtrain/core/half.h"
+
+namespace mixtrain::backends::cpu {
+
+namespace {
+
+constexpr int64_t kChunk = 1 << 16;  // elements per work item
+constexpr int64_t kBlock = 2048;     // elements converted at a time for half types
+constexpr float kFp16MinNormal = 6.103515625e-05f;  // 2^-14
+
+struct Partial {
+  int nonfinite = 0;
+  float max_abs = 0.0f;
+  int64_t zeros = 0;
+  int64_t subnormal = 0;
+};
+
+// Scans x[0, n) (as float), writes y = x * inv when y is given, and accumulates into p. The
+// branch-free bodies vectorize: a comparison that is false for NaN catches inf and NaN at once;
+// the statistics keep 16 independent lanes (max and counts) so their reductions vectorize too.
+template <bool Write>
+inline void scan_check(const float* x, float* y, int64_t n, float inv, Partial& p) {
+  int bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    bad |= static_cast<int>(!(std::fabs(v) <= FLT_MAX));
+    if constexpr (Write) y[i] = v * inv;
+  }
+  p.nonfinite |= bad;
+}
+
+template <bool Write>
+inline void scan_stats(const float* x, float* y, int64_t n, float inv, Partial& p) {
+  constexpr int L = 16;
+  int bad[L] = {};
+  float mx[L] = {};
+  int32_t zeros[L] = {}, sub[L] = {};
+  auto body = [&](int64_t i, int j) {
+    const float v = x[i];
+    const float a = std::fabs(v);
+    const bool finite = a <= FLT_MAX;
+    bad[j] |= static_cast<int>(!finite);
+    if constexpr (Write) y[i] = v * inv;
+    const float fa = finite ? a : 0.0f;
+    mx[j] = fa > mx[j] ? fa : mx[j];
+    zeros[j] += v == 0.0f;
+    sub[j] += (a > 0.0f) & (a < kFp16MinNormal);
+  };
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (int j = 0; j < L; ++j) body(i + j, j);
+  for (; i < n; ++i) body(i, 0);
+  for (int j = 0; j < L; ++j) {
+    p.nonfinite |= bad[j];
+    p.max_abs = std::max(p.max_abs, mx[j]);
+    p.zeros += zeros[j];
+    p.subnormal += sub[j];
+  }
+}
+
+template <bool Stats>
+inline void scan(const float* x, float* y, int64_t n, float inv, Partial& p) {
+  if constexpr (Stats) {
+    if (y) scan_stats<true>(x, y, n, inv, p);
+    else scan_stats<false>(x, y, n, inv, p);
+  } else {
+    if (y) scan_check<true>(x, y, n, inv, p);
+    else scan_check<false>(x, y, n, inv, p);
+  }
+}
+
+template <bool Stats>
+inline void scan_double(const double* x, double* y, int64_t n, double inv, Partial& p) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    const double a = std::fabs(v);
+    const bool finite = a <= DBL_MAX;
+    p.nonfinite |= static_cast<int>(!finite);
+    if (y) y[i] = v * inv;
+    if constexpr (Stats) {
+      const float fa = finite ? static_cast<float>(std::min(a, static_cast<double>(FLT_MAX))) : 0.0f;
+      p.max_abs = std::max(p.max_abs, fa);
+      p.zeros += v == 0.0;
+      p.subnormal += (a > 0.0) & (a < kFp16MinNormal);
+    }
+  }
+}
+
+void to_float(DType dt, const void* src, float* dst, int64_t n) {
+  if (dt == kFloat16) half_to_float_array(static_cast<const Half*>(src), dst, n);
+  else bf16_to_float_array(static_cast<const BFloat16*>(src), dst, n);
+}
+
+void from_float(DType dt, const float* src, void* dst, int64_t n) {
+  if (dt == kFloat16) float_to_half_array(src, static_cast<Half*>(dst), n);
+  else float_to_bf16_array(src, static_cast<BFloat16*>(dst), n);
+}
+
+// One chunk [b, e) of a grad/out pair.
+template <bool Stats>
+void run_chunk(const Tensor& g, const Tensor& o, int64_t b, int64_t e, float inv, bool in_place, Partial& p) {
+  const DType gd = g.dtype(), od = o.dtype();
+  const int64_t n = e - b;
+  // In place with inv == 1 the values stay as they are: only the check runs (PyTorch does the same).
+  const bool write = !(in_place && inv == 1.0f);
+  if (gd == kFloat64) {
+    double* x = g.data_ptr<double>() + b;
+    scan_double<Stats>(x, write ? o.data_ptr<double>() + b : nullptr, n, static_cast<double>(inv), p);
+    return;
+  }
+  if (gd == kFloat32) {
+    const float* x = g.data_ptr<float>() + b;
+    scan<Stats>(x, write ? o.data_ptr<float>() + b : nullptr, n, inv, p);
+    return;
+  }
+  // Half grads: convert a block to fp32, scan, write fp32 (master grads) or convert back.
+  const char* gx = static_cast<const char*>(g.raw_data()) + b * 2;
+  char* ox = static_cast<char*>(o.raw_data()) + b * static_cast<int64_t>(element_size(od));
+  float tmp[kBlock], out[kBlock];
+  for (int64_t k = 0; k < n; k += kBlock) {
+    const int64_t m = std::min(kBlock, n - k);
+    to_float(gd, gx + k * 2, tmp, m);
+    if (od == kFloat32) {
+      scan<Stats>(tmp, write ? reinterpret_cast<float*>(ox) + k : nullptr, m, inv, p);
+    } else {
+      scan<Stats>(tmp, write ? out : nullptr, m, inv, p);
+      if (write) from_float(od, out, ox + k * 2, m);
+    }
+  }
+}
+
+template <bool Stats>
+Partial run_all(const std::vector<Tensor>& grads, const std::vector<Tensor>& outs, float inv) {
+  struct Item {
+    size_t t;
+    int64_t b, e;
+  };
+  std::vector<Item> items;
+  int64_t total = 0;
+  for (size_t t = 0; t < grads.size(); ++t) {
+    const int64_t n = grads[t].numel();
+    total += n;
+    for (int64_t b = 0; b < n; b += kChunk) items.push_back({t, b, std::min(n, b + kChunk)});
+  }
+  const int64_t count = static_cast<int64_t>(items.size());
+  int bad = 0;
+  float mx = 0.0f;
+  int64_t zeros = 0, sub = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) reduction(max : mx) reduction(+ : zeros, sub) \
+    if (total > kParallelGrain)
+  for (int64_t i = 0; i < count; ++i) {
+    const Item& it = items[static_cast<size_t>(i)];
+    Partial p;
+    run_chunk<Stats>(grads[it.t], outs[it.t], it.b, it.e, inv, grads[it.t].is_same(outs[it.t]) ||
+                     grads[it.t].raw_data() == outs[it.t].raw_data(), p);
+    bad |= p.nonfinite;
+    mx = std::max(mx, p.max_abs);
+    zeros += p.zeros;
+    sub += p.subnormal;
+  }
+  Partial r;
+  r.nonfinite = bad;
+  r.max_abs = mx;
+  r.zeros = zeros;
+  r.subnormal = sub;
+  return r;
+}
+
+bool is_scalar_of(const Tensor& t, DType dt) { return t.defined() && t.numel() == 1 && t.dtype() == dt; }
+
+}  // namespace
+
+void CpuBackend::non_finite_check_and_unscale(const std::vector<Tensor>& grads, const std::vector<Tensor>& outs,
+                                              const Tensor& inv_scale, const Tensor& found_inf, const Tensor& stats) {
+  const char* op = "non_finite_check_and_unscale";
+  MT_CHECK(grads.size() == outs.size(), op, ": ", grads.size(), " gradients but ", outs.size(), " outputs");
+  MT_CHECK(is_scalar_of(inv_scale, kFloat32) && is_scalar_of(found_inf, kFloat32), op,
+           ": inv_scale and found_inf must be 1-element float32 tensors");
+  MT_CHECK(!stats.defined() || (stats.dtype() == kFloat64 && stats.numel() == kAmpStatsSize && stats.is_contiguous()),
+           op, ": stats must be a contiguous float64 tensor of ", kAmpStatsSize, " elements");
+  if (grads.empty()) return;
+  const DType gd = grads[0].dtype(), od = outs[0].dtype();
+  MT_CHECK(is_floating(gd), op, ": gradients must be floating, got ", gd);
+  MT_CHECK(od == gd || od == kFloat32, op, ": outputs must have the gradients' dtype or float32, got ", od, " for ",
+           gd, " gradients");
+  std::vector<Tensor> g_list, o_list, copy_back;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& g = grads[i];
+    const Tensor& o = outs[i];
+    MT_CHECK(g.dtype() == gd && o.dtype() == od, op, ": all gradients must be ", gd, " and all outputs ", od,
+             "; got ", g.str(), " and ", o.str(), " at index ", i, " (bucket the list by dtype)");
+    MT_CHECK(g.device().is_cpu() && o.device().is_cpu(), op, ": tensors must be on the CPU, got ", g.str());
+    MT_CHECK(g.shape() == o.shape(), op, ": gradient ", g.str(), " and output ", o.str(), " differ in shape");
+    if (g.is_contiguous() && o.is_contiguous()) {
+      g_list.push_back(g);
+      o_list.push_back(o);
+    } else {
+      // Rare (a user-set strided grad): work on contiguous copies, write the result back below.
+      Tensor gc = g.contiguous();
+      g_list.push_back(gc);
+      o_list.push_back(g.is_same(o) && gd == od ? gc : Tensor::empty(o.shape(), TensorOptions(od)));
+      copy_back.push_back(o);
+    }
+  }
+  const float inv = *inv_scale.data_ptr<float>();
+  const Partial r = stats.defined() ? run_all<true>(g_list, o_list, inv) : run_all<false>(g_list, o_list, inv);
+  size_t k = 0;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (grads[i].is_contiguous() && outs[i].is_contiguous()) continue;
+    copy(o_list[i], copy_back[k++]);
+  }
+  if (r.nonfinite) *found_inf.data_ptr<float>() = 1.0f;
+  if (stats.defined()) {
+    int64_t elements = 0;
+    for (const Tensor& g : grads) elements += g.numel();
+    double* s = stats.data_ptr<double>();
+    s[kAmpStatMaxAbs] = std::max(s[kAmpStatMaxAbs], static_cast<double>(r.max_abs));
+    s[kAmpStatZeros] += static_cast<double>(r.zeros);
+    s[kAmpStatFp16Subnormal] += static_cast<double>(r.subnormal);
+    s[kAmpStatElements] += static_cast<double>(elements);
+  }
+}
+
+void CpuBackend::update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_tracker,
+                              const Tensor& found_inf, const ScaleUpdateArgs& a, const Tensor& at_min_scale) {
+  const char* op = "update_scale";
+  MT_CHECK(is_scalar_of(scale, kFloat32) && is_scalar_of(found_inf, kFloat32) && is_scalar_of(at_min_scale, kFloat32),
+           op, ": scale, found_inf and at_min_scale must be 1-element float32 tensors");
+  MT_CHECK(is_scalar_of(growth_tracker, kInt32) && is_scalar_of(hysteresis_tracker, kInt32), op,
+           ": growth_tracker and hysteresis_tracker must be 1-element int32 tensors");
+  float& s = *scale.data_ptr<float>();
+  int32_t& growth = *growth_tracker.data_ptr<int32_t>();
+  int32_t& hyst = *hysteresis_tracker.data_ptr<int32_t>();
+  float& at_min = *at_min_scale.data_ptr<float>();
+  at_min = 0.0f;
+  if (*found_inf.data_ptr<float>() != 0.0f) {
+    growth = 0;
+    hyst = std::max(hyst - 1, 0);
+    if (hyst == 0) {
+      // As PyTorch's kernel: the product is taken in double (the factors are doubles), then
+      // stored in the fp32 scale.
+      float next = static_cast<float>(static_cast<double>(s) * a.backoff_factor);
+      if (a.min_scale > 0.0) {
+        if (static_cast<double>(s) <= a.min_scale) at_min = 1.0f;
+        next = std::max(next, static_cast<float>(a.min_scale));
+      }
+      s = next;
+    }
+  } else {
+    hyst = static_cast<int32_t>(a.hysteresis);
+    const int64_t successful = static_cast<int64_t>(growth) + 1;
+    // ">=" where PyTorch has "==": a tracker above the interval (interval lowered, or loaded
+    // state) then grows at once instead of waiting for the int32 tracker to wrap around.
+    if (successful >= a.growth_interval) {
+      float next = static_cast<float>(static_cast<double>(s) * a.growth_factor);
+      if (std::isfinite(next)) {
+        if (a.max_scale > 0.0) next = std::min(next, static_cast<float>(a.max_scale));
+        s = next;
+      }
+      growth = 0;
+    } else {
+      growth = static_cast<int32_t>(successful);
+    }
+  }
+}
+
+}  // namespace mixtrain::backends::cpu

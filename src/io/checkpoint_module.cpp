@@ -1,0 +1,26 @@
+// The nn::Module overloads of save_checkpoint / load_checkpoint: a model's parameters followed
+// by its buffers, by dotted name. In a file of their own so that code using only the
+// named-tensor overloads does not pull in nn::Module.
+#include "mixtrain/io/checkpoint.h"
+
+namespace mixtrain::io {
+
+namespace {
+NamedTensors module_tensors(const nn::Module& model) {
+  NamedTensors out = model.named_parameters();
+  for (auto& b : model.named_buffers()) out.push_back(std::move(b));
+  return out;
+}
+}  // namespace
+
+void save_checkpoint(const std::string& dir, const nn::Module& model, const optim::Optimizer& optimizer,
+                     const amp::GradScaler& scaler, int64_t step, const nlohmann::json& extra) {
+  save_checkpoint(dir, module_tensors(model), optimizer, scaler, step, extra);
+}
+
+int64_t load_checkpoint(const std::string& dir, nn::Module& model, optim::Optimizer& optimizer,
+                        amp::GradScaler& scaler, nlohmann::json* extra) {
+  return load_checkpoint(dir, module_tensors(model), optimizer, scaler, extra);
+}
+
+}  // namespace mixtrain::io

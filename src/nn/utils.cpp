@@ -1,0 +1,91 @@
+#include "mixtrain/nn/utils.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backends/cpu/loops.h"
+#include "mixtrain/autograd/grad_mode.h"
+#include "mixtrain/core/error.h"
+
+namespace mixtrain::nn::utils {
+
+namespace {
+
+using backends::cpu::dispatch_floating;
+using backends::cpu::Tag;
+
+// One pass over a contiguous gradient: sum of |g|^p (p = 2 fast path) or max |g|, in fp64.
+// Split in fixed chunks whose partial results are combined in order, so the value does not
+// depend on the number of threads.
+template <class T>
+double grad_norm_part(const T* g, int64_t n, double p) {
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> part(static_cast<size_t>(chunks), 0.0);
+  const bool inf = std::isinf(p);
+#pragma omp parallel for schedule(static) if (n > kChunk)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
+    double acc = 0.0;
+    if (inf) {
+      for (int64_t i = b; i < e; ++i) {
+        const double a = std::fabs(static_cast<double>(static_cast<acc_t<T>>(g[i])));
+        acc = (a > acc || a != a) ? a : acc;  // NaN propagates, as torch.max does
+      }
+    } else if (p == 2.0) {
+      for (int64_t i = b; i < e; ++i) {
+        const double v = static_cast<double>(static_cast<acc_t<T>>(g[i]));
+        acc += v * v;
+      }
+    } else {
+      for (int64_t i = b; i < e; ++i) acc += std::pow(std::fabs(static_cast<double>(static_cast<acc_t<T>>(g[i]))), p);
+    }
+    part[static_cast<size_t>(c)] = acc;
+  }
+  double total = 0.0;
+  for (double v : part) total = inf ? ((v > total || v != v) ? v : total) : total + v;
+  return total;
+}
+
+}  // namespace
+
+double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, double norm_type) {
+  MT_CHECK(norm_type > 0.0 && !std::isnan(norm_type), "clip_grad_norm_: norm_type must be > 0 or inf, got ",
+           norm_type);
+  MT_CHECK(!std::isnan(max_norm) && max_norm >= 0.0, "clip_grad_norm_: max_norm must be >= 0, got ", max_norm);
+  const bool inf = std::isinf(norm_type);
+  std::vector<Tensor> grads;
+  for (const Tensor& p : parameters) {
+    MT_CHECK(p.defined(), "clip_grad_norm_: undefined parameter tensor");
+    Tensor g = p.grad();
+    if (g.defined()) grads.push_back(g);
+  }
+  if (grads.empty()) return 0.0;
+
+  double acc = 0.0;
+  for (const Tensor& g_in : grads) {
+    Tensor g = g_in.device().is_cpu() ? g_in.contiguous() : g_in.to(Device::cpu()).contiguous();
+    double part = 0.0;
+    dispatch_floating(g.dtype(), "clip_grad_norm_", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      part = grad_norm_part(g.data_ptr<T>(), g.numel(), norm_type);
+    });
+    acc = inf ? ((part > acc || part != part) ? part : acc) : acc + part;
+  }
+  const double total = inf ? acc : (norm_type == 2.0 ? std::sqrt(acc) : std::pow(acc, 1.0 / norm_type));
+
+  const double coef = max_norm / (total + 1e-6);
+  // PyTorch multiplies by min(coef, 1) always; multiplying by 1 changes nothing, so only a coef
+  // below 1, or a NaN one (non-finite norm), touches the gradients.
+  if (!(coef >= 1.0)) {
+    NoGradGuard no_grad;
+    for (Tensor& g : grads) g.mul_(coef);
+  }
+  return total;
+}
+
+double clip_grad_norm_(const Tensor& parameter, double max_norm, double norm_type) {
+  return clip_grad_norm_(std::vector<Tensor>{parameter}, max_norm, norm_type);
+}
+
+}  // namespace mixtrain::nn::utils

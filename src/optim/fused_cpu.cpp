@@ -1,0 +1,257 @@
+#include "optim/fused_cpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/loops.h"
+#include "mixtrain/core/error.h"
+#include "mixtrain/core/half.h"
+
+namespace mixtrain::optim::detail {
+
+namespace {
+
+using backends::cpu::parallel_for;
+
+// Half operands are converted block by block into stack buffers (vectorized F16C conversions),
+// so the arithmetic loops below only ever see float or double arrays and vectorize.
+constexpr int64_t kBlock = 1024;
+constexpr int64_t kGrain = 1 << 15;
+
+template <class C>
+C* view_block(const Tensor& t, int64_t begin, int64_t n, C* tmp) {
+  if (t.dtype() == dtype_of<C>::value) return static_cast<C*>(t.raw_data()) + begin;
+  if constexpr (std::is_same_v<C, float>) {
+    if (t.dtype() == kFloat16) {
+      half_to_float_array(static_cast<const Half*>(t.raw_data()) + begin, tmp, n);
+      return tmp;
+    }
+    if (t.dtype() == kBFloat16) {
+      bf16_to_float_array(static_cast<const BFloat16*>(t.raw_data()) + begin, tmp, n);
+      return tmp;
+    }
+  }
+  MT_ERROR("optimizer step: unsupported operand dtype ", t.dtype());
+}
+
+// Stores a block computed in C into t (nothing to do when the block was a view into t).
+template <class C>
+void store_block(const Tensor& t, int64_t begin, int64_t n, const C* src) {
+  if (t.dtype() == dtype_of<C>::value) {
+    C* dst = static_cast<C*>(t.raw_data()) + begin;
+    if (dst != src) std::copy(src, src + n, dst);
+    return;
+  }
+  if constexpr (std::is_same_v<C, float>) {
+    if (t.dtype() == kFloat16) return float_to_half_array(src, static_cast<Half*>(t.raw_data()) + begin, n);
+    if (t.dtype() == kBFloat16) return float_to_bf16_array(src, static_cast<BFloat16*>(t.raw_data()) + begin, n);
+  }
+  MT_ERROR("optimizer step: unsupported operand dtype ", t.dtype());
+}
+
+void check_operand(const char* op, const Tensor& t, const Tensor& weight, const char* what) {
+  MT_CHECK(t.device().is_cpu(), op, ": ", what, " is on ", t.device(),
+           "; the fused optimizer loops run on the CPU (device kernels belong to the CUDA backend)");
+  MT_CHECK(t.shape() == weight.shape(), op, ": ", what, " has shape ", shape_str(t.shape()), " but the weight has ",
+           shape_str(weight.shape()));
+  MT_CHECK(t.is_contiguous(), op, ": ", what, " must be contiguous");
+}
+
+// ---- Adam -------------------------------------------------------------------------------------
+
+template <class C>
+struct AdamScalars {
+  C decay, wd, w1, one_minus_w1, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size;
+};
+
+// Mode: 0 no weight decay, 1 L2 (Adam), 2 decoupled (AdamW). The operation order follows
+// PyTorch's single-tensor Adam: lerp_, mul_ + addcmul_, sqrt / bc2_sqrt + eps, addcdiv_.
+template <class C, int Mode, bool Amsgrad, bool LerpSmall>
+void adam_core(C* w, const C* g, C* m, C* v, C* vmax, int64_t n, const AdamScalars<C>& s) {
+  for (int64_t i = 0; i < n; ++i) {
+    C p = w[i];
+    C gi = g[i];
+    if constexpr (Mode == 2) p = p * s.decay;
+    if constexpr (Mode == 1) gi = gi + s.wd * p;
+    C mi = m[i];
+    // torch.lerp: the formula depends on whether the weight is below 0.5, for accuracy.
+    if constexpr (LerpSmall) mi = mi + s.w1 * (gi - mi);
+    else mi = gi - (gi - mi) * s.one_minus_w1;
+    C vi = v[i] * s.beta2;
+    vi = vi + s.one_minus_beta2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    if constexpr (Amsgrad) {
+      const C old = vmax[i];
+      // torch.maximum propagates NaN from either side.
+      vi = (old < vi || vi != vi) ? vi : old;
+      vmax[i] = vi;
+    }
+    const C denom = std::sqrt(vi) / s.bc2_sqrt + s.eps;
+    w[i] = p + s.neg_step_size * (mi / denom);
+  }
+}
+
+template <class C>
+using AdamCore = void (*)(C*, const C*, C*, C*, C*, int64_t, const AdamScalars<C>&);
+
+template <class C, int Mode, bool Amsgrad>
+AdamCore<C> pick_adam(bool lerp_small) {
+  return lerp_small ? &adam_core<C, Mode, Amsgrad, true> : &adam_core<C, Mode, Amsgrad, false>;
+}
+
+template <class C, int Mode>
+AdamCore<C> pick_adam(bool amsgrad, bool lerp_small) {
+  return amsgrad ? pick_adam<C, Mode, true>(lerp_small) : pick_adam<C, Mode, false>(lerp_small);
+}
+
+template <class C>
+void adam_typed(const Tensor& weight, const Tensor& grad, const Tensor& m, const Tensor& v, const Tensor& vmax,
+                const Tensor& half_out, const AdamArgs& a) {
+  // Scalars as PyTorch computes them: in double on the host, then cast to the compute type.
+  const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(a.step));
+  const double bc2 = 1.0 - std::pow(a.beta2, static_cast<double>(a.step));
+  const double w1 = 1.0 - a.beta1;
+  AdamScalars<C> s;
+  s.decay = static_cast<C>(1.0 - a.lr * a.weight_decay);
+  s.wd = static_cast<C>(a.weight_decay);
+  s.w1 = static_cast<C>(w1);
+  s.one_minus_w1 = static_cast<C>(1.0 - w1);
+  s.beta2 = static_cast<C>(a.beta2);
+  s.one_minus_beta2 = static_cast<C>(1.0 - a.beta2);
+  s.bc2_sqrt = static_cast<C>(std::sqrt(bc2));
+  s.eps = static_cast<C>(a.eps);
+  s.neg_step_size = static_cast<C>(-(a.lr / bc1));
+
+  const int mode = a.weight_decay == 0.0 ? 0 : (a.decoupled ? 2 : 1);
+  const bool lerp_small = std::abs(w1) < 0.5;
+  AdamCore<C> core = mode == 0   ? pick_adam<C, 0>(a.amsgrad, lerp_small)
+                     : mode == 1 ? pick_adam<C, 1>(a.amsgrad, lerp_small)
+                                 : pick_adam<C, 2>(a.amsgrad, lerp_small);
+
+  const DType cd = dtype_of<C>::value;
+  const bool direct = weight.dtype() == cd && grad.dtype() == cd && !half_out.defined();
+  parallel_for(weight.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    if (direct) {
+      C* vm = a.amsgrad ? static_cast<C*>(vmax.raw_data()) + begin : nullptr;
+      core(static_cast<C*>(weight.raw_data()) + begin, static_cast<const C*>(grad.raw_data()) + begin,
+           static_cast<C*>(m.raw_data()) + begin, static_cast<C*>(v.raw_data()) + begin, vm, end - begin, s);
+      return;
+    }
+    C tw[kBlock], tg[kBlock], tm[kBlock], tv[kBlock], tx[kBlock];
+    for (int64_t b = begin; b < end; b += kBlock) {
+      const int64_t n = std::min(kBlock, end - b);
+      C* pw = view_block(weight, b, n, tw);
+      const C* pg = view_block(grad, b, n, tg);
+      C* pm = view_block(m, b, n, tm);
+      C* pv = view_block(v, b, n, tv);
+      C* px = a.amsgrad ? view_block(vmax, b, n, tx) : nullptr;
+      core(pw, pg, pm, pv, px, n, s);
+      store_block(weight, b, n, pw);
+      store_block(m, b, n, pm);
+      store_block(v, b, n, pv);
+      if (a.amsgrad) store_block(vmax, b, n, px);
+      if (half_out.defined()) store_block(half_out, b, n, pw);
+    }
+  });
+}
+
+// ---- SGD --------------------------------------------------------------------------------------
+
+template <class C>
+struct SgdScalars {
+  C wd, momentum, one_minus_dampening, neg_lr;
+};
+
+// Mom: 0 no momentum, 1 first step (buf = g), 2 running buffer.
+template <class C, bool WeightDecay, int Mom, bool Nesterov>
+void sgd_core(C* w, const C* g, C* buf, int64_t n, const SgdScalars<C>& s) {
+  for (int64_t i = 0; i < n; ++i) {
+    C gi = g[i];
+    if constexpr (WeightDecay) gi = gi + s.wd * w[i];
+    if constexpr (Mom == 1) buf[i] = gi;
+    if constexpr (Mom == 2) buf[i] = buf[i] * s.momentum + s.one_minus_dampening * gi;
+    if constexpr (Mom != 0) gi = Nesterov ? gi + s.momentum * buf[i] : buf[i];
+    w[i] = w[i] + s.neg_lr * gi;
+  }
+}
+
+template <class C>
+using SgdCore = void (*)(C*, const C*, C*, int64_t, const SgdScalars<C>&);
+
+template <class C, bool WeightDecay>
+SgdCore<C> pick_sgd(int mom, bool nesterov) {
+  if (mom == 0) return &sgd_core<C, WeightDecay, 0, false>;
+  if (mom == 1) return nesterov ? &sgd_core<C, WeightDecay, 1, true> : &sgd_core<C, WeightDecay, 1, false>;
+  return nesterov ? &sgd_core<C, WeightDecay, 2, true> : &sgd_core<C, WeightDecay, 2, false>;
+}
+
+template <class C>
+void sgd_typed(const Tensor& weight, const Tensor& grad, const Tensor& buf, const Tensor& half_out,
+               const SgdArgs& a) {
+  SgdScalars<C> s;
+  s.wd = static_cast<C>(a.weight_decay);
+  s.momentum = static_cast<C>(a.momentum);
+  s.one_minus_dampening = static_cast<C>(1.0 - a.dampening);
+  s.neg_lr = static_cast<C>(-a.lr);
+  const int mom = a.momentum == 0.0 ? 0 : (a.first_step ? 1 : 2);
+  SgdCore<C> core = a.weight_decay != 0.0 ? pick_sgd<C, true>(mom, a.nesterov) : pick_sgd<C, false>(mom, a.nesterov);
+
+  const DType cd = dtype_of<C>::value;
+  const bool direct = weight.dtype() == cd && grad.dtype() == cd && !half_out.defined();
+  parallel_for(weight.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    if (direct) {
+      C* pb = mom ? static_cast<C*>(buf.raw_data()) + begin : nullptr;
+      core(static_cast<C*>(weight.raw_data()) + begin, static_cast<const C*>(grad.raw_data()) + begin, pb,
+           end - begin, s);
+      return;
+    }
+    C tw[kBlock], tg[kBlock], tb[kBlock];
+    for (int64_t b = begin; b < end; b += kBlock) {
+      const int64_t n = std::min(kBlock, end - b);
+      C* pw = view_block(weight, b, n, tw);
+      const C* pg = view_block(grad, b, n, tg);
+      C* pb = mom ? view_block(buf, b, n, tb) : nullptr;
+      core(pw, pg, pb, n, s);
+      store_block(weight, b, n, pw);
+      if (mom) store_block(buf, b, n, pb);
+      if (half_out.defined()) store_block(half_out, b, n, pw);
+    }
+  });
+}
+
+}  // namespace
+
+void fused_adam(const Tensor& weight, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                const Tensor& max_exp_avg_sq, const Tensor& half_out, const AdamArgs& args) {
+  const char* op = args.decoupled ? "AdamW.step" : "Adam.step";
+  check_operand(op, weight, weight, "the weight");
+  check_operand(op, grad, weight, "the gradient");
+  check_operand(op, exp_avg, weight, "exp_avg");
+  check_operand(op, exp_avg_sq, weight, "exp_avg_sq");
+  if (args.amsgrad) check_operand(op, max_exp_avg_sq, weight, "max_exp_avg_sq");
+  if (half_out.defined()) check_operand(op, half_out, weight, "the half parameter");
+  if (weight.dtype() == kFloat64) {
+    MT_CHECK(grad.dtype() == kFloat64, op, ": float64 weight with a ", grad.dtype(), " gradient");
+    adam_typed<double>(weight, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, half_out, args);
+  } else {
+    adam_typed<float>(weight, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, half_out, args);
+  }
+}
+
+void fused_sgd(const Tensor& weight, const Tensor& grad, const Tensor& momentum_buffer, const Tensor& half_out,
+               const SgdArgs& args) {
+  check_operand("SGD.step", weight, weight, "the weight");
+  check_operand("SGD.step", grad, weight, "the gradient");
+  if (args.momentum != 0.0) check_operand("SGD.step", momentum_buffer, weight, "momentum_buffer");
+  if (half_out.defined()) check_operand("SGD.step", half_out, weight, "the half parameter");
+  if (weight.dtype() == kFloat64) {
+    MT_CHECK(grad.dtype() == kFloat64, "SGD.step: float64 weight with a ", grad.dtype(), " gradient");
+    sgd_typed<double>(weight, grad, momentum_buffer, half_out, args);
+  } else {
+    sgd_typed<float>(weight, grad, momentum_buffer, half_out, args);
+  }
+}
+
+}  // namespace mixtrain::optim::detail

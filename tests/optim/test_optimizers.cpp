@@ -1,0 +1,263 @@
+// SGD / Adam / AdamW against fp64 references written from PyTorch's documented algorithms
+// (the pseudocode on the torch.optim.SGD / Adam / AdamW pages), over several steps with fresh
+// random gradients, for fp64, fp32 and half parameters (with and without fp32 master weights).
+#include <cmath>
+#include <string>
+
+#include "mixtrain/mixtrain.h"
+#include "support/testing.h"
+
+namespace mt = mixtrain;
+using mt::Tensor;
+using mt::testing::all_close;
+using mt::testing::random_tensor;
+using mt::testing::to_doubles;
+using mt::testing::tolerance_for;
+
+namespace {
+
+struct Hyper {
+  std::string algo;  // "sgd", "adam", "adamw"
+  double lr = 1e-2, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
+  bool nesterov = false;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  bool amsgrad = false;
+};
+
+// The reference: one parameter's state in fp64, advanced by the documented formulas.
+struct Ref {
+  std::vector<double> w, m, v, vmax, buf;
+  int t = 0;
+
+  void step(const Hyper& h, std::vector<double> g) {
+    ++t;
+    const size_t n = w.size();
+    if (m.empty()) m.assign(n, 0.0), v.assign(n, 0.0), vmax.assign(n, 0.0);
+    if (h.algo == "sgd") {
+      for (size_t i = 0; i < n; ++i) {
+        if (h.weight_decay != 0) g[i] += h.weight_decay * w[i];
+        if (h.momentum != 0) {
+          const double b = t > 1 ? h.momentum * buf[i] + (1 - h.dampening) * g[i] : g[i];
+          if (buf.size() < n) buf.resize(n);
+          buf[i] = b;
+          g[i] = h.nesterov ? g[i] + h.momentum * b : b;
+        }
+        w[i] -= h.lr * g[i];
+      }
+      return;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (h.algo == "adamw") w[i] -= h.lr * h.weight_decay * w[i];
+      if (h.algo == "adam" && h.weight_decay != 0) g[i] += h.weight_decay * w[i];
+      m[i] = h.beta1 * m[i] + (1 - h.beta1) * g[i];
+      v[i] = h.beta2 * v[i] + (1 - h.beta2) * g[i] * g[i];
+      const double mhat = m[i] / (1 - std::pow(h.beta1, t));
+      vmax[i] = std::max(vmax[i], v[i]);
+      const double vhat = (h.amsgrad ? vmax[i] : v[i]) / (1 - std::pow(h.beta2, t));
+      w[i] -= h.lr * mhat / (std::sqrt(vhat) + h.eps);
+    }
+  }
+};
+
+std::unique_ptr<mt::optim::Optimizer> make(const Hyper& h, std::vector<Tensor> params, bool master) {
+  namespace o = mt::optim;
+  if (h.algo == "sgd")
+    return std::make_unique<o::SGD>(params, o::SGDOptions(h.lr)
+                                                .momentum(h.momentum)
+                                                .dampening(h.dampening)
+                                                .weight_decay(h.weight_decay)
+                                                .nesterov(h.nesterov)
+                                                .master_weights(master));
+  if (h.algo == "adam")
+    return std::make_unique<o::Adam>(params, o::AdamOptions(h.lr)
+                                                 .betas({h.beta1, h.beta2})
+                                                 .eps(h.eps)
+                                                 .weight_decay(h.weight_decay)
+                                                 .amsgrad(h.amsgrad)
+                                                 .master_weights(master));
+  return std::make_unique<o::AdamW>(params, o::AdamWOptions(h.lr)
+                                                .betas({h.beta1, h.beta2})
+                                                .eps(h.eps)
+                                                .weight_decay(h.weight_decay)
+                                                .amsgrad(h.amsgrad)
+                                                .master_weights(master));
+}
+
+Tensor find_state(const mt::optim::Optimizer& opt, const std::string& name) {
+  for (const auto& [n, t] : opt.state_tensors())
+    if (n == name) return t;
+  return Tensor();
+}
+
+std::vector<Hyper> all_configs() {
+  std::vector<Hyper> c;
+  c.push_back({"sgd", 0.1});
+  Hyper h{"sgd", 0.05, 0.9};
+  c.push_back(h);
+  h.dampening = 0.3;  // first step must still take buf = g, not (1 - dampening) g
+  h.weight_decay = 0.01;
+  c.push_back(h);
+  Hyper n{"sgd", 0.05, 0.9, 0.0, 1e-3, true};
+  c.push_back(n);
+  c.push_back({"adam", 1e-2});
+  Hyper a{"adam", 3e-3};
+  a.weight_decay = 0.05;
+  a.beta1 = 0.3;  // 1 - beta1 >= 0.5 takes lerp's other formula
+  c.push_back(a);
+  Hyper ams{"adam", 1e-2};
+  ams.amsgrad = true;
+  c.push_back(ams);
+  Hyper aw{"adamw", 1e-2};
+  aw.weight_decay = 0.1;
+  c.push_back(aw);
+  aw.amsgrad = true;
+  c.push_back(aw);
+  return c;
+}
+
+std::string describe(const Hyper& h) {
+  std::ostringstream os;
+  os << h.algo << " lr=" << h.lr << " mom=" << h.momentum << " damp=" << h.dampening << " wd=" << h.weight_decay
+     << " nesterov=" << h.nesterov << " beta1=" << h.beta1 << " amsgrad=" << h.amsgrad;
+  return os.str();
+}
+
+// Runs `steps` steps on a parameter of `shape` and dtype, comparing with the reference.
+void check_against_reference(const Hyper& h, mt::DType dtype, const mt::Shape& shape, bool master, int steps,
+                             const mt::testing::Tolerance& tol) {
+  SCOPED_TRACE(describe(h) + " dtype=" + mt::dtype_name(dtype) + (master ? " master" : ""));
+  Tensor p = random_tensor(shape, dtype, 11, -1.0, 1.0).set_requires_grad(true);
+  auto opt = make(h, {p}, master);
+  Ref ref;
+  ref.w = to_doubles(p);
+  for (int k = 0; k < steps; ++k) {
+    Tensor g = random_tensor(shape, dtype, 100 + k, -1.0, 1.0);
+    p.set_grad(g);
+    opt->step();
+    ref.step(h, to_doubles(g));
+  }
+  const Tensor weight = master ? opt->master_params()[0] : p;
+  ASSERT_EQ(weight.dtype(), master ? mt::kFloat32 : dtype);
+  EXPECT_TRUE(all_close(weight, ref.w, tol));
+  if (h.algo != "sgd") {
+    EXPECT_TRUE(all_close(find_state(*opt, "state.0.exp_avg"), ref.m, tol));
+    EXPECT_TRUE(all_close(find_state(*opt, "state.0.exp_avg_sq"), ref.v, tol));
+    if (h.amsgrad) EXPECT_TRUE(all_close(find_state(*opt, "state.0.max_exp_avg_sq"), ref.vmax, tol));
+  } else if (h.momentum != 0) {
+    EXPECT_TRUE(all_close(find_state(*opt, "state.0.momentum_buffer"), ref.buf, tol));
+  }
+  if (master) {
+    // The half parameter is the master rounded to nearest even.
+    const std::vector<float> m = weight.to_vector<float>();
+    const Tensor expected = mt::from_vector(m, shape).to(dtype);
+    const Tensor diff = mt::ne(p, expected).to(mt::kInt64).sum();
+    EXPECT_EQ(diff.item<int64_t>(), 0);
+  }
+}
+
+}  // namespace
+
+TEST(Optimizers, Float64MatchesDocumentedFormulas) {
+  // fp64 parameters compute in fp64: only the formulas' rounding differs from the reference.
+  for (const Hyper& h : all_configs()) check_against_reference(h, mt::kFloat64, {7, 9}, false, 6, tolerance_for(mt::kFloat64));
+}
+
+TEST(Optimizers, Float32MatchesReference) {
+  for (const Hyper& h : all_configs()) check_against_reference(h, mt::kFloat32, {13, 17}, false, 6, tolerance_for(mt::kFloat32));
+}
+
+TEST(Optimizers, Float32LargeTensorUsesThreadsAndMatches) {
+  // 40,000 elements: above the parallel grain, so the OpenMP split runs.
+  for (const Hyper& h : all_configs()) check_against_reference(h, mt::kFloat32, {200, 200}, false, 3, tolerance_for(mt::kFloat32));
+}
+
+TEST(Optimizers, MasterWeightsUpdateInFloat32) {
+  // Half parameters with master weights: the fp32 master follows the fp32 update of the
+  // (half) gradients, and the half parameter is its rounding.
+  for (mt::DType dt : {mt::kFloat16, mt::kBFloat16}) {
+    for (const Hyper& h : all_configs())
+      check_against_reference(h, dt, {33, 40}, true, 5, tolerance_for(mt::kFloat32));
+    check_against_reference(all_configs()[4], dt, {200, 200}, true, 3, tolerance_for(mt::kFloat32));
+  }
+}
+
+TEST(Optimizers, HalfParametersWithoutMasterWeights) {
+  // Each step rounds the weight (and state) to fp16 once: after 5 steps the error is within a
+  // few half-ulps of |w| (2^-11 relative each), hence rtol 4e-3.
+  const mt::testing::Tolerance tol{4e-3, 4e-3, 1e-3};
+  for (Hyper h : {Hyper{"sgd", 0.05, 0.9}, Hyper{"adam", 5e-2}, Hyper{"adamw", 5e-2}}) {
+    check_against_reference(h, mt::kFloat16, {16, 16}, false, 5, tol);
+  }
+  Tensor p = random_tensor({4}, mt::kFloat16, 1).set_requires_grad(true);
+  mt::optim::Adam adam({p}, mt::optim::AdamOptions());
+  p.set_grad(random_tensor({4}, mt::kFloat16, 2));
+  adam.step();
+  EXPECT_EQ(find_state(adam, "state.0.exp_avg").dtype(), mt::kFloat16);  // PyTorch: zeros_like(param)
+  EXPECT_FALSE(adam.has_master_weights());
+}
+
+TEST(Optimizers, SkipsParametersWithoutGradAndZeroGradUndefines) {
+  Tensor a = random_tensor({3}, mt::kFloat32, 1).set_requires_grad(true);
+  Tensor b = random_tensor({3}, mt::kFloat32, 2).set_requires_grad(true);
+  const std::vector<double> b0 = to_doubles(b);
+  mt::optim::SGD sgd({a, b}, mt::optim::SGDOptions(0.1));
+  a.set_grad(mt::ones({3}));
+  sgd.step();
+  EXPECT_EQ(to_doubles(b), b0);
+  EXPECT_EQ(sgd.steps_taken(), 1);
+  sgd.zero_grad();
+  EXPECT_FALSE(a.grad().defined());
+  EXPECT_FALSE(b.grad().defined());
+}
+
+TEST(Optimizers, ParamGroupsHaveTheirOwnOptions) {
+  Tensor a = mt::zeros({2}).set_requires_grad(true);
+  Tensor b = mt::zeros({2}).set_requires_grad(true);
+  std::vector<mt::optim::ParamGroup> groups;
+  groups.emplace_back(std::vector<Tensor>{a});
+  groups.emplace_back(std::vector<Tensor>{b}, mt::optim::SGDOptions(1.0));
+  mt::optim::SGD sgd(groups, mt::optim::SGDOptions(0.1));
+  ASSERT_EQ(sgd.param_groups().size(), 2u);
+  EXPECT_DOUBLE_EQ(sgd.param_groups()[0].options().get_lr(), 0.1);
+  EXPECT_DOUBLE_EQ(sgd.param_groups()[1].options().get_lr(), 1.0);
+  a.set_grad(mt::ones({2}));
+  b.set_grad(mt::ones({2}));
+  sgd.step();
+  EXPECT_FLOAT_EQ(a.to_vector<float>()[0], -0.1f);
+  EXPECT_FLOAT_EQ(b.to_vector<float>()[0], -1.0f);
+  sgd.param_groups()[0].options().set_lr(0.5);
+  sgd.step();
+  EXPECT_FLOAT_EQ(a.to_vector<float>()[0], -0.6f);
+  auto& o = static_cast<mt::optim::SGDOptions&>(sgd.param_groups()[1].options());
+  EXPECT_DOUBLE_EQ(o.lr(), 1.0);
+}
+
+TEST(Optimizers, InvalidOptionsAndParametersAreErrors) {
+  namespace o = mt::optim;
+  Tensor p = mt::zeros({2}).set_requires_grad(true);
+  auto throws_with = [](auto&& f, const std::string& text) {
+    try {
+      f();
+    } catch (const mt::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+      return;
+    }
+    ADD_FAILURE() << "no error; expected one containing \"" << text << "\"";
+  };
+  throws_with([&] { o::SGD s({p}, o::SGDOptions(-1.0)); }, "invalid lr");
+  throws_with([&] { o::SGD s({p}, o::SGDOptions(0.1).nesterov(true)); }, "Nesterov momentum requires");
+  throws_with([&] { o::SGD s({p}, o::SGDOptions(0.1).momentum(0.9).dampening(0.1).nesterov(true)); }, "zero dampening");
+  throws_with([&] { o::Adam a({p}, o::AdamOptions().betas({0.9, 1.0})); }, "betas[1]");
+  throws_with([&] { o::Adam a({p}, o::AdamOptions().betas({-0.1, 0.9})); }, "betas[0]");
+  throws_with([&] { o::AdamW a({p}, o::AdamWOptions().eps(-1)); }, "eps");
+  throws_with([&] { o::AdamW a({p}, o::AdamWOptions().weight_decay(-1)); }, "weight_decay");
+  throws_with([&] { o::Adam a({p, p}); }, "more than once");
+  throws_with([&] { o::Adam a(std::vector<Tensor>{}); }, "empty parameter list");
+  Tensor q = mt::zeros({2}).set_requires_grad(true);
+  Tensor nonleaf = q * 2.0;
+  throws_with([&] { o::Adam a({nonleaf}); }, "not a leaf");
+  throws_with([&] { o::Adam a({mt::zeros({2}, mt::kInt64)}); }, "floating");
+  std::vector<o::ParamGroup> mixed;
+  mixed.emplace_back(std::vector<Tensor>{p}, o::SGDOptions(0.1));
+  throws_with([&] { o::Adam a(mixed); }, "another optimizer's type");
+}
