@@ -3,11 +3,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(_mt_targets mixtrain)
-if(TARGET mixtrain_kernels)
-  list(APPEND _mt_targets mixtrain_kernels)
-endif()
-install(TARGETS ${_mt_targets} EXPORT mixtrainTargets
+install(TARGETS mixtrain EXPORT mixtrainTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

@@ -10,74 +10,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/kernel_types.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/tensor.h"
 
 namespace mixtrain::backends {
-
-enum class UnaryOp : uint8_t { Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Relu, Gelu, Abs, Pow, Square };
-enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Pow, Maximum, Minimum };
-enum class CompareOp : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
-enum class ReduceOp : uint8_t { Sum, Max, Min };
-
-const char* unary_op_name(UnaryOp op);
-const char* binary_op_name(BinaryOp op);
-
-// The loss scaler's scale update (amp::GradScaler::update), as data so a device kernel can run
-// it without a host round trip. Rule (PyTorch's, plus the opt-in extensions):
-//   overflow: growth_tracker = 0; hysteresis_tracker = max(hysteresis_tracker - 1, 0); when it
-//             reaches 0: at_min_scale = (min_scale > 0 && scale <= min_scale), and
-//             scale = max(float(scale * backoff_factor), min_scale)
-//   clean:    hysteresis_tracker = hysteresis; growth_tracker += 1; when it reaches
-//             growth_interval: growth_tracker = 0 and scale = min(float(scale * growth_factor),
-//             max_scale) if that is finite, else unchanged.
-struct ScaleUpdateArgs {
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
-  int64_t growth_interval = 2000;
-  int64_t hysteresis = 1;  // 1: back off on every overflow (PyTorch)
-  double min_scale = 0.0;  // 0: no floor
-  double max_scale = 0.0;  // 0: no ceiling
-};
-
-// Element counts the check+unscale pass can gather in the same sweep, accumulated (max / add)
-// into an fp64 tensor of kAmpStatsSize elements, so several calls (dtypes, optimizers) combine.
-enum AmpStat : int { kAmpStatMaxAbs = 0, kAmpStatZeros = 1, kAmpStatFp16Subnormal = 2, kAmpStatElements = 3 };
-constexpr int64_t kAmpStatsSize = 4;
-
-struct NllLossArgs {
-  int64_t ignore_index = -100;
-  double label_smoothing = 0.0;
-};
-
-// Convolution geometry; the sizes come from the tensors (x [N, C, H, W], w [Cout, C/groups, kh, kw]).
-struct Conv2dParams {
-  int64_t stride_h = 1, stride_w = 1;
-  int64_t pad_h = 0, pad_w = 0;
-  int64_t dilation_h = 1, dilation_w = 1;
-  int64_t groups = 1;
-};
-
-// Pooling window; padding is implicit -inf.
-struct Pool2dParams {
-  int64_t kernel_h = 1, kernel_w = 1;
-  int64_t stride_h = 1, stride_w = 1;
-  int64_t pad_h = 0, pad_w = 0;
-  int64_t dilation_h = 1, dilation_w = 1;
-};
-
-enum class UpsampleMode : uint8_t { Nearest, Bilinear };
-
-// Source coordinate of output pixel i: nearest: floor(i * scale); bilinear: i * scale when
-// align_corners, else (i + 0.5) * scale - 0.5 clamped at 0. The ops layer works out `scale`
-// (PyTorch's rules for size / scale_factor / align_corners), so every backend agrees on it.
-struct Upsample2dParams {
-  UpsampleMode mode = UpsampleMode::Nearest;
-  bool align_corners = false;
-  double scale_h = 1.0, scale_w = 1.0;
-};
-
-constexpr int64_t kNoPaddingIdx = INT64_MIN;
 
 class Backend {
  public:
@@ -86,6 +23,10 @@ class Backend {
   // dst = src elementwise, converting dtype; same shape, any strides on both.
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
   virtual void fill(const Tensor& dst, double value) = 0;
+  // dst (floating, contiguous) = draws of the counter-based generator (seed, offset): see
+  // RandomKind. Values are computed in fp64 and rounded once to dst's dtype (through fp32 for
+  // the half types, as copy() does), identically on every backend.
+  virtual void random(const Tensor& dst, RandomKind kind, uint64_t seed, uint64_t offset) = 0;
 
   // out = op(x; alpha), alpha is the exponent for Pow.
   virtual void unary(UnaryOp op, const Tensor& x, const Tensor& out, double alpha) = 0;
@@ -240,6 +181,19 @@ class Backend {
   virtual void embedding_backward(const Tensor& grad_out, const Tensor& indices, int64_t padding_idx,
                                   const Tensor& grad_weight) {
     not_implemented("embedding_backward");
+  }
+
+  // The optimizers' fused element-wise updates (one pass reads weight, grad and state, writes them
+  // back). weight and the state tensors share a dtype; grad has the weight's dtype or, for an
+  // fp32 master weight, the half parameter's; half_out (may be undefined) receives the updated
+  // weight rounded to its half dtype. All contiguous, one shape, on this backend's device.
+  virtual void adam_step(const Tensor& weight, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                         const Tensor& max_exp_avg_sq, const Tensor& half_out, const AdamArgs& args) {
+    not_implemented("adam_step");
+  }
+  virtual void sgd_step(const Tensor& weight, const Tensor& grad, const Tensor& momentum_buffer,
+                        const Tensor& half_out, const SgdArgs& args) {
+    not_implemented("sgd_step");
   }
 
  protected:

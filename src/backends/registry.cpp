@@ -3,6 +3,9 @@
 #include <atomic>
 
 #include "backends/cpu/cpu_backend.h"
+#ifdef MIXTRAIN_WITH_CUDA
+#include "backends/cuda/cuda_backend.h"  // cuda_backend(): nullptr when no device is present
+#endif
 #include "mixtrain/core/error.h"
 
 namespace mixtrain::backends {
@@ -23,11 +26,6 @@ const char* binary_op_name(BinaryOp op) {
 
 void register_backend(DeviceType type, Backend* backend) { g_backends[static_cast<int>(type)].store(backend); }
 
-#ifdef MIXTRAIN_WITH_CUDA
-namespace cuda {
-Backend* cuda_backend();  // src/backends/cuda; nullptr when no device is present
-}
-#endif
 
 Backend& backend_for(DeviceType type) {
   if (Backend* b = g_backends[static_cast<int>(type)].load(std::memory_order_acquire)) return *b;

@@ -1,5 +1,6 @@
 #include "mixtrain/core/device.h"
 
+#include <atomic>
 #include <cstdlib>
 
 #include "mixtrain/core/error.h"
@@ -28,11 +29,29 @@ Device Device::parse(const std::string& text) {
 std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
 std::ostream& operator<<(std::ostream& os, DeviceType t) { return os << device_type_name(t); }
 
-#ifndef MIXTRAIN_WITH_CUDA
 namespace cuda {
+
+namespace {
+std::atomic<bool> g_allow_tf32{false};
+std::atomic<bool> g_cudnn_allow_tf32{true};
+std::atomic<bool> g_cudnn_benchmark{false};
+}  // namespace
+
+void set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
+bool allow_tf32() { return g_allow_tf32.load(); }
+void set_cudnn_allow_tf32(bool allow) { g_cudnn_allow_tf32.store(allow); }
+bool cudnn_allow_tf32() { return g_cudnn_allow_tf32.load(); }
+void set_cudnn_benchmark(bool enabled) { g_cudnn_benchmark.store(enabled); }
+bool cudnn_benchmark() { return g_cudnn_benchmark.load(); }
+
+#ifndef MIXTRAIN_WITH_CUDA
 bool is_available() { return false; }
 int device_count() { return 0; }
-}  // namespace cuda
+void synchronize(int) {}
+std::string device_name(int) { return ""; }
+void* stream(int) { return nullptr; }
 #endif
+
+}  // namespace cuda
 
 }  // namespace mixtrain

@@ -45,14 +45,27 @@ Tensor zeros(const Shape& shape, const TensorOptions& options) { return full(sha
 Tensor ones(const Shape& shape, const TensorOptions& options) { return full(shape, 1.0, options); }
 Tensor scalar_tensor(double value, const TensorOptions& options) { return full({}, value, options); }
 
+namespace {
+// Drawn where the tensor lives: the backend evaluates the counter-based generator per element,
+// so a device tensor needs no host loop or copy, and every device gives the same values.
+Tensor random_tensor(const char* op, const Shape& shape, Generator& gen, const TensorOptions& options,
+                     backends::RandomKind kind) {
+  MT_CHECK(is_floating(options.dtype()), op, ": expected a floating dtype, got ", options.dtype());
+  Tensor t = Tensor::empty(shape, TensorOptions().dtype(options.dtype()).device(options.device()));
+  const uint64_t per_element = kind == backends::RandomKind::Normal ? 2 : 1;
+  const uint64_t offset = gen.reserve(static_cast<uint64_t>(t.numel()) * per_element);
+  backends::backend_for(t).random(t, kind, gen.state().seed, offset);
+  if (options.requires_grad()) t.set_requires_grad(true);
+  return t;
+}
+}  // namespace
+
 Tensor rand(const Shape& shape, Generator& gen, const TensorOptions& options) {
-  MT_CHECK(is_floating(options.dtype()), "rand: expected a floating dtype, got ", options.dtype());
-  return generate(shape, options, [&](int64_t) { return gen.next_uniform(); });
+  return random_tensor("rand", shape, gen, options, backends::RandomKind::Uniform);
 }
 
 Tensor randn(const Shape& shape, Generator& gen, const TensorOptions& options) {
-  MT_CHECK(is_floating(options.dtype()), "randn: expected a floating dtype, got ", options.dtype());
-  return generate(shape, options, [&](int64_t) { return gen.next_normal(); });
+  return random_tensor("randn", shape, gen, options, backends::RandomKind::Normal);
 }
 
 Tensor rand(const Shape& shape, const TensorOptions& options) { return rand(shape, default_generator(), options); }

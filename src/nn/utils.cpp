@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "backends/cpu/loops.h"
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/ops/functional.h"
 
 namespace mixtrain::nn::utils {
 
@@ -63,15 +65,32 @@ double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
   if (grads.empty()) return 0.0;
 
   double acc = 0.0;
+  auto combine = [inf](double total, double part) {
+    return inf ? ((part > total || part != part) ? part : total) : total + part;
+  };
+  // Device gradients: partial sums stay on the device (one running scalar per device) and are
+  // read back once, instead of copying every gradient to the host.
+  std::vector<Tensor> device_parts;
   for (const Tensor& g_in : grads) {
-    Tensor g = g_in.device().is_cpu() ? g_in.contiguous() : g_in.to(Device::cpu()).contiguous();
+    if (!g_in.device().is_cpu()) {
+      NoGradGuard no_grad;
+      const Tensor g = g_in.dtype() == kFloat64 ? g_in : g_in.to(kFloat32);
+      const Tensor part = inf ? max(abs(g)) : norm_type == 2.0 ? sum(square(g)) : sum(pow(abs(g), norm_type));
+      auto it = std::find_if(device_parts.begin(), device_parts.end(),
+                             [&](const Tensor& t) { return t.device() == g.device() && t.dtype() == part.dtype(); });
+      if (it == device_parts.end()) device_parts.push_back(part);
+      else *it = inf ? maximum(*it, part) : add(*it, part);
+      continue;
+    }
+    const Tensor g = g_in.contiguous();
     double part = 0.0;
     dispatch_floating(g.dtype(), "clip_grad_norm_", [&](auto tag) {
       using T = typename decltype(tag)::type;
       part = grad_norm_part(g.data_ptr<T>(), g.numel(), norm_type);
     });
-    acc = inf ? ((part > acc || part != part) ? part : acc) : acc + part;
+    acc = combine(acc, part);
   }
+  for (const Tensor& t : device_parts) acc = combine(acc, t.item<double>());
   const double total = inf ? acc : (norm_type == 2.0 ? std::sqrt(acc) : std::pow(acc, 1.0 / norm_type));
 
   const double coef = max_norm / (total + 1e-6);

@@ -108,7 +108,7 @@ Tensor dropout(const Tensor& x_in, double p, bool training) {
   Tensor keep;
   {
     NoGradGuard no_grad;
-    Tensor u = rand(x.shape()).to(x.device());
+    Tensor u = rand(x.shape(), TensorOptions(kFloat32).device(x.device()));
     keep = where(ge(u, full({}, p, u.options())), full({}, 1.0 / (1.0 - p), x.options()), zeros({}, x.options()));
   }
   return mul(x, keep);

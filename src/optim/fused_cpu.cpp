@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backends/backend.h"
 #include "backends/cpu/loops.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/half.h"
@@ -51,8 +52,8 @@ void store_block(const Tensor& t, int64_t begin, int64_t n, const C* src) {
 }
 
 void check_operand(const char* op, const Tensor& t, const Tensor& weight, const char* what) {
-  MT_CHECK(t.device().is_cpu(), op, ": ", what, " is on ", t.device(),
-           "; the fused optimizer loops run on the CPU (device kernels belong to the CUDA backend)");
+  MT_CHECK(t.device() == weight.device(), op, ": ", what, " is on ", t.device(), " but the weight is on ",
+           weight.device());
   MT_CHECK(t.shape() == weight.shape(), op, ": ", what, " has shape ", shape_str(t.shape()), " but the weight has ",
            shape_str(weight.shape()));
   MT_CHECK(t.is_contiguous(), op, ": ", what, " must be contiguous");
@@ -232,6 +233,10 @@ void fused_adam(const Tensor& weight, const Tensor& grad, const Tensor& exp_avg,
   check_operand(op, exp_avg_sq, weight, "exp_avg_sq");
   if (args.amsgrad) check_operand(op, max_exp_avg_sq, weight, "max_exp_avg_sq");
   if (half_out.defined()) check_operand(op, half_out, weight, "the half parameter");
+  if (!weight.device().is_cpu()) {
+    backends::backend_for(weight).adam_step(weight, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, half_out, args);
+    return;
+  }
   if (weight.dtype() == kFloat64) {
     MT_CHECK(grad.dtype() == kFloat64, op, ": float64 weight with a ", grad.dtype(), " gradient");
     adam_typed<double>(weight, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, half_out, args);
@@ -246,6 +251,10 @@ void fused_sgd(const Tensor& weight, const Tensor& grad, const Tensor& momentum_
   check_operand("SGD.step", grad, weight, "the gradient");
   if (args.momentum != 0.0) check_operand("SGD.step", momentum_buffer, weight, "momentum_buffer");
   if (half_out.defined()) check_operand("SGD.step", half_out, weight, "the half parameter");
+  if (!weight.device().is_cpu()) {
+    backends::backend_for(weight).sgd_step(weight, grad, momentum_buffer, half_out, args);
+    return;
+  }
   if (weight.dtype() == kFloat64) {
     MT_CHECK(grad.dtype() == kFloat64, "SGD.step: float64 weight with a ", grad.dtype(), " gradient");
     sgd_typed<double>(weight, grad, momentum_buffer, half_out, args);

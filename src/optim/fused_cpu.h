@@ -10,33 +10,18 @@
 // parameter refreshed from the updated fp32 weight (round to nearest even).
 #include <cstdint>
 
+#include "backends/kernel_types.h"
 #include "mixtrain/core/tensor.h"
 
 namespace mixtrain::optim::detail {
 
-struct AdamArgs {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  bool decoupled = false;  // AdamW: w *= 1 - lr * weight_decay; Adam: g += weight_decay * w
-  bool amsgrad = false;
-  int64_t step = 1;  // the step being taken, counted from 1
-};
+using AdamArgs = backends::AdamArgs;
 
 // max_exp_avg_sq is undefined unless amsgrad.
 void fused_adam(const Tensor& weight, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                 const Tensor& max_exp_avg_sq, const Tensor& half_out, const AdamArgs& args);
 
-struct SgdArgs {
-  double lr = 1e-3;
-  double momentum = 0.0;
-  double dampening = 0.0;
-  double weight_decay = 0.0;
-  bool nesterov = false;
-  bool first_step = false;  // momentum buffer just created: buf = g (PyTorch's first-step init)
-};
+using SgdArgs = backends::SgdArgs;
 
 // momentum_buffer is undefined when momentum == 0.
 void fused_sgd(const Tensor& weight, const Tensor& grad, const Tensor& momentum_buffer, const Tensor& half_out,

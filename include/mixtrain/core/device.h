@@ -33,6 +33,23 @@ std::ostream& operator<<(std::ostream& os, DeviceType t);
 namespace cuda {
 bool is_available();   // compiled with CUDA and a device is present
 int device_count();    // 0 without CUDA or without a device
+// Waits for the work queued on a device (-1: every device). CUDA ops are asynchronous; reading a
+// value on the host (item(), to_vector(), to(cpu)) synchronises by itself.
+void synchronize(int device = -1);
+std::string device_name(int device = 0);  // "" without CUDA
+// The cudaStream_t (as void*) all of a device's work is queued on, for interop with other CUDA
+// code (events, custom kernels); nullptr without CUDA.
+void* stream(int device = 0);
+
+// Math modes, as PyTorch's torch.backends flags: fp32 matrix products on TF32 tensor cores (off
+// by default: fp32 means fp32), fp32 convolutions on TF32 (on by default, as in PyTorch), and
+// cuDNN benchmark mode (time the algorithms once per shape and cache the fastest; off by default).
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+void set_cudnn_allow_tf32(bool allow);
+bool cudnn_allow_tf32();
+void set_cudnn_benchmark(bool enabled);
+bool cudnn_benchmark();
 }  // namespace cuda
 
 }  // namespace mixtrain

@@ -2,6 +2,8 @@
 // A seedable, counter-based random generator: the n-th draw is a pure function of (seed, n), so
 // its whole state is two integers that a checkpoint saves and restores exactly, and a CUDA
 // kernel can reproduce any draw without a sequential state.
+#include <math.h>
+
 #include <cstdint>
 
 namespace mixtrain {
@@ -27,8 +29,33 @@ class Generator {
   GeneratorState state_;
 };
 
-// The n-th 64-bit draw of a generator seeded with `seed` (what Generator::next_u64 returns).
-uint64_t random_draw(uint64_t seed, uint64_t n);
+#if defined(__CUDACC__)
+#define MT_HOST_DEVICE __host__ __device__
+#else
+#define MT_HOST_DEVICE
+#endif
+
+// The n-th 64-bit draw of a generator seeded with `seed` (what Generator::next_u64 returns):
+// SplitMix64 evaluated at position n. Inline and host/device, so the CUDA kernels draw exactly
+// what the CPU draws.
+MT_HOST_DEVICE inline uint64_t random_draw(uint64_t seed, uint64_t n) {
+  uint64_t z = seed + (n + 1) * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// A draw as a double in [0, 1) (Generator::next_uniform).
+MT_HOST_DEVICE inline double random_uniform(uint64_t seed, uint64_t n) {
+  return static_cast<double>(random_draw(seed, n) >> 11) * 0x1.0p-53;
+}
+
+// A standard normal from draws n and n + 1 (Generator::next_normal; Box-Muller, cosine branch).
+MT_HOST_DEVICE inline double random_normal(uint64_t seed, uint64_t n) {
+  const double u1 = 1.0 - random_uniform(seed, n);  // (0, 1], so the log is finite
+  const double u2 = random_uniform(seed, n + 1);
+  return ::sqrt(-2.0 * ::log(u1)) * ::cos(6.283185307179586 * u2);
+}
 
 Generator& default_generator();
 void manual_seed(uint64_t seed);

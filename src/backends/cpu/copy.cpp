@@ -1,6 +1,7 @@
-// Copies between any two dtypes and layouts, and fills.
+// Copies between any two dtypes and layouts, fills and random fills.
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
+#include "mixtrain/core/rng.h"
 
 namespace mixtrain::backends::cpu {
 
@@ -77,6 +78,25 @@ void CpuBackend::fill(const Tensor& dst, double value) {
                     [v](const std::array<char*, 1>& p, int64_t n, const std::array<int64_t, 1>& s) {
                       for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = v;
                     });
+  });
+}
+
+}  // namespace mixtrain::backends::cpu
+
+namespace mixtrain::backends::cpu {
+
+void CpuBackend::random(const Tensor& dst, RandomKind kind, uint64_t seed, uint64_t offset) {
+  MT_CHECK(dst.is_contiguous(), "random: expected a contiguous output, got ", dst.str());
+  dispatch_floating(dst.dtype(), "random", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = static_cast<T*>(dst.raw_data());
+    parallel_for(dst.numel(), kParallelGrain / 16, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const uint64_t k = static_cast<uint64_t>(i);
+        p[i] = convert<T>(kind == RandomKind::Uniform ? random_uniform(seed, offset + k)
+                                                       : random_normal(seed, offset + 2 * k));
+      }
+    });
   });
 }
 

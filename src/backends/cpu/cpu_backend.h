@@ -10,6 +10,7 @@ class CpuBackend final : public Backend {
  public:
   void copy(const Tensor& src, const Tensor& dst) override;
   void fill(const Tensor& dst, double value) override;
+  void random(const Tensor& dst, RandomKind kind, uint64_t seed, uint64_t offset) override;
   void unary(UnaryOp op, const Tensor& x, const Tensor& out, double alpha) override;
   void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& grad_y, const Tensor& grad_x,
                       double alpha) override;

@@ -1,0 +1,194 @@
+// Batch norm over x [n, c, s]: per-channel statistics from fp64 partial sums over blocks that
+// split each channel (grid (c, splits)), the per-element normalization, and the backward.
+#include <algorithm>
+
+#include "common.cuh"
+
+namespace mixtrain::kernels {
+
+namespace {
+
+template <class T> using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+struct Split {
+  int64_t splits, chunk;  // elements of one channel ([n * s]) per block
+};
+
+Split split_for(int64_t n, int64_t c, int64_t s) {
+  const int64_t per_channel = n * s;
+  int64_t splits = std::max<int64_t>(1, 4 * sm_count() / std::max<int64_t>(c, 1));
+  splits = std::min<int64_t>({splits, std::max<int64_t>(1, per_channel / 4096), 256});
+  const int64_t chunk = (per_channel + splits - 1) / splits;
+  return {std::max<int64_t>(1, (per_channel + chunk - 1) / std::max<int64_t>(chunk, 1)), std::max<int64_t>(chunk, 1)};
+}
+
+// Element e of channel ch (e in [0, n * s)) in the [n, c, s] layout.
+__device__ __forceinline__ int64_t at(int64_t e, int64_t ch, int64_t c, int64_t s) {
+  return (e / s * c + ch) * s + e % s;
+}
+
+// partial[ch * splits + k] = (sum a, sum b) over chunk k of channel ch, where (a, b) is
+// (x, x^2) for the statistics or (dy, dy * xhat) for the backward.
+template <class T, bool Backward>
+__global__ void channel_partials(const T* __restrict__ x, const T* __restrict__ g, int64_t n, int64_t c, int64_t s,
+                                 int64_t chunk, const stat_t<T>* mean, const stat_t<T>* invstd, double2* partial) {
+  __shared__ double shared[32];
+  const int64_t ch = blockIdx.x, k = blockIdx.y;
+  const int64_t begin = k * chunk, end = min64(n * s, begin + chunk);
+  double a = 0, b = 0;
+  const double mu = Backward ? static_cast<double>(mean[ch]) : 0.0;
+  const double is = Backward ? static_cast<double>(invstd[ch]) : 0.0;
+  for (int64_t e = begin + threadIdx.x; e < end; e += blockDim.x) {
+    const int64_t i = at(e, ch, c, s);
+    const double xv = static_cast<double>(convert<acc_t<T>>(x[i]));
+    if (Backward) {
+      const double dy = static_cast<double>(convert<acc_t<T>>(g[i]));
+      a += dy;
+      b += dy * (xv - mu) * is;
+    } else {
+      a += xv;
+      b += xv * xv;
+    }
+  }
+  a = block_reduce(a, SumOp{}, shared);
+  b = block_reduce(b, SumOp{}, shared);
+  if (threadIdx.x == 0) partial[ch * gridDim.y + k] = make_double2(a, b);
+}
+
+template <class S>
+__global__ void stats_finish(const double2* partial, int64_t splits, int64_t c, double count, double eps, S* mean,
+                             S* invstd, S* running_mean, S* running_var, double momentum) {
+  const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  double sum = 0, sq = 0;
+  for (int64_t k = 0; k < splits; ++k) sum += partial[ch * splits + k].x, sq += partial[ch * splits + k].y;
+  const double mu = sum / count;
+  const double var = fmax(sq / count - mu * mu, 0.0);
+  mean[ch] = static_cast<S>(mu);
+  invstd[ch] = static_cast<S>(1.0 / sqrt(var + eps));
+  // The running variance is unbiased, as PyTorch keeps it.
+  if (running_mean) running_mean[ch] = static_cast<S>((1.0 - momentum) * running_mean[ch] + momentum * mu);
+  if (running_var)
+    running_var[ch] = static_cast<S>((1.0 - momentum) * running_var[ch] + momentum * var * count / fmax(1.0, count - 1.0));
+}
+
+__global__ void sums_finish(const double2* partial, int64_t splits, int64_t c, double2* sums) {
+  const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  double a = 0, b = 0;
+  for (int64_t k = 0; k < splits; ++k) a += partial[ch * splits + k].x, b += partial[ch * splits + k].y;
+  sums[ch] = make_double2(a, b);
+}
+
+template <class T>
+__global__ void apply_kernel(const T* __restrict__ x, int64_t total, int64_t c, int64_t s, const stat_t<T>* mean,
+                             const stat_t<T>* invstd, const stat_t<T>* weight, const stat_t<T>* bias,
+                             T* __restrict__ out) {
+  using W = acc_t<T>;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int64_t ch = (i / s) % c;
+    const W w = weight ? static_cast<W>(weight[ch]) : W(1), b = bias ? static_cast<W>(bias[ch]) : W(0);
+    out[i] = convert<T>((convert<W>(x[i]) - static_cast<W>(mean[ch])) * static_cast<W>(invstd[ch]) * w + b);
+  }
+}
+
+template <class T>
+__global__ void grad_input_kernel(const T* __restrict__ x, const T* __restrict__ g, int64_t total, int64_t c,
+                                  int64_t s, double count, const stat_t<T>* mean, const stat_t<T>* invstd,
+                                  const stat_t<T>* weight, bool batch_stats, const double2* sums, T* __restrict__ gx) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int64_t ch = (i / s) % c;
+    const double is = static_cast<double>(invstd[ch]);
+    const double k_scale = (weight ? static_cast<double>(weight[ch]) : 1.0) * is;
+    const double dy = static_cast<double>(convert<acc_t<T>>(g[i]));
+    double dx = dy;
+    if (batch_stats) {
+      const double xhat = (static_cast<double>(convert<acc_t<T>>(x[i])) - static_cast<double>(mean[ch])) * is;
+      dx = dy - sums[ch].x / count - xhat * sums[ch].y / count;
+    }
+    gx[i] = convert<T>(static_cast<acc_t<T>>(k_scale * dx));
+  }
+}
+
+template <class S>
+__global__ void store_sums(const double2* sums, int64_t c, S* grad_weight, S* grad_bias) {
+  const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  if (grad_weight) grad_weight[ch] = static_cast<S>(sums[ch].y);
+  if (grad_bias) grad_bias[ch] = static_cast<S>(sums[ch].x);
+}
+
+unsigned channel_blocks(int64_t c) { return static_cast<unsigned>((c + 255) / 256); }
+
+}  // namespace
+
+size_t batch_norm_workspace_bytes(DType, int64_t n, int64_t c, int64_t s) {
+  return sizeof(double2) * static_cast<size_t>(c) * static_cast<size_t>(split_for(n, c, s).splits + 1);
+}
+
+void batch_norm_stats(DType dtype, const void* x, int64_t n, int64_t c, int64_t s, double eps, void* mean,
+                      void* invstd, void* running_mean, void* running_var, double momentum, void* workspace,
+                      cudaStream_t stream) {
+  if (c == 0) return;
+  const Split sp = split_for(n, c, s);
+  double2* partial = static_cast<double2*>(workspace);
+  dispatch_floating(dtype, "batch_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using S = stat_t<T>;
+    channel_partials<T, false><<<dim3(static_cast<unsigned>(c), static_cast<unsigned>(sp.splits)), 512, 0, stream>>>(
+        static_cast<const T*>(x), nullptr, n, c, s, sp.chunk, nullptr, nullptr, partial);
+    check_launch("batch_norm_partials");
+    stats_finish<S><<<channel_blocks(c), 256, 0, stream>>>(partial, sp.splits, c, static_cast<double>(n * s), eps,
+                                                           static_cast<S*>(mean), static_cast<S*>(invstd),
+                                                           static_cast<S*>(running_mean), static_cast<S*>(running_var),
+                                                           momentum);
+  });
+  check_launch("batch_norm_stats");
+}
+
+void batch_norm_apply(DType dtype, const void* x, int64_t n, int64_t c, int64_t s, const void* mean,
+                      const void* invstd, const void* weight, const void* bias, void* out, cudaStream_t stream) {
+  const int64_t total = n * c * s;
+  if (total == 0) return;
+  dispatch_floating(dtype, "batch_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using S = stat_t<T>;
+    apply_kernel<T><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
+        static_cast<const T*>(x), total, c, s, static_cast<const S*>(mean), static_cast<const S*>(invstd),
+        static_cast<const S*>(weight), static_cast<const S*>(bias), static_cast<T*>(out));
+  });
+  check_launch("batch_norm_apply");
+}
+
+void batch_norm_backward(DType dtype, const void* x, const void* grad_y, int64_t n, int64_t c, int64_t s,
+                         const void* mean, const void* invstd, const void* weight, bool batch_stats, void* grad_x,
+                         void* grad_weight, void* grad_bias, void* workspace, cudaStream_t stream) {
+  if (c == 0) return;
+  const Split sp = split_for(n, c, s);
+  double2* partial = static_cast<double2*>(workspace);
+  double2* sums = partial + c * sp.splits;
+  const int64_t total = n * c * s;
+  dispatch_floating(dtype, "batch_norm_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using S = stat_t<T>;
+    const T* px = static_cast<const T*>(x);
+    const T* pg = static_cast<const T*>(grad_y);
+    const S* pm = static_cast<const S*>(mean);
+    const S* pi = static_cast<const S*>(invstd);
+    channel_partials<T, true><<<dim3(static_cast<unsigned>(c), static_cast<unsigned>(sp.splits)), 512, 0, stream>>>(
+        px, pg, n, c, s, sp.chunk, pm, pi, partial);
+    check_launch("batch_norm_backward_partials");
+    sums_finish<<<channel_blocks(c), 256, 0, stream>>>(partial, sp.splits, c, sums);
+    if (grad_x && total > 0)
+      grad_input_kernel<T><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
+          px, pg, total, c, s, static_cast<double>(n * s), pm, pi, static_cast<const S*>(weight), batch_stats, sums,
+          static_cast<T*>(grad_x));
+    store_sums<S><<<channel_blocks(c), 256, 0, stream>>>(sums, c, static_cast<S*>(grad_weight),
+                                                         static_cast<S*>(grad_bias));
+  });
+  check_launch("batch_norm_backward");
+}
+
+}  // namespace mixtrain::kernels

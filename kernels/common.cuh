@@ -1,0 +1,179 @@
+#pragma once
+// Device-side building blocks shared by the kernels: storage/compute types, conversions that
+// round exactly as the CPU backend does, dtype dispatch, launch sizing and block reductions.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "kernel_api.h"
+#include "mixtrain/core/error.h"
+
+namespace mixtrain::kernels {
+
+// ---- Types: the storage type of each DType and the type arithmetic runs in.
+template <class T> struct Tag { using type = T; };
+
+template <class T> struct Acc { using type = T; };
+template <> struct Acc<__half> { using type = float; };
+template <> struct Acc<__nv_bfloat16> { using type = float; };
+template <class T> using acc_t = typename Acc<T>::type;
+
+template <class T> constexpr bool is_half_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+
+// Converts like the CPU backend's copy(): half types go through fp32 (so fp64 -> half rounds
+// twice, as PyTorch and the CPU backend do), bool is "nonzero".
+template <class To, class From>
+__device__ __forceinline__ To convert(From v) {
+  if constexpr (std::is_same_v<To, From>) {
+    return v;
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return static_cast<float>(v) != 0.0f;  // as the CPU backend: a double below fp32's range is false
+  } else if constexpr (is_half_v<From>) {
+    return convert<To>(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, __half>) {
+    return __float2half_rn(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, __nv_bfloat16>) {
+    return __float2bfloat16_rn(static_cast<float>(v));
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+template <class T>
+__device__ __forceinline__ acc_t<T> load_acc(const T* p) {
+  return convert<acc_t<T>>(*p);
+}
+
+// fp32 and fp64 overloads under one name, so the functors are written once for both.
+template <class A> __device__ __forceinline__ A m_exp(A x) { if constexpr (std::is_same_v<A, float>) return expf(x); else return exp(x); }
+template <class A> __device__ __forceinline__ A m_log(A x) { if constexpr (std::is_same_v<A, float>) return logf(x); else return log(x); }
+template <class A> __device__ __forceinline__ A m_sqrt(A x) { if constexpr (std::is_same_v<A, float>) return sqrtf(x); else return sqrt(x); }
+template <class A> __device__ __forceinline__ A m_tanh(A x) { if constexpr (std::is_same_v<A, float>) return tanhf(x); else return tanh(x); }
+template <class A> __device__ __forceinline__ A m_erf(A x) { if constexpr (std::is_same_v<A, float>) return erff(x); else return erf(x); }
+template <class A> __device__ __forceinline__ A m_pow(A x, A y) { if constexpr (std::is_same_v<A, float>) return powf(x, y); else return pow(x, y); }
+template <class A> __device__ __forceinline__ A m_abs(A x) { if constexpr (std::is_same_v<A, float>) return fabsf(x); else return fabs(x); }
+
+// ---- Host-side dispatch over DType.
+template <class F>
+void dispatch_floating(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case DType::Float32: f(Tag<float>{}); return;
+    case DType::Float64: f(Tag<double>{}); return;
+    case DType::Float16: f(Tag<__half>{}); return;
+    case DType::BFloat16: f(Tag<__nv_bfloat16>{}); return;
+    default: MT_ERROR(op, ": not implemented on CUDA for dtype ", dtype, " (expected a floating dtype)");
+  }
+}
+
+template <class F>
+void dispatch_all(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case DType::Int64: f(Tag<int64_t>{}); return;
+    case DType::Int32: f(Tag<int32_t>{}); return;
+    case DType::Bool: f(Tag<bool>{}); return;
+    default: dispatch_floating(dtype, op, std::forward<F>(f));
+  }
+}
+
+__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+__device__ __forceinline__ int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// ---- Launching.
+constexpr int kThreads = 256;
+
+// Blocks for `work` items at `per_block` items each, capped so grid-stride loops take the rest.
+int64_t blocks_for(int64_t work, int64_t per_block);
+// Throws mixtrain::Error naming the kernel when the launch failed.
+void check_launch(const char* kernel);
+int sm_count();
+
+// ---- Reductions within a block (blockDim.x a multiple of 32, at most 1024).
+template <class T, class Op>
+__device__ __forceinline__ T warp_reduce(T v, Op op) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Every thread gets the result. `shared` holds at least 32 T.
+template <class T, class Op>
+__device__ __forceinline__ T block_reduce(T v, Op op, T* shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  v = warp_reduce(v, op);
+  __syncthreads();  // shared may still be read by a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = shared[0];
+  for (int i = 1; i < warps; ++i) v = op(v, shared[i]);
+  return v;
+}
+
+// Reduction across the `Group` threads that share a row (32: a warp; 0: the whole block).
+template <int Group, class A, class Op>
+__device__ __forceinline__ A group_reduce(A v, Op op, A* shared) {
+  if constexpr (Group == 32) return warp_reduce(v, op);
+  else return block_reduce(v, op, shared);
+}
+
+// The rows handled by this block and the thread's place in its row.
+template <int Group>
+struct RowSlot {
+  int64_t row;
+  int lane, width;
+  __device__ RowSlot() {
+    if constexpr (Group == 32) {
+      row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+      lane = threadIdx.x % 32;
+      width = 32;
+    } else {
+      row = blockIdx.x;
+      lane = threadIdx.x;
+      width = blockDim.x;
+    }
+  }
+};
+
+// out[k] = accum[k] rounded to T: the last step of a scatter-add done in a wider buffer.
+template <class T, class B>
+__global__ void round_accum(const B* accum, int64_t n, T* out) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride)
+    out[k] = convert<T>(accum[k]);
+}
+
+// A scatter-add into a gradient of `in_total` elements: zeroes the accumulation buffer (grad
+// itself for fp32/fp64, `accum` (fp32) for half types), runs launch(tag, buffer) when there is
+// anything to scatter, and rounds the buffer into grad for half types.
+template <class Launch>
+void scatter_add(DType dtype, const char* name, int64_t in_total, bool any, void* grad, void* accum,
+                 cudaStream_t stream, Launch&& launch) {
+  if (in_total == 0) return;
+  dispatch_floating(dtype, name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using B = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    B* buf = std::is_same_v<T, B> ? static_cast<B*>(grad) : static_cast<B*>(accum);
+    MT_CHECK(buf, name, ": a half gradient needs an fp32 accumulation buffer");
+    MT_CHECK(cudaMemsetAsync(buf, 0, sizeof(B) * static_cast<size_t>(in_total), stream) == cudaSuccess, name,
+             ": cudaMemsetAsync failed");
+    if (any) launch(tag, buf);
+    check_launch(name);
+    if constexpr (!std::is_same_v<T, B>)
+      round_accum<T, B><<<blocks_for(in_total, kThreads), kThreads, 0, stream>>>(buf, in_total, static_cast<T*>(grad));
+  });
+  check_launch(name);
+}
+
+struct SumOp {
+  template <class T>
+  __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+struct MaxOp {
+  template <class T>
+  __device__ __forceinline__ T operator()(T a, T b) const { return a > b ? a : b; }
+};
+
+}  // namespace mixtrain::kernels

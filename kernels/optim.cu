@@ -1,0 +1,154 @@
+// The optimizers' fused updates: one pass per parameter reads weight, gradient and state, updates
+// in fp32 (fp64 for fp64 weights), and writes weight, state and, with master weights, the half
+// parameter rounded from the updated fp32 copy. Operation order follows PyTorch's single-tensor
+// Adam and SGD, as the CPU loops do (src/optim/fused_cpu.cpp).
+#include <cmath>
+
+#include "common.cuh"
+
+namespace mixtrain::kernels {
+
+namespace {
+
+template <class C>
+struct AdamScalars {
+  C decay, wd, w1, one_minus_w1, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size;
+  int mode;  // 0 no weight decay, 1 L2 (Adam), 2 decoupled (AdamW)
+  bool amsgrad, lerp_small;
+};
+
+template <class W, class G, class H>
+__global__ void adam_kernel(W* __restrict__ weight, const G* __restrict__ grad, W* __restrict__ m, W* __restrict__ v,
+                            W* __restrict__ vmax, H* __restrict__ half_out, int64_t n, AdamScalars<acc_t<W>> s) {
+  using C = acc_t<W>;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    C p = convert<C>(weight[i]);
+    C g = convert<C>(grad[i]);
+    if (s.mode == 2) p = p * s.decay;
+    if (s.mode == 1) g = g + s.wd * p;
+    C mi = convert<C>(m[i]);
+    // torch.lerp: the formula depends on whether the weight is below 0.5, for accuracy.
+    mi = s.lerp_small ? mi + s.w1 * (g - mi) : g - (g - mi) * s.one_minus_w1;
+    C vi = convert<C>(v[i]) * s.beta2;
+    vi = vi + s.one_minus_beta2 * g * g;
+    m[i] = convert<W>(mi);
+    v[i] = convert<W>(vi);
+    if (s.amsgrad) {
+      const C old = convert<C>(vmax[i]);
+      vi = (old < vi || vi != vi) ? vi : old;  // torch.maximum propagates NaN
+      vmax[i] = convert<W>(vi);
+    }
+    const C denom = m_sqrt(vi) / s.bc2_sqrt + s.eps;
+    p = p + s.neg_step_size * (mi / denom);
+    weight[i] = convert<W>(p);
+    if (half_out) half_out[i] = convert<H>(p);
+  }
+}
+
+template <class C>
+struct SgdScalars {
+  C wd, momentum, one_minus_dampening, neg_lr;
+  int mom;  // 0 no momentum, 1 first step (buf = g), 2 running buffer
+  bool weight_decay, nesterov;
+};
+
+template <class W, class G, class H>
+__global__ void sgd_kernel(W* __restrict__ weight, const G* __restrict__ grad, W* __restrict__ buf,
+                           H* __restrict__ half_out, int64_t n, SgdScalars<acc_t<W>> s) {
+  using C = acc_t<W>;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    C w = convert<C>(weight[i]);
+    C g = convert<C>(grad[i]);
+    if (s.weight_decay) g = g + s.wd * w;
+    if (s.mom != 0) {
+      const C b = s.mom == 1 ? g : convert<C>(buf[i]) * s.momentum + s.one_minus_dampening * g;
+      buf[i] = convert<W>(b);
+      g = s.nesterov ? g + s.momentum * b : b;
+    }
+    w = w + s.neg_lr * g;
+    weight[i] = convert<W>(w);
+    if (half_out) half_out[i] = convert<H>(w);
+  }
+}
+
+// Calls f(Tag<W>, Tag<G>, Tag<H>) for the dtype combinations the optimizers produce: state in the
+// weight's dtype; the gradient in it or, for fp32 master weights, fp16/bf16; half_out fp16/bf16.
+template <class F>
+void dispatch_update(DType w, DType g, DType h, const char* op, F&& f) {
+  dispatch_floating(w, op, [&](auto wt) {
+    using W = typename decltype(wt)::type;
+    auto with_grad = [&](auto gt) {
+      if (h == DType::Float16) f(wt, gt, Tag<__half>{});
+      else if (h == DType::BFloat16) f(wt, gt, Tag<__nv_bfloat16>{});
+      else f(wt, gt, Tag<W>{});  // no half_out: the pointer is null, the type unused
+    };
+    if (g == w) return with_grad(Tag<W>{});
+    if constexpr (std::is_same_v<W, float>) {
+      if (g == DType::Float16) return with_grad(Tag<__half>{});
+      if (g == DType::BFloat16) return with_grad(Tag<__nv_bfloat16>{});
+    }
+    MT_ERROR(op, ": a ", w, " weight with a ", g, " gradient is not supported");
+  });
+}
+
+}  // namespace
+
+void adam_step(DType w, DType g, DType h, void* weight, const void* grad, void* exp_avg, void* exp_avg_sq,
+               void* max_exp_avg_sq, void* half_out, int64_t n, const backends::AdamArgs& a, cudaStream_t stream) {
+  if (n == 0) return;
+  const char* op = a.decoupled ? "AdamW.step" : "Adam.step";
+  dispatch_update(w, g, half_out ? h : w, op, [&](auto wt, auto gt, auto ht) {
+    using W = typename decltype(wt)::type;
+    using G = typename decltype(gt)::type;
+    using H = typename decltype(ht)::type;
+    using C = acc_t<W>;
+    // Scalars as PyTorch computes them: in double on the host, then cast to the compute type.
+    const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(a.step));
+    const double bc2 = 1.0 - std::pow(a.beta2, static_cast<double>(a.step));
+    const double w1 = 1.0 - a.beta1;
+    AdamScalars<C> s;
+    s.decay = static_cast<C>(1.0 - a.lr * a.weight_decay);
+    s.wd = static_cast<C>(a.weight_decay);
+    s.w1 = static_cast<C>(w1);
+    s.one_minus_w1 = static_cast<C>(1.0 - w1);
+    s.beta2 = static_cast<C>(a.beta2);
+    s.one_minus_beta2 = static_cast<C>(1.0 - a.beta2);
+    s.bc2_sqrt = static_cast<C>(std::sqrt(bc2));
+    s.eps = static_cast<C>(a.eps);
+    s.neg_step_size = static_cast<C>(-(a.lr / bc1));
+    s.mode = a.weight_decay == 0.0 ? 0 : (a.decoupled ? 2 : 1);
+    s.amsgrad = a.amsgrad;
+    s.lerp_small = std::abs(w1) < 0.5;
+    adam_kernel<W, G, H><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<W*>(weight), static_cast<const G*>(grad), static_cast<W*>(exp_avg), static_cast<W*>(exp_avg_sq),
+        static_cast<W*>(max_exp_avg_sq), static_cast<H*>(half_out), n, s);
+  });
+  check_launch(op);
+}
+
+void sgd_step(DType w, DType g, DType h, void* weight, const void* grad, void* momentum_buffer, void* half_out,
+              int64_t n, const backends::SgdArgs& a, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_update(w, g, half_out ? h : w, "SGD.step", [&](auto wt, auto gt, auto ht) {
+    using W = typename decltype(wt)::type;
+    using G = typename decltype(gt)::type;
+    using H = typename decltype(ht)::type;
+    using C = acc_t<W>;
+    SgdScalars<C> s;
+    s.wd = static_cast<C>(a.weight_decay);
+    s.momentum = static_cast<C>(a.momentum);
+    s.one_minus_dampening = static_cast<C>(1.0 - a.dampening);
+    s.neg_lr = static_cast<C>(-a.lr);
+    s.mom = a.momentum == 0.0 ? 0 : (a.first_step ? 1 : 2);
+    s.weight_decay = a.weight_decay != 0.0;
+    s.nesterov = a.nesterov;
+    sgd_kernel<W, G, H><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<W*>(weight), static_cast<const G*>(grad), static_cast<W*>(momentum_buffer),
+        static_cast<H*>(half_out), n, s);
+  });
+  check_launch("SGD.step");
+}
+
+}  // namespace mixtrain::kernels

@@ -1,0 +1,119 @@
+// Host side of the GradScaler's kernels and the optimizers' fused updates on CUDA.
+#include <initializer_list>
+#include <utility>
+#include <vector>
+
+#include "backends/cuda/context.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_check.h"
+
+namespace mixtrain::backends::cuda {
+
+namespace {
+
+using Operand = std::pair<const Tensor*, const char*>;
+
+bool is_scalar_of(const Tensor& t, DType dt) { return t.defined() && t.numel() == 1 && t.dtype() == dt; }
+
+void check_same_shape_contiguous(const char* op, const Tensor& t, const Tensor& weight, const char* what) {
+  if (!t.defined()) return;
+  MT_CHECK(t.device() == weight.device() && t.shape() == weight.shape() && t.is_contiguous(), op, ": ", what, " ",
+           t.str(), " must be a contiguous tensor of the weight's shape on its device (", weight.str(), ")");
+}
+
+}  // namespace
+
+void CudaBackend::non_finite_check_and_unscale(const std::vector<Tensor>& grads, const std::vector<Tensor>& outs,
+                                               const Tensor& inv_scale, const Tensor& found_inf, const Tensor& stats) {
+  const char* op = "non_finite_check_and_unscale";
+  MT_CHECK(grads.size() == outs.size(), op, ": ", grads.size(), " gradients but ", outs.size(), " outputs");
+  MT_CHECK(is_scalar_of(inv_scale, kFloat32) && is_scalar_of(found_inf, kFloat32), op,
+           ": inv_scale and found_inf must be 1-element float32 tensors");
+  MT_CHECK(!stats.defined() || (stats.dtype() == kFloat64 && stats.numel() == kAmpStatsSize && stats.is_contiguous()),
+           op, ": stats must be a contiguous float64 tensor of ", kAmpStatsSize, " elements");
+  if (grads.empty()) return;
+  const Device device = found_inf.device();
+  check_device(op, device, {&inv_scale, &stats});
+  const DType gd = grads[0].dtype(), od = outs[0].dtype();
+  MT_CHECK(is_floating(gd) && (od == gd || od == kFloat32), op, ": ", gd, " gradients with ", od,
+           " outputs (expected the gradients' dtype or float32)");
+  std::vector<kernels::TensorSpan> spans;
+  std::vector<std::pair<Tensor, Tensor>> copy_back;  // strided outputs: (contiguous work tensor, target)
+  std::vector<Tensor> keep;                          // contiguous copies the kernel reads
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& g = grads[i];
+    const Tensor& o = outs[i];
+    MT_CHECK(g.dtype() == gd && o.dtype() == od, op, ": all gradients must be ", gd, " and all outputs ", od,
+             "; got ", g.str(), " and ", o.str(), " at index ", i, " (bucket the list by dtype)");
+    check_device(op, device, {&g, &o});
+    MT_CHECK(g.shape() == o.shape(), op, ": gradient ", g.str(), " and output ", o.str(), " differ in shape");
+    if (g.numel() == 0) continue;
+    if (g.is_contiguous() && o.is_contiguous()) {
+      spans.push_back({g.raw_data(), o.raw_data(), g.numel()});
+      continue;
+    }
+    // Rare (a user-set strided gradient): work on contiguous copies, write the result back.
+    const Tensor gc = as_contiguous(g, gd);
+    const Tensor oc = g.is_same(o) && gd == od ? gc : Tensor::empty(o.shape(), TensorOptions(od).device(device));
+    keep.push_back(gc);
+    copy_back.emplace_back(oc, o);
+    spans.push_back({gc.raw_data(), oc.raw_data(), g.numel()});
+  }
+  if (spans.empty()) return;
+  DeviceContext& ctx = context(found_inf);
+  const int count = static_cast<int>(spans.size());
+  const int64_t chunks = kernels::multi_tensor_chunks(spans.data(), count);
+  const size_t bytes = kernels::multi_tensor_meta_bytes(count, chunks);
+  std::vector<char> host(bytes);
+  kernels::pack_multi_tensor_meta(spans.data(), count, host.data());
+  const Tensor meta = scratch(bytes, device);
+  // From pageable memory the copy returns once staged, so `host` may go at the end of scope.
+  MT_CUDA_CHECK(cudaMemcpyAsync(meta.raw_data(), host.data(), bytes, cudaMemcpyHostToDevice, ctx.stream));
+  kernels::non_finite_check_and_unscale(gd, od, meta.raw_data(), count, chunks,
+                                        kernels::multi_tensor_vectorizable(spans.data(), count, gd, od),
+                                        inv_scale.data_ptr<float>(), found_inf.data_ptr<float>(),
+                                        stats.defined() ? stats.data_ptr<double>() : nullptr, ctx.stream);
+  for (const auto& [work, target] : copy_back) copy(work, target);
+}
+
+void CudaBackend::update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_tracker,
+                               const Tensor& found_inf, const ScaleUpdateArgs& args, const Tensor& at_min_scale) {
+  const char* op = "update_scale";
+  MT_CHECK(is_scalar_of(scale, kFloat32) && is_scalar_of(found_inf, kFloat32) && is_scalar_of(at_min_scale, kFloat32),
+           op, ": scale, found_inf and at_min_scale must be 1-element float32 tensors");
+  MT_CHECK(is_scalar_of(growth_tracker, kInt32) && is_scalar_of(hysteresis_tracker, kInt32), op,
+           ": growth_tracker and hysteresis_tracker must be 1-element int32 tensors");
+  check_device(op, scale.device(), {&growth_tracker, &hysteresis_tracker, &found_inf, &at_min_scale});
+  kernels::update_scale(scale.data_ptr<float>(), growth_tracker.data_ptr<int32_t>(),
+                        hysteresis_tracker.data_ptr<int32_t>(), found_inf.data_ptr<float>(), args,
+                        at_min_scale.data_ptr<float>(), context(scale).stream);
+}
+
+void CudaBackend::adam_step(const Tensor& weight, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                            const Tensor& max_exp_avg_sq, const Tensor& half_out, const AdamArgs& args) {
+  const char* op = args.decoupled ? "AdamW.step" : "Adam.step";
+  MT_CHECK(weight.is_contiguous(), op, ": the weight must be contiguous, got ", weight.str());
+  for (const Operand& o : std::initializer_list<Operand>{{&grad, "the gradient"},
+                                                        {&exp_avg, "exp_avg"},
+                                                        {&exp_avg_sq, "exp_avg_sq"},
+                                                        {&max_exp_avg_sq, "max_exp_avg_sq"},
+                                                        {&half_out, "the half parameter"}})
+    check_same_shape_contiguous(op, *o.first, weight, o.second);
+  MT_CHECK(!args.amsgrad || max_exp_avg_sq.defined(), op, ": amsgrad needs max_exp_avg_sq");
+  kernels::adam_step(weight.dtype(), grad.dtype(), half_out.defined() ? half_out.dtype() : weight.dtype(),
+                     weight.raw_data(), grad.raw_data(), exp_avg.raw_data(), exp_avg_sq.raw_data(), ptr(max_exp_avg_sq),
+                     ptr(half_out), weight.numel(), args, context(weight).stream);
+}
+
+void CudaBackend::sgd_step(const Tensor& weight, const Tensor& grad, const Tensor& momentum_buffer,
+                           const Tensor& half_out, const SgdArgs& args) {
+  MT_CHECK(weight.is_contiguous(), "SGD.step: the weight must be contiguous, got ", weight.str());
+  for (const Operand& o : std::initializer_list<Operand>{
+           {&grad, "the gradient"}, {&momentum_buffer, "momentum_buffer"}, {&half_out, "the half parameter"}})
+    check_same_shape_contiguous("SGD.step", *o.first, weight, o.second);
+  kernels::sgd_step(weight.dtype(), grad.dtype(), half_out.defined() ? half_out.dtype() : weight.dtype(),
+                    weight.raw_data(), grad.raw_data(), ptr(momentum_buffer), ptr(half_out), weight.numel(), args,
+                    context(weight).stream);
+}
+
+}  // namespace mixtrain::backends::cuda

@@ -1,0 +1,223 @@
+// 2-D convolutions through cuDNN: forward, backward data (also conv_transpose2d's forward) and
+// backward filter, NCHW, any stride / padding / dilation / groups. fp16/bf16 run on tensor cores
+// with fp32 accumulation; fp32 uses TF32 only when mixtrain::cuda::cudnn_allow_tf32() (on by
+// default, as in PyTorch). Algorithms come from cuDNN's heuristics, or from timing them once per
+// shape in benchmark mode (mixtrain::cuda::set_cudnn_benchmark), and are cached per shape.
+//
+// cuDNN 9 marks this descriptor API deprecated in favour of its graph API; it remains supported
+// and is far shorter for these three fixed operations.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "backends/cuda/context.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_check.h"
+
+namespace mixtrain::backends::cuda {
+
+namespace {
+
+enum class Direction { Forward, BackwardData, BackwardFilter };
+
+struct ConvPlan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  bool has[3] = {false, false, false};
+  int algo[3] = {0, 0, 0};
+  cudnnMathType_t math[3] = {};
+  size_t workspace[3] = {0, 0, 0};
+};
+
+// dtype, device, the shapes, the geometry, and the modes that change the algorithm choice.
+using ConvKey = std::vector<int64_t>;
+
+cudnnDataType_t cudnn_type(DType dt) {
+  switch (dt) {
+    case DType::Float32: return CUDNN_DATA_FLOAT;
+    case DType::Float16: return CUDNN_DATA_HALF;
+    case DType::BFloat16: return CUDNN_DATA_BFLOAT16;
+    case DType::Float64: return CUDNN_DATA_DOUBLE;
+    default: MT_ERROR("conv2d: not implemented on CUDA for dtype ", dt);
+  }
+}
+
+cudnnMathType_t wanted_math(DType dt) {
+  if (dt == DType::Float32) return mixtrain::cuda::cudnn_allow_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  if (dt == DType::Float64) return CUDNN_DEFAULT_MATH;
+  return CUDNN_TENSOR_OP_MATH;
+}
+
+int as_int(int64_t v, const char* what) {
+  MT_CHECK(v >= 0 && v <= INT32_MAX, "conv2d: ", what, " ", v, " exceeds cuDNN's 32-bit limit");
+  return static_cast<int>(v);
+}
+
+struct Geometry {
+  DType dt;
+  int64_t n, c, h, w, cout, kh, kw, ho, wo;
+  Conv2dParams p;
+};
+
+ConvPlan make_plan(const Geometry& g) {
+  ConvPlan plan;
+  const cudnnDataType_t type = cudnn_type(g.dt);
+  MT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan.x));
+  MT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan.y));
+  MT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&plan.w));
+  MT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&plan.conv));
+  MT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan.x, CUDNN_TENSOR_NCHW, type, as_int(g.n, "batch"),
+                                            as_int(g.c, "channels"), as_int(g.h, "height"), as_int(g.w, "width")));
+  MT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan.y, CUDNN_TENSOR_NCHW, type, as_int(g.n, "batch"),
+                                            as_int(g.cout, "channels"), as_int(g.ho, "height"), as_int(g.wo, "width")));
+  MT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan.w, type, CUDNN_TENSOR_NCHW, as_int(g.cout, "channels"),
+                                            as_int(g.c / g.p.groups, "channels"), as_int(g.kh, "kernel"),
+                                            as_int(g.kw, "kernel")));
+  MT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+      plan.conv, as_int(g.p.pad_h, "padding"), as_int(g.p.pad_w, "padding"), as_int(g.p.stride_h, "stride"),
+      as_int(g.p.stride_w, "stride"), as_int(g.p.dilation_h, "dilation"), as_int(g.p.dilation_w, "dilation"),
+      CUDNN_CROSS_CORRELATION, g.dt == DType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
+  MT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(plan.conv, as_int(g.p.groups, "groups")));
+  MT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, wanted_math(g.dt)));
+  return plan;
+}
+
+// The first usable algorithm of a ranked list (heuristic or timed).
+template <class Perf>
+void take_best(const Perf* perf, int count, int dir, const char* what, ConvPlan& plan) {
+  for (int i = 0; i < count; ++i) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+    plan.algo[dir] = static_cast<int>(perf[i].algo);
+    plan.math[dir] = perf[i].mathType;
+    plan.workspace[dir] = perf[i].memory;
+    plan.has[dir] = true;
+    return;
+  }
+  MT_ERROR("conv2d: cuDNN found no ", what, " algorithm for this shape");
+}
+
+// Chooses the algorithm of one direction (once per plan); benchmark mode times the candidates
+// on buffers cuDNN allocates itself.
+void choose(ConvPlan& plan, Direction d, cudnnHandle_t h) {
+  const int dir = static_cast<int>(d);
+  if (plan.has[dir]) return;
+  const bool bench = mixtrain::cuda::cudnn_benchmark();
+  constexpr int kMax = 16;
+  int count = 0;
+  if (d == Direction::Forward) {
+    cudnnConvolutionFwdAlgoPerf_t perf[kMax];
+    if (bench)
+      MT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(h, plan.x, plan.w, plan.conv, plan.y, kMax, &count, perf));
+    else
+      MT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, plan.x, plan.w, plan.conv, plan.y, kMax, &count, perf));
+    take_best(perf, count, dir, "forward", plan);
+  } else if (d == Direction::BackwardData) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
+    if (bench)
+      MT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(h, plan.w, plan.y, plan.conv, plan.x, kMax, &count, perf));
+    else
+      MT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, plan.w, plan.y, plan.conv, plan.x, kMax, &count, perf));
+    take_best(perf, count, dir, "backward-data", plan);
+  } else {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
+    if (bench)
+      MT_CUDNN_CHECK(
+          cudnnFindConvolutionBackwardFilterAlgorithm(h, plan.x, plan.y, plan.conv, plan.w, kMax, &count, perf));
+    else
+      MT_CUDNN_CHECK(
+          cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, plan.x, plan.y, plan.conv, plan.w, kMax, &count, perf));
+    take_best(perf, count, dir, "backward-filter", plan);
+  }
+}
+
+struct PlanCache {
+  std::mutex mutex;
+  std::map<ConvKey, ConvPlan> plans;
+};
+
+// Runs `body(plan, handle, workspace, alpha, beta)` for one direction under the cache's lock
+// (the descriptors' math type is set per direction).
+template <class Body>
+void with_plan(const Geometry& g, Direction d, DeviceContext& ctx, Body&& body) {
+  static PlanCache* cache = new PlanCache();
+  const Conv2dParams& p = g.p;
+  const ConvKey key{static_cast<int64_t>(g.dt), ctx.index, g.n, g.c, g.h, g.w, g.cout, g.kh, g.kw, g.ho, g.wo,
+                    p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups,
+                    mixtrain::cuda::cudnn_allow_tf32(), mixtrain::cuda::cudnn_benchmark()};
+  std::lock_guard<std::mutex> lock(cache->mutex);
+  auto it = cache->plans.find(key);
+  if (it == cache->plans.end()) it = cache->plans.emplace(key, make_plan(g)).first;
+  ConvPlan& plan = it->second;
+  cudnnHandle_t h = ctx.cudnn();
+  choose(plan, d, h);
+  const int dir = static_cast<int>(d);
+  MT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, plan.math[dir]));
+  Tensor ws = plan.workspace[dir] ? scratch(plan.workspace[dir], Device::cuda(ctx.index)) : Tensor();
+  const double a64 = 1.0, b64 = 0.0;
+  const float a32 = 1.0f, b32 = 0.0f;
+  const bool fp64 = g.dt == DType::Float64;
+  body(plan, h, ws.defined() ? ws.raw_data() : nullptr, plan.workspace[dir],
+       fp64 ? static_cast<const void*>(&a64) : &a32, fp64 ? static_cast<const void*>(&b64) : &b32);
+}
+
+Geometry geometry(const Tensor& x_shape_of, const Tensor& w, const Tensor& y_shape_of, const Conv2dParams& p) {
+  return Geometry{x_shape_of.dtype(), x_shape_of.size(0), x_shape_of.size(1), x_shape_of.size(2), x_shape_of.size(3),
+                  w.size(0), w.size(2), w.size(3), y_shape_of.size(2), y_shape_of.size(3), p};
+}
+
+}  // namespace
+
+void CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const Conv2dParams& p,
+                         const Tensor& out) {
+  check_device("conv2d", out.device(), {&x_in, &w_in, &bias});
+  DeviceContext& ctx = context(out);
+  const Tensor x = as_contiguous(x_in, out.dtype()), w = as_contiguous(w_in, out.dtype());
+  if (out.numel() == 0) return;
+  with_plan(geometry(x, w, out, p), Direction::Forward, ctx, [&](ConvPlan& plan, cudnnHandle_t h, void* ws,
+                                                                 size_t ws_bytes, const void* alpha, const void* beta) {
+    MT_CUDNN_CHECK(cudnnConvolutionForward(h, alpha, plan.x, x.raw_data(), plan.w, w.raw_data(), plan.conv,
+                                           static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo[0]), ws, ws_bytes, beta,
+                                           plan.y, out.raw_data()));
+  });
+  if (bias.defined()) {
+    const Tensor b = as_contiguous(bias, out.dtype()).reshape({1, out.size(1), 1, 1}).expand(out.shape());
+    binary(BinaryOp::Add, out, b, out);
+  }
+}
+
+void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w_in, const Conv2dParams& p,
+                                        const Tensor& grad_x) {
+  check_device("conv2d_backward_input", grad_x.device(), {&grad_out, &w_in});
+  DeviceContext& ctx = context(grad_x);
+  const Tensor dy = as_contiguous(grad_out, grad_x.dtype()), w = as_contiguous(w_in, grad_x.dtype());
+  if (grad_x.numel() == 0) return;
+  if (dy.numel() == 0) return fill(grad_x, 0.0);
+  with_plan(geometry(grad_x, w, dy, p), Direction::BackwardData, ctx,
+            [&](ConvPlan& plan, cudnnHandle_t h, void* ws, size_t ws_bytes, const void* alpha, const void* beta) {
+              MT_CUDNN_CHECK(cudnnConvolutionBackwardData(h, alpha, plan.w, w.raw_data(), plan.y, dy.raw_data(),
+                                                          plan.conv,
+                                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo[1]), ws,
+                                                          ws_bytes, beta, plan.x, grad_x.raw_data()));
+            });
+}
+
+void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x_in, const Conv2dParams& p,
+                                         const Tensor& grad_w) {
+  check_device("conv2d_backward_weight", grad_w.device(), {&grad_out, &x_in});
+  DeviceContext& ctx = context(grad_w);
+  const Tensor dy = as_contiguous(grad_out, grad_w.dtype()), x = as_contiguous(x_in, grad_w.dtype());
+  if (grad_w.numel() == 0) return;
+  if (dy.numel() == 0) return fill(grad_w, 0.0);
+  with_plan(geometry(x, grad_w, dy, p), Direction::BackwardFilter, ctx,
+            [&](ConvPlan& plan, cudnnHandle_t h, void* ws, size_t ws_bytes, const void* alpha, const void* beta) {
+              MT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, alpha, plan.x, x.raw_data(), plan.y, dy.raw_data(),
+                                                            plan.conv,
+                                                            static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo[2]),
+                                                            ws, ws_bytes, beta, plan.w, grad_w.raw_data()));
+            });
+}
+
+}  // namespace mixtrain::backends::cuda

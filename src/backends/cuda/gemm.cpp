@@ -1,0 +1,212 @@
+// Matrix products through cuBLASLt: fp16/bf16 on tensor cores with fp32 accumulation, fp32 in
+// strict fp32 unless mixtrain::cuda::set_allow_tf32(true), fp64 in fp64; strided batches; the
+// bias folded into the GEMM's epilogue. A plan (descriptors and the heuristic's algorithm) is
+// built once per shape and layout and cached.
+//
+// Our tensors are row-major, cuBLAS is column-major: out = A.B is computed as out^T = B^T.A^T,
+// and a row-major operand is its own transpose read column-major, so no data moves.
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "backends/cuda/context.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_check.h"
+
+namespace mixtrain::backends::cuda {
+
+namespace {
+
+// One operand as cuBLAS sees it: a column-major stored matrix, the op applied to it, its ld.
+struct Operand {
+  const Tensor* t;
+  cublasOperation_t op;
+  int64_t rows, cols, ld;  // of the stored (column-major) matrix
+  int64_t batch_stride;
+};
+
+// The logical matrix M = trans ? t^T : t (last two dims) presented as cuBLAS operand X = M^T.
+// Returns false when its strides fit neither layout (the caller copies it contiguous).
+bool as_transposed_operand(const Tensor& t, bool trans, Operand& o) {
+  const int64_t d = t.dim();
+  int64_t r = t.size(d - 2), c = t.size(d - 1), sr = t.stride(d - 2), sc = t.stride(d - 1);
+  if (trans) std::swap(r, c), std::swap(sr, sc);
+  o.t = &t;
+  o.batch_stride = d == 3 ? t.stride(0) : 0;
+  const bool row_major = sc == 1 || (c == 1 && sr != 1);
+  if (row_major) {  // storage is M^T column-major: cuBLAS reads X = M^T with op N
+    o.op = CUBLAS_OP_N;
+    o.rows = c, o.cols = r;
+    o.ld = r == 1 ? std::max<int64_t>(c, 1) : sr;
+    return o.ld >= std::max<int64_t>(o.rows, 1);
+  }
+  if (sr == 1) {  // storage is M column-major: X = M^T is op T of it
+    o.op = CUBLAS_OP_T;
+    o.rows = r, o.cols = c;
+    o.ld = c == 1 ? std::max<int64_t>(r, 1) : sc;
+    return o.ld >= std::max<int64_t>(o.rows, 1);
+  }
+  return false;
+}
+
+cudaDataType_t cuda_type(DType dt) {
+  switch (dt) {
+    case DType::Float32: return CUDA_R_32F;
+    case DType::Float16: return CUDA_R_16F;
+    case DType::BFloat16: return CUDA_R_16BF;
+    case DType::Float64: return CUDA_R_64F;
+    default: MT_ERROR("gemm: not implemented on CUDA for dtype ", dt);
+  }
+}
+
+int alignment(const void* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  int a = 256;
+  while (a > 1 && v % a != 0) a /= 2;
+  return a;
+}
+
+using PlanKey = std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           int64_t, int, int, int, int>;
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool bias_epilogue = false;
+};
+
+struct PlanCache {
+  std::mutex mutex;
+  std::map<PlanKey, Plan> plans;
+};
+
+PlanCache& plan_cache() {
+  static PlanCache* cache = new PlanCache();  // plans live as long as the process
+  return *cache;
+}
+
+cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                                   int64_t batch_stride) {
+  cublasLtMatrixLayout_t l = nullptr;
+  MT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    MT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+    MT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride,
+                                                     sizeof(batch_stride)));
+  }
+  return l;
+}
+
+// Builds the descriptors and asks the heuristic for the best algorithm; false if it has none.
+bool build_plan(DeviceContext& ctx, DType dt, const Operand& x, const Operand& y, int64_t m, int64_t n, int64_t k,
+                int64_t batch, bool bias, const int (&align)[4], Plan& plan) {
+  const cudaDataType_t type = cuda_type(dt);
+  const bool fp64 = dt == DType::Float64;
+  const cublasComputeType_t compute =
+      fp64 ? CUBLAS_COMPUTE_64F
+           : (dt == DType::Float32 && mixtrain::cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+  MT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, compute, fp64 ? CUDA_R_64F : CUDA_R_32F));
+  MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &x.op, sizeof(x.op)));
+  MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &y.op, sizeof(y.op)));
+  if (bias) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  }
+  plan.bias_epilogue = bias;
+  plan.a = make_layout(type, x.rows, x.cols, x.ld, batch, x.batch_stride);
+  plan.b = make_layout(type, y.rows, y.cols, y.ld, batch, y.batch_stride);
+  plan.c = make_layout(type, n, m, n, batch, m * n);
+  cublasLtMatmulPreference_t pref = nullptr;
+  MT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = ctx.gemm_workspace_bytes;
+  MT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t a = static_cast<uint32_t>(align[i]);
+    MT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attrs[i], &a, sizeof(a)));
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(ctx.lt, plan.desc, plan.a, plan.b, plan.c, plan.c, pref, 1, &result, &found);
+  MT_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+    cublasLtMatmulDescDestroy(plan.desc);
+    cublasLtMatrixLayoutDestroy(plan.a);
+    cublasLtMatrixLayoutDestroy(plan.b);
+    cublasLtMatrixLayoutDestroy(plan.c);
+    return false;
+  }
+  plan.algo = result.algo;
+  return true;
+}
+
+}  // namespace
+
+void CudaBackend::gemm(const Tensor& a_in, bool trans_a, const Tensor& b_in, bool trans_b, const Tensor& out,
+                       const Tensor& bias) {
+  check_device("gemm", out.device(), {&a_in, &b_in, &bias});
+  MT_CHECK(out.is_contiguous(), "gemm: output must be contiguous");
+  DeviceContext& ctx = context(out);
+  const DType dt = out.dtype();
+  const int64_t batch = out.dim() == 3 ? out.size(0) : 1;
+  const int64_t m = out.size(-2), n = out.size(-1);
+  // cuBLAS A = (op b)^T (n x k), cuBLAS B = (op a)^T (k x m); D = out^T (n x m, ld n).
+  Tensor a = a_in, b = b_in;
+  Operand x{}, y{};
+  if (!as_transposed_operand(b, trans_b, x)) {
+    b = as_contiguous(b, dt);
+    as_transposed_operand(b, trans_b, x);
+  }
+  if (!as_transposed_operand(a, trans_a, y)) {
+    a = as_contiguous(a, dt);
+    as_transposed_operand(a, trans_a, y);
+  }
+  const int64_t k = x.op == CUBLAS_OP_N ? x.cols : x.rows;
+  if (m * n == 0) return;
+  if (k == 0) {  // an empty sum: zeros (plus the bias)
+    fill(out, 0.0);
+    if (bias.defined()) binary(BinaryOp::Add, out, bias.expand(out.shape()), out);
+    return;
+  }
+
+  const Tensor bias_c = as_contiguous(bias, dt);
+  const int align[4] = {alignment(b.raw_data()), alignment(a.raw_data()), alignment(out.raw_data()),
+                        alignment(out.raw_data())};
+  const bool tf32 = dt == DType::Float32 && mixtrain::cuda::allow_tf32();
+  PlanKey key{static_cast<int>(dt), static_cast<int>(x.op), static_cast<int>(y.op), m, n, k, batch, x.ld, y.ld,
+              x.batch_stride, y.batch_stride, ctx.index, bias.defined() ? 1 : 0, tf32 ? 1 : 0,
+              std::min(align[0], 16), std::min(align[1], 16), std::min(align[2], 16)};
+  // Held through the launch: the bias pointer is an attribute of the shared descriptor.
+  PlanCache& cache = plan_cache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  auto it = cache.plans.find(key);
+  if (it == cache.plans.end()) {
+    Plan p;
+    if (!build_plan(ctx, dt, x, y, m, n, k, batch, bias.defined(), align, p)) {
+      // No fused-bias algorithm for this case (e.g. fp64): plain product, then the bias.
+      MT_CHECK(bias.defined() && build_plan(ctx, dt, x, y, m, n, k, batch, false, align, p), "gemm: cuBLASLt has ",
+               "no algorithm for ", dt, " [", m, ", ", k, "] x [", k, ", ", n, "] (batch ", batch, ")");
+    }
+    it = cache.plans.emplace(key, p).first;
+  }
+  const Plan& plan = it->second;
+  if (plan.bias_epilogue) {
+    const void* bp = bias_c.raw_data();
+    MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof(bp)));
+  }
+  const double alpha64 = 1.0, beta64 = 0.0;
+  const float alpha32 = 1.0f, beta32 = 0.0f;
+  const bool fp64 = dt == DType::Float64;
+  MT_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, plan.desc, fp64 ? static_cast<const void*>(&alpha64) : &alpha32, b.raw_data(),
+                                 plan.a, a.raw_data(), plan.b, fp64 ? static_cast<const void*>(&beta64) : &beta32,
+                                 out.raw_data(), plan.c, out.raw_data(), plan.c, &plan.algo, ctx.gemm_workspace,
+                                 ctx.gemm_workspace_bytes, ctx.stream));
+  if (bias.defined() && !plan.bias_epilogue) binary(BinaryOp::Add, out, bias_c.expand(out.shape()), out);
+}
+
+}  // namespace mixtrain::backends::cuda

@@ -1,0 +1,103 @@
+#pragma once
+// The plain-data vocabulary shared by the Backend interface (backend.h) and the CUDA kernels
+// (kernels/*.cu): op codes and parameter structs, with no Tensor in sight, so nvcc compiles the
+// kernels without the tensor headers.
+#include <cstdint>
+
+namespace mixtrain::backends {
+
+enum class UnaryOp : uint8_t { Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Relu, Gelu, Abs, Pow, Square };
+enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Pow, Maximum, Minimum };
+enum class CompareOp : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
+enum class ReduceOp : uint8_t { Sum, Max, Min };
+
+const char* unary_op_name(UnaryOp op);
+const char* binary_op_name(BinaryOp op);
+
+// The loss scaler's scale update (amp::GradScaler::update), as data so a device kernel can run
+// it without a host round trip. Rule (PyTorch's, plus the opt-in extensions):
+//   overflow: growth_tracker = 0; hysteresis_tracker = max(hysteresis_tracker - 1, 0); when it
+//             reaches 0: at_min_scale = (min_scale > 0 && scale <= min_scale), and
+//             scale = max(float(scale * backoff_factor), min_scale)
+//   clean:    hysteresis_tracker = hysteresis; growth_tracker += 1; when it reaches
+//             growth_interval: growth_tracker = 0 and scale = min(float(scale * growth_factor),
+//             max_scale) if that is finite, else unchanged.
+struct ScaleUpdateArgs {
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  int64_t hysteresis = 1;  // 1: back off on every overflow (PyTorch)
+  double min_scale = 0.0;  // 0: no floor
+  double max_scale = 0.0;  // 0: no ceiling
+};
+
+// Element counts the check+unscale pass can gather in the same sweep, accumulated (max / add)
+// into an fp64 tensor of kAmpStatsSize elements, so several calls (dtypes, optimizers) combine.
+enum AmpStat : int { kAmpStatMaxAbs = 0, kAmpStatZeros = 1, kAmpStatFp16Subnormal = 2, kAmpStatElements = 3 };
+constexpr int64_t kAmpStatsSize = 4;
+
+struct NllLossArgs {
+  int64_t ignore_index = -100;
+  double label_smoothing = 0.0;
+};
+
+// Convolution geometry; the sizes come from the tensors (x [N, C, H, W], w [Cout, C/groups, kh, kw]).
+struct Conv2dParams {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;
+};
+
+// Pooling window; padding is implicit -inf.
+struct Pool2dParams {
+  int64_t kernel_h = 1, kernel_w = 1;
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+};
+
+enum class UpsampleMode : uint8_t { Nearest, Bilinear };
+
+// Source coordinate of output pixel i: nearest: floor(i * scale); bilinear: i * scale when
+// align_corners, else (i + 0.5) * scale - 0.5 clamped at 0. The ops layer works out `scale`
+// (PyTorch's rules for size / scale_factor / align_corners), so every backend agrees on it.
+struct Upsample2dParams {
+  UpsampleMode mode = UpsampleMode::Nearest;
+  bool align_corners = false;
+  double scale_h = 1.0, scale_w = 1.0;
+};
+
+constexpr int64_t kNoPaddingIdx = INT64_MIN;
+
+const char* unary_op_name(UnaryOp op);
+const char* binary_op_name(BinaryOp op);
+
+// The optimizers' fused updates (optim::Adam/AdamW/SGD), as data so every backend runs the same
+// update. Scalars are doubles here; kernels cast them to the compute type once.
+struct AdamArgs {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool decoupled = false;  // AdamW: w *= 1 - lr * weight_decay; Adam: g += weight_decay * w
+  bool amsgrad = false;
+  int64_t step = 1;  // the step being taken, counted from 1
+};
+
+struct SgdArgs {
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+  bool first_step = false;  // momentum buffer just created: buf = g (PyTorch's first-step init)
+};
+
+// What Backend::random fills a tensor with. Element i of a fill that starts at generator offset
+// `offset` uses draw offset + i (uniform) or draws offset + 2i and offset + 2i + 1 (normal,
+// Box-Muller), so every backend produces the same values as Generator::next_uniform/next_normal.
+enum class RandomKind : uint8_t { Uniform, Normal };
+
+}  // namespace mixtrain::backends

@@ -1,0 +1,97 @@
+#pragma once
+// Shared by the CUDA backend tests: a fixture that skips (with the reason printed) where no GPU
+// is present, and a harness that runs one kernel on the CPU backend and on the CUDA backend with
+// the same inputs, the outputs poisoned first, and compares every output.
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "support/testing.h"
+
+namespace mixtrain::testing {
+
+inline std::string no_cuda_reason() {
+#ifdef MIXTRAIN_WITH_CUDA
+  return "no CUDA device on this machine (the CUDA backend is compiled in; these tests run on a GPU)";
+#else
+  return "mixtrain was built without CUDA (-DMIXTRAIN_CUDA=OFF)";
+#endif
+}
+
+class CudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::is_available()) GTEST_SKIP() << no_cuda_reason();
+  }
+  static backends::Backend& cpu() { return backends::backend_for(DeviceType::CPU); }
+  static backends::Backend& gpu() { return backends::backend_for(DeviceType::CUDA); }
+};
+
+inline Device gpu_device() { return Device::cuda(0); }
+
+inline Tensor on(const Tensor& t, Device d) {
+  if (!t.defined()) return t;
+  NoGradGuard no_grad;
+  return t.to(d);
+}
+
+// An output tensor filled with NaN (or a sentinel for integers) on device d.
+inline Tensor poisoned_on(const Shape& shape, DType dtype, Device d) {
+  Tensor t = empty(shape, TensorOptions(dtype).device(d));
+  poison(t);
+  return t;
+}
+
+// Bit-for-bit agreement as values: equal, or both NaN (inf equals inf).
+inline ::testing::AssertionResult all_equal(const Tensor& got_t, const std::vector<double>& want) {
+  const std::vector<double> got = to_doubles(got_t);
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool same = got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i]));
+    if (!same) return ::testing::AssertionFailure() << "element " << i << ": got " << got[i] << ", expected " << want[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Exact comparison (integers, bools, conversions that must round identically).
+inline Tolerance exact() { return {0, 0, 0}; }
+inline bool is_exact(const Tolerance& t) { return t.norm_rtol == 0 && t.rtol == 0 && t.atol == 0; }
+
+struct OutputSpec {
+  Shape shape;
+  DType dtype;
+  std::string name;
+  Tolerance tol;
+};
+
+using KernelCall = std::function<void(backends::Backend&, const std::vector<Tensor>& in, const std::vector<Tensor>& out)>;
+
+// Runs call on the CPU backend (inputs as given) and on the CUDA backend (inputs copied to the
+// GPU), into poisoned outputs, and compares each CUDA output with the CPU one.
+inline void compare_backends(const std::string& what, const std::vector<Tensor>& inputs,
+                             const std::vector<OutputSpec>& outputs, const KernelCall& call) {
+  SCOPED_TRACE(what);
+  std::vector<Tensor> in_gpu, out_cpu, out_gpu;
+  for (const Tensor& t : inputs) in_gpu.push_back(on(t, gpu_device()));
+  for (const OutputSpec& o : outputs) {
+    out_cpu.push_back(poisoned_on(o.shape, o.dtype, Device::cpu()));
+    out_gpu.push_back(poisoned_on(o.shape, o.dtype, gpu_device()));
+  }
+  call(backends::backend_for(DeviceType::CPU), inputs, out_cpu);
+  call(backends::backend_for(DeviceType::CUDA), in_gpu, out_gpu);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    EXPECT_EQ(out_gpu[i].device(), gpu_device());
+    const std::vector<double> want = to_doubles(out_cpu[i]);
+    if (is_exact(outputs[i].tol)) EXPECT_TRUE(all_equal(out_gpu[i], want)) << outputs[i].name;
+    else EXPECT_TRUE(all_close(out_gpu[i], want, outputs[i].tol)) << outputs[i].name;
+  }
+}
+
+inline const std::vector<DType>& float_dtypes() {
+  static const std::vector<DType> types{kFloat32, kFloat64, kFloat16, kBFloat16};
+  return types;
+}
+
+}  // namespace mixtrain::testing

@@ -1,0 +1,161 @@
+// The GradScaler's kernels and the fused optimizer updates on CUDA against the CPU backend, the
+// caching allocator on the device, and whole training steps under autocast on the GPU compared
+// with the same steps on the CPU.
+#include "backends/cuda_test_util.h"
+
+namespace mixtrain::testing {
+namespace {
+
+class CudaAmp : public CudaTest {};
+
+TEST_F(CudaAmp, CheckAndUnscaleFindsInfAndMatchesTheCpu) {
+  for (DType gd : float_dtypes()) {
+    for (DType od : {gd, kFloat32}) {
+      for (bool with_inf : {false, true}) {
+        // Several tensors, one longer than a chunk, one tiny; a non-finite value in the last.
+        std::vector<Tensor> grads{mul(random_tensor({70000}, kFloat32, 71), 100.0).to(gd),
+                                  random_tensor({3}, gd, 72), random_tensor({129, 5}, gd, 73)};
+        if (with_inf) grads[2] = where(gt(random_tensor({129, 5}, kFloat32, 74), full({}, 0.999)),
+                                       full({}, INFINITY, TensorOptions(gd)), grads[2]);
+        std::vector<Tensor> ins = grads;
+        ins.push_back(full({}, 1.0 / 1024, TensorOptions(kFloat32)));
+        std::vector<OutputSpec> outs;
+        for (const Tensor& g : grads) outs.push_back({g.shape(), od, "out", exact()});
+        outs.push_back({{}, kFloat32, "found_inf", exact()});
+        outs.push_back({{backends::kAmpStatsSize}, kFloat64, "stats", exact()});
+        compare_backends(std::string("unscale ") + dtype_name(gd) + " -> " + dtype_name(od), ins, outs,
+                         [](auto& bk, const auto& in, const auto& out) {
+                           const size_t n = in.size() - 1;
+                           bk.fill(out[n], 0.0);
+                           bk.fill(out[n + 1], 0.0);
+                           bk.non_finite_check_and_unscale({in.begin(), in.begin() + n}, {out.begin(), out.begin() + n},
+                                                           in[n], out[n], out[n + 1]);
+                         });
+      }
+    }
+  }
+}
+
+TEST_F(CudaAmp, ScaleUpdateFollowsTheCpuThroughASequence) {
+  backends::ScaleUpdateArgs args;
+  args.growth_interval = 3;
+  args.hysteresis = 2;
+  args.min_scale = 1.0;
+  const std::vector<int> overflow{0, 0, 0, 1, 1, 0, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  Device devs[2] = {Device::cpu(), gpu_device()};
+  Tensor scale[2], growth[2], hyst[2], at_min[2];
+  for (int d = 0; d < 2; ++d) {
+    scale[d] = full({}, 65536.0, TensorOptions(kFloat32).device(devs[d]));
+    growth[d] = zeros({}, TensorOptions(kInt32).device(devs[d]));
+    hyst[d] = full({}, 2.0, TensorOptions(kInt32).device(devs[d]));
+    at_min[d] = zeros({}, TensorOptions(kFloat32).device(devs[d]));
+  }
+  for (size_t i = 0; i < overflow.size(); ++i) {
+    for (int d = 0; d < 2; ++d) {
+      const Tensor found = full({}, overflow[i], TensorOptions(kFloat32).device(devs[d]));
+      backends::backend_for(devs[d].type).update_scale(scale[d], growth[d], hyst[d], found, args, at_min[d]);
+    }
+    ASSERT_EQ(scale[1].item<float>(), scale[0].item<float>()) << "step " << i;
+    ASSERT_EQ(growth[1].item<int32_t>(), growth[0].item<int32_t>()) << "step " << i;
+    ASSERT_EQ(hyst[1].item<int32_t>(), hyst[0].item<int32_t>()) << "step " << i;
+    ASSERT_EQ(at_min[1].item<float>(), at_min[0].item<float>()) << "step " << i;
+  }
+}
+
+TEST_F(CudaAmp, FusedOptimizerUpdatesMatchTheCpu) {
+  struct Case {
+    DType weight, grad;
+    bool half_out;
+  };
+  const Case cases[] = {{kFloat32, kFloat32, false}, {kFloat64, kFloat64, false}, {kFloat32, kFloat16, true},
+                        {kFloat32, kBFloat16, true}, {kFloat16, kFloat16, false}};
+  for (const Case& c : cases) {
+    const Shape shape{1000, 3};
+    const Tensor w = random_tensor(shape, c.weight, 75), g = random_tensor(shape, c.grad, 76);
+    const Tensor m = random_tensor(shape, c.weight, 77), v = random_tensor(shape, c.weight, 78, 0.0, 0.01);
+    const Tolerance tol = tolerance_for(c.weight == kFloat16 ? kFloat16 : c.weight);
+    const DType hd = c.grad;
+    for (bool decoupled : {false, true}) {
+      backends::AdamArgs a;
+      a.lr = 1e-2, a.weight_decay = 0.1, a.decoupled = decoupled, a.amsgrad = !decoupled, a.step = 3;
+      compare_backends(std::string("adam ") + dtype_name(c.weight) + "/" + dtype_name(c.grad), {w, g, m, v},
+                       {{shape, c.weight, "weight", tol}, {shape, c.weight, "exp_avg", tol},
+                        {shape, c.weight, "exp_avg_sq", tol}, {shape, c.weight, "max_exp_avg_sq", tol},
+                        {shape, hd, "half_out", tolerance_for(hd)}},
+                       [a, c](auto& bk, const auto& in, const auto& out) {
+                         bk.copy(in[0], out[0]);
+                         bk.copy(in[2], out[1]);
+                         bk.copy(in[3], out[2]);
+                         bk.copy(in[3], out[3]);
+                         if (!c.half_out) bk.copy(in[1], out[4]);  // untouched: compared as copied
+                         bk.adam_step(out[0], in[1], out[1], out[2], a.amsgrad ? out[3] : Tensor(),
+                                      c.half_out ? out[4] : Tensor(), a);
+                       });
+    }
+    backends::SgdArgs s;
+    s.lr = 0.1, s.momentum = 0.9, s.weight_decay = 0.01, s.nesterov = true;
+    compare_backends(std::string("sgd ") + dtype_name(c.weight), {w, g, m},
+                     {{shape, c.weight, "weight", tol}, {shape, c.weight, "buf", tol}},
+                     [s](auto& bk, const auto& in, const auto& out) {
+                       bk.copy(in[0], out[0]);
+                       bk.copy(in[2], out[1]);
+                       bk.sgd_step(out[0], in[1], out[1], Tensor(), s);
+                     });
+  }
+}
+
+TEST_F(CudaAmp, DeviceMemoryGoesThroughTheCachingAllocator) {
+  const Device d = gpu_device();
+  memory::empty_cache(d);
+  const memory::Stats before = memory::stats(d);
+  {
+    const Tensor t = empty({1 << 20}, TensorOptions(kFloat32).device(d));
+    const memory::Stats during = memory::stats(d);
+    EXPECT_GE(during.allocated_bytes - before.allocated_bytes, int64_t{4} << 20);
+  }
+  const memory::Stats after = memory::stats(d);
+  EXPECT_EQ(after.allocated_bytes, before.allocated_bytes);
+  EXPECT_GT(after.reserved_bytes, after.allocated_bytes) << "the freed block stays cached";
+  const Tensor again = empty({1 << 20}, TensorOptions(kFloat32).device(d));
+  EXPECT_GT(memory::stats(d).num_cache_hits, after.num_cache_hits);
+}
+
+// An MLP trained a few steps under autocast fp16 with the GradScaler and AdamW, on the GPU and on
+// the CPU from the same initial weights and data: the losses agree to fp16 accuracy.
+std::vector<double> train_mlp(Device device, DType amp_dtype, int steps) {
+  manual_seed(7);
+  nn::Sequential model(nn::Linear(32, 64), nn::ReLU(), nn::Linear(64, 64), nn::GELU(), nn::Linear(64, 1));
+  model->to(device);
+  optim::AdamW opt(model->parameters(), optim::AdamWOptions().lr(1e-2));
+  amp::GradScaler scaler(amp::GradScalerOptions().init_scale(1024.0).enabled(amp_dtype == kFloat16));
+  Generator gen(11);
+  const Tensor x = randn({256, 32}, gen).to(device), y = randn({256, 1}, gen).to(device);
+  std::vector<double> losses;
+  for (int i = 0; i < steps; ++i) {
+    opt.zero_grad();
+    Tensor loss;
+    {
+      amp::AutocastGuard autocast(device.type, amp_dtype);
+      loss = nn::functional::mse_loss(model->forward(x), y);
+    }
+    scaler.scale(loss).backward();
+    scaler.unscale_(opt);
+    nn::utils::clip_grad_norm_(model->parameters(), 1.0);
+    scaler.step(opt);
+    scaler.update();
+    losses.push_back(loss.item<double>());
+  }
+  return losses;
+}
+
+TEST_F(CudaAmp, AutocastTrainingStepsMatchTheCpu) {
+  for (DType dt : {kFloat16, kBFloat16}) {
+    const std::vector<double> cpu = train_mlp(Device::cpu(), dt, 20), gpu = train_mlp(gpu_device(), dt, 20);
+    EXPECT_LT(gpu.back(), 0.7 * gpu.front()) << "the loss falls on the GPU";
+    for (size_t i = 0; i < cpu.size(); ++i)
+      EXPECT_NEAR(gpu[i], cpu[i], 0.03 * std::abs(cpu[i]) + 1e-3) << dtype_name(dt) << " step " << i;
+  }
+}
+
+}  // namespace
+}  // namespace mixtrain::testing

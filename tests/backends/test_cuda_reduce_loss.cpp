@@ -1,0 +1,126 @@
+// CUDA reductions, softmax / log_softmax and the NLL loss against the CPU backend, on the layouts
+// that take different kernel paths: rows, columns, axes split across blocks, short and long rows.
+#include "backends/cuda_test_util.h"
+
+namespace mixtrain::testing {
+namespace {
+
+using backends::ReduceOp;
+
+struct View3 {
+  int64_t outer, n, inner;
+};
+
+const View3 kViews[] = {{64, 300, 1}, {3, 500, 70}, {1, 1 << 20, 1}, {2, 200000, 3}, {1000, 7, 1}, {5, 1, 33}};
+
+// A sum over n elements in fp32 differs from the CPU's fp64 sum by about sqrt(n) ulps.
+Tolerance sum_tolerance(DType dt, int64_t n) {
+  Tolerance t = tolerance_for(dt);
+  if (dt == kFloat32) t.norm_rtol = t.rtol = std::max(t.rtol, 6e-8 * std::sqrt(static_cast<double>(n)) * 4);
+  return t;
+}
+
+class CudaReduce : public CudaTest {};
+
+TEST_F(CudaReduce, SumMaxMinWithIndicesMatchTheCpu) {
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kInt32}) {
+    for (const View3& v : kViews) {
+      const Tensor x = random_tensor({v.outer, v.n, v.inner}, kFloat32, 21, -50, 50).to(dt);
+      const DType sum_dt = is_floating(dt) ? dt : kInt64;
+      const std::string what = std::string(dtype_name(dt)) + " [" + std::to_string(v.outer) + ", " +
+                               std::to_string(v.n) + ", " + std::to_string(v.inner) + "]";
+      compare_backends("sum " + what, {x}, {{{v.outer, v.inner}, sum_dt, "sum", is_floating(dt) ? sum_tolerance(dt, v.n) : exact()}},
+                       [v](auto& b, const auto& in, const auto& out) {
+                         b.reduce(ReduceOp::Sum, in[0], v.outer, v.n, v.inner, out[0], Tensor());
+                       });
+      for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min}) {
+        compare_backends("max/min " + what, {x},
+                         {{{v.outer, v.inner}, dt, "value", exact()}, {{v.outer, v.inner}, kInt64, "index", exact()}},
+                         [v, op](auto& b, const auto& in, const auto& out) {
+                           b.reduce(op, in[0], v.outer, v.n, v.inner, out[0], out[1]);
+                         });
+      }
+    }
+  }
+}
+
+TEST_F(CudaReduce, MaxKeepsTheFirstNanAndTheFirstOfEqualMaxima) {
+  std::vector<float> v(5000, 1.0f);
+  v[10] = 7.0f, v[4000] = 7.0f;  // ties: the first wins
+  Tensor x = from_vector(v, {1, 5000, 1});
+  std::vector<float> w = v;
+  w[3000] = std::nanf(""), w[4500] = std::nanf("");  // NaN wins, the first one
+  Tensor y = from_vector(w, {1, 5000, 1});
+  for (const Tensor& t : {x, y}) {
+    compare_backends("ties and NaN", {t}, {{{1, 1}, kFloat32, "value", exact()}, {{1, 1}, kInt64, "index", exact()}},
+                     [](auto& b, const auto& in, const auto& out) {
+                       b.reduce(ReduceOp::Max, in[0], 1, 5000, 1, out[0], out[1]);
+                     });
+  }
+}
+
+TEST_F(CudaReduce, SoftmaxForwardAndBackwardMatchTheCpu) {
+  const View3 views[] = {{200, 10, 1}, {40, 1024, 1}, {8, 5000, 1}, {4, 30, 17}};
+  for (DType dt : float_dtypes()) {
+    for (const View3& v : views) {
+      for (bool log : {false, true}) {
+        const Tensor x = random_tensor({v.outer, v.n, v.inner}, dt, 22, -8, 8);
+        const Tensor g = random_tensor({v.outer, v.n, v.inner}, dt, 23);
+        compare_backends(std::string(log ? "log_softmax " : "softmax ") + dtype_name(dt) + " n=" + std::to_string(v.n),
+                         {x, g}, {{x.shape(), dt, "y", tolerance_for(dt)}, {x.shape(), dt, "grad_x", tolerance_for(dt)}},
+                         [v, log](auto& b, const auto& in, const auto& out) {
+                           b.softmax(in[0], v.outer, v.n, v.inner, log, out[0]);
+                           b.softmax_backward(out[0], in[1], v.outer, v.n, v.inner, log, out[1]);
+                         });
+      }
+    }
+  }
+}
+
+TEST_F(CudaReduce, NllLossWithIgnoreIndexAndLabelSmoothing) {
+  for (DType dt : float_dtypes()) {
+    for (const View3& v : {View3{256, 10, 1}, View3{4, 11, 300}}) {
+      for (double smoothing : {0.0, 0.1}) {
+        const Tensor logp = log_softmax(random_tensor({v.outer, v.n, v.inner}, kFloat32, 24, -3, 3), 1).to(dt);
+        Tensor target = randint(0, v.n, {v.outer, v.inner}, TensorOptions(kInt64));
+        target = where(lt(random_tensor({v.outer, v.inner}, kFloat32, 25), full({}, -0.8)),
+                       full({}, -100.0, TensorOptions(kInt64)), target);  // some ignored
+        backends::NllLossArgs args;
+        args.label_smoothing = smoothing;
+        const Tensor grad = full({}, 0.75, TensorOptions(dt));
+        compare_backends(std::string("nll ") + dtype_name(dt), {logp, target, grad},
+                         {{{}, dt, "loss", tolerance_for(dt)}, {{}, kInt64, "count", exact()},
+                          {logp.shape(), dt, "grad", tolerance_for(dt)}},
+                         [v, args](auto& b, const auto& in, const auto& out) {
+                           b.nll_loss(in[0], in[1], v.outer, v.n, v.inner, args, out[0], out[1]);
+                           b.nll_loss_backward(in[1], v.outer, v.n, v.inner, args, in[2], out[1], out[2]);
+                         });
+      }
+    }
+  }
+}
+
+TEST_F(CudaReduce, OutOfRangeTargetIsAnErrorNamingIt) {
+  const Tensor logits = randn({4, 5}, TensorOptions().device(gpu_device()));
+  const Tensor target = from_vector(std::vector<int64_t>{0, 3, 7, 1}, {4}, TensorOptions(kInt64).device(gpu_device()));
+  try {
+    nn::functional::cross_entropy(logits, target);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("target 7 at position 2 is out of range for 5 classes"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(CudaReduce, PublicReductionsOnDeviceTensors) {
+  const Tensor x = random_tensor({30, 40}, kFloat32, 26);
+  const Tensor d = x.to(gpu_device());
+  EXPECT_TRUE(all_close(d.sum({1}), to_doubles(x.sum({1})), tolerance_for(kFloat32)));
+  EXPECT_TRUE(all_close(d.mean(), to_doubles(x.mean()), tolerance_for(kFloat32)));
+  EXPECT_TRUE(all_equal(d.argmax(0), to_doubles(x.argmax(0))));
+  EXPECT_TRUE(all_close(d.softmax(0), to_doubles(x.softmax(0)), tolerance_for(kFloat32)));
+  EXPECT_EQ(d.sum().device(), gpu_device());
+}
+
+}  // namespace
+}  // namespace mixtrain::testing
