@@ -1,5 +1,6 @@
 #pragma once
 // Where a tensor lives: the CPU or a numbered CUDA device.
+#include <cstdint>
 #include <ostream>
 #include <string>
 
