@@ -74,7 +74,7 @@ class Backend {
   // them with fused loops and a device backend with kernels. Scalars live in device tensors, so
   // neither call needs a host synchronisation.
   //
-  // One fused pass over a list of gradients of one dtype (outs: one dtype, fp32 or the grads'):
+  // One fused pass over a list of gradients of one dtype (outs: one dtype, the grads' or, for half grads, fp32):
   // outs[i] = grads[i] * inv_scale (outs[i] may be grads[i]: in place; values are left as they are
   // when inv_scale == 1), and found_inf is set to 1 if any element is inf or NaN (never cleared:
   // the caller zeroes it, so buckets OR into one flag). inv_scale, found_inf: 0-dim fp32. stats:

@@ -1,4 +1,4 @@
-// Adam and AdamW: one fused update per parameter (src/optim/fused_cpu.cpp); they differ only in
+// Adam and AdamW: one fused update per parameter (src/backends/cpu/optim_step.cpp); they differ only in
 // how weight decay enters (L2 on the gradient vs decoupled on the weight) and its default.
 #include "mixtrain/optim/adam.h"
 
@@ -7,7 +7,7 @@
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/optim/adamw.h"
-#include "optim/fused_cpu.h"
+#include "optim/fused_update.h"
 #include "optim/json_fields.h"
 
 namespace mixtrain::optim {

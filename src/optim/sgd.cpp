@@ -4,7 +4,7 @@
 
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/factories.h"
-#include "optim/fused_cpu.h"
+#include "optim/fused_update.h"
 #include "optim/json_fields.h"
 
 namespace mixtrain::optim {

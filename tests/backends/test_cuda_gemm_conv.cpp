@@ -6,10 +6,13 @@
 namespace mixtrain::testing {
 namespace {
 
-// A k-term dot product in fp32 differs by about sqrt(k) ulps between two summation orders.
+// Two summation orders of a k-term fp32 dot product of values in [-1, 1] differ by up to about
+// k ulps of the terms' scale, not of the result: a result near zero by cancellation keeps that
+// absolute error. So fp32 gets an absolute tolerance of 3e-7 * k (below the classical bound
+// k * eps * sum |a_i b_i|), and the norm check stays at TESTING.md's 1e-5.
 Tolerance gemm_tolerance(DType dt, int64_t k) {
   Tolerance t = tolerance_for(dt);
-  if (dt == kFloat32) t.norm_rtol = t.rtol = std::max(1e-5, 4 * 6e-8 * std::sqrt(static_cast<double>(k)));
+  if (dt == kFloat32) t.atol = 3e-7 * static_cast<double>(k);
   return t;
 }
 
@@ -57,7 +60,9 @@ TEST_F(CudaGemm, Tf32IsOptInAndWithinItsTolerance) {
   cuda::set_allow_tf32(true);
   const Tensor t = matmul(a, b);
   cuda::set_allow_tf32(false);
-  EXPECT_TRUE(all_close(t, ref, {5e-4, 5e-2, 1e-3})) << "tf32";
+  // TF32 keeps 10 mantissa bits: the norm error is TESTING.md's tf32 5e-4; elements get an
+  // absolute tolerance in proportion to k, as for fp32 above.
+  EXPECT_TRUE(all_close(t, ref, {5e-4, 5e-3, 4e-5 * 512})) << "tf32";
 }
 
 class CudaConv : public CudaTest {};
@@ -81,8 +86,7 @@ TEST_F(CudaConv, ForwardAndBothBackwardsMatchTheCpu) {
       const int64_t wo = (c.w + 2 * p.pad_w - p.dilation_w * (c.kw - 1) - 1) / p.stride_w + 1;
       const Tensor x = random_tensor({c.n, c.c, c.h, c.w}, dt, 41), w = random_tensor({c.cout, c.c / p.groups, c.kh, c.kw}, dt, 42);
       const Tensor bias = random_tensor({c.cout}, dt, 43), gy = random_tensor({c.n, c.cout, ho, wo}, dt, 44);
-      Tolerance tol = tolerance_for(dt);
-      if (dt == kFloat32) tol.norm_rtol = tol.rtol = 2e-5;  // sums of up to 144 products in another order
+      Tolerance tol = gemm_tolerance(dt, c.c / p.groups * c.kh * c.kw);  // a convolution is a GEMM over C*kh*kw
       compare_backends(std::string("conv2d ") + dtype_name(dt) + " groups=" + std::to_string(p.groups), {x, w, bias, gy},
                        {{gy.shape(), dt, "y", tol}, {x.shape(), dt, "grad_x", tol}, {w.shape(), dt, "grad_w", tol}},
                        [p](auto& bk, const auto& in, const auto& out) {

@@ -13,10 +13,12 @@ struct View3 {
 
 const View3 kViews[] = {{64, 300, 1}, {3, 500, 70}, {1, 1 << 20, 1}, {2, 200000, 3}, {1000, 7, 1}, {5, 1, 33}};
 
-// A sum over n elements in fp32 differs from the CPU's fp64 sum by about sqrt(n) ulps.
-Tolerance sum_tolerance(DType dt, int64_t n) {
+// An fp32 sum of n values of magnitude up to m differs from the CPU's fp64 sum by rounding errors
+// of the partial sums' scale (up to about n * eps * m), whatever the result: a sum near zero by
+// cancellation keeps that absolute error.
+Tolerance sum_tolerance(DType dt, int64_t n, double m) {
   Tolerance t = tolerance_for(dt);
-  if (dt == kFloat32) t.norm_rtol = t.rtol = std::max(t.rtol, 6e-8 * std::sqrt(static_cast<double>(n)) * 4);
+  if (dt == kFloat32) t.atol = 1.2e-7 * static_cast<double>(n) * m;
   return t;
 }
 
@@ -29,7 +31,7 @@ TEST_F(CudaReduce, SumMaxMinWithIndicesMatchTheCpu) {
       const DType sum_dt = is_floating(dt) ? dt : kInt64;
       const std::string what = std::string(dtype_name(dt)) + " [" + std::to_string(v.outer) + ", " +
                                std::to_string(v.n) + ", " + std::to_string(v.inner) + "]";
-      compare_backends("sum " + what, {x}, {{{v.outer, v.inner}, sum_dt, "sum", is_floating(dt) ? sum_tolerance(dt, v.n) : exact()}},
+      compare_backends("sum " + what, {x}, {{{v.outer, v.inner}, sum_dt, "sum", is_floating(dt) ? sum_tolerance(dt, v.n, 50.0) : exact()}},
                        [v](auto& b, const auto& in, const auto& out) {
                          b.reduce(ReduceOp::Sum, in[0], v.outer, v.n, v.inner, out[0], Tensor());
                        });
@@ -82,9 +84,9 @@ TEST_F(CudaReduce, NllLossWithIgnoreIndexAndLabelSmoothing) {
     for (const View3& v : {View3{256, 10, 1}, View3{4, 11, 300}}) {
       for (double smoothing : {0.0, 0.1}) {
         const Tensor logp = log_softmax(random_tensor({v.outer, v.n, v.inner}, kFloat32, 24, -3, 3), 1).to(dt);
-        Tensor target = randint(0, v.n, {v.outer, v.inner}, TensorOptions(kInt64));
-        target = where(lt(random_tensor({v.outer, v.inner}, kFloat32, 25), full({}, -0.8)),
-                       full({}, -100.0, TensorOptions(kInt64)), target);  // some ignored
+        std::vector<int64_t> t = randint(0, v.n, {v.outer * v.inner}, TensorOptions(kInt64)).to_vector<int64_t>();
+        for (size_t i = 0; i < t.size(); i += 9) t[i] = -100;  // some ignored
+        const Tensor target = from_vector(t, {v.outer, v.inner});
         backends::NllLossArgs args;
         args.label_smoothing = smoothing;
         const Tensor grad = full({}, 0.75, TensorOptions(dt));

@@ -193,8 +193,8 @@ void CpuBackend::non_finite_check_and_unscale(const std::vector<Tensor>& grads, 
   if (grads.empty()) return;
   const DType gd = grads[0].dtype(), od = outs[0].dtype();
   MT_CHECK(is_floating(gd), op, ": gradients must be floating, got ", gd);
-  MT_CHECK(od == gd || od == kFloat32, op, ": outputs must have the gradients' dtype or float32, got ", od, " for ",
-           gd, " gradients");
+  MT_CHECK(od == gd || (od == kFloat32 && is_half(gd)), op, ": outputs must have the gradients' dtype (or float32 ",
+           "for half gradients: master gradients), got ", od, " for ", gd, " gradients");
   std::vector<Tensor> g_list, o_list, copy_back;
   for (size_t i = 0; i < grads.size(); ++i) {
     const Tensor& g = grads[i];

@@ -69,6 +69,11 @@ class CpuBackend final : public Backend {
                                     const Tensor& inv_scale, const Tensor& found_inf, const Tensor& stats) override;
   void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_tracker,
                     const Tensor& found_inf, const ScaleUpdateArgs& args, const Tensor& at_min_scale) override;
+  // optim_step.cpp
+  void adam_step(const Tensor& weight, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                 const Tensor& max_exp_avg_sq, const Tensor& half_out, const AdamArgs& args) override;
+  void sgd_step(const Tensor& weight, const Tensor& grad, const Tensor& momentum_buffer, const Tensor& half_out,
+                const SgdArgs& args) override;
 };
 
 Backend& cpu_backend();

@@ -35,8 +35,8 @@ void CudaBackend::non_finite_check_and_unscale(const std::vector<Tensor>& grads,
   const Device device = found_inf.device();
   check_device(op, device, {&inv_scale, &stats});
   const DType gd = grads[0].dtype(), od = outs[0].dtype();
-  MT_CHECK(is_floating(gd) && (od == gd || od == kFloat32), op, ": ", gd, " gradients with ", od,
-           " outputs (expected the gradients' dtype or float32)");
+  MT_CHECK(is_floating(gd) && (od == gd || (od == kFloat32 && is_half(gd))), op, ": ", gd, " gradients with ", od,
+           " outputs (expected the gradients' dtype, or float32 for half gradients: master gradients)");
   std::vector<kernels::TensorSpan> spans;
   std::vector<std::pair<Tensor, Tensor>> copy_back;  // strided outputs: (contiguous work tensor, target)
   std::vector<Tensor> keep;                          // contiguous copies the kernel reads

@@ -1,19 +1,20 @@
-#include "optim/fused_cpu.h"
-
+// The CPU backend's fused optimizer updates (Backend::adam_step, sgd_step): one pass over a
+// parameter's elements reads the weight, the gradient and the state, computes in fp32 (fp64 for
+// fp64 weights) and stores each result once. Large tensors are split across OpenMP threads;
+// elements are independent, so the result does not depend on the thread count (resumed runs are
+// bit-identical). The optimizers check the operands (src/optim/fused_update.cpp).
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "backends/backend.h"
+#include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/half.h"
 
-namespace mixtrain::optim::detail {
+namespace mixtrain::backends::cpu {
 
 namespace {
-
-using backends::cpu::parallel_for;
 
 // Half operands are converted block by block into stack buffers (vectorized F16C conversions),
 // so the arithmetic loops below only ever see float or double arrays and vectorize.
@@ -51,13 +52,6 @@ void store_block(const Tensor& t, int64_t begin, int64_t n, const C* src) {
   MT_ERROR("optimizer step: unsupported operand dtype ", t.dtype());
 }
 
-void check_operand(const char* op, const Tensor& t, const Tensor& weight, const char* what) {
-  MT_CHECK(t.device() == weight.device(), op, ": ", what, " is on ", t.device(), " but the weight is on ",
-           weight.device());
-  MT_CHECK(t.shape() == weight.shape(), op, ": ", what, " has shape ", shape_str(t.shape()), " but the weight has ",
-           shape_str(weight.shape()));
-  MT_CHECK(t.is_contiguous(), op, ": ", what, " must be contiguous");
-}
 
 // ---- Adam -------------------------------------------------------------------------------------
 
@@ -224,37 +218,19 @@ void sgd_typed(const Tensor& weight, const Tensor& grad, const Tensor& buf, cons
 
 }  // namespace
 
-void fused_adam(const Tensor& weight, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                const Tensor& max_exp_avg_sq, const Tensor& half_out, const AdamArgs& args) {
-  const char* op = args.decoupled ? "AdamW.step" : "Adam.step";
-  check_operand(op, weight, weight, "the weight");
-  check_operand(op, grad, weight, "the gradient");
-  check_operand(op, exp_avg, weight, "exp_avg");
-  check_operand(op, exp_avg_sq, weight, "exp_avg_sq");
-  if (args.amsgrad) check_operand(op, max_exp_avg_sq, weight, "max_exp_avg_sq");
-  if (half_out.defined()) check_operand(op, half_out, weight, "the half parameter");
-  if (!weight.device().is_cpu()) {
-    backends::backend_for(weight).adam_step(weight, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, half_out, args);
-    return;
-  }
+void CpuBackend::adam_step(const Tensor& weight, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                           const Tensor& max_exp_avg_sq, const Tensor& half_out, const AdamArgs& args) {
   if (weight.dtype() == kFloat64) {
-    MT_CHECK(grad.dtype() == kFloat64, op, ": float64 weight with a ", grad.dtype(), " gradient");
+    MT_CHECK(grad.dtype() == kFloat64, args.decoupled ? "AdamW" : "Adam", ".step: float64 weight with a ", grad.dtype(),
+             " gradient");
     adam_typed<double>(weight, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, half_out, args);
   } else {
     adam_typed<float>(weight, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, half_out, args);
   }
 }
 
-void fused_sgd(const Tensor& weight, const Tensor& grad, const Tensor& momentum_buffer, const Tensor& half_out,
-               const SgdArgs& args) {
-  check_operand("SGD.step", weight, weight, "the weight");
-  check_operand("SGD.step", grad, weight, "the gradient");
-  if (args.momentum != 0.0) check_operand("SGD.step", momentum_buffer, weight, "momentum_buffer");
-  if (half_out.defined()) check_operand("SGD.step", half_out, weight, "the half parameter");
-  if (!weight.device().is_cpu()) {
-    backends::backend_for(weight).sgd_step(weight, grad, momentum_buffer, half_out, args);
-    return;
-  }
+void CpuBackend::sgd_step(const Tensor& weight, const Tensor& grad, const Tensor& momentum_buffer,
+                          const Tensor& half_out, const SgdArgs& args) {
   if (weight.dtype() == kFloat64) {
     MT_CHECK(grad.dtype() == kFloat64, "SGD.step: float64 weight with a ", grad.dtype(), " gradient");
     sgd_typed<double>(weight, grad, momentum_buffer, half_out, args);
@@ -263,4 +239,4 @@ void fused_sgd(const Tensor& weight, const Tensor& grad, const Tensor& momentum_
   }
 }
 
-}  // namespace mixtrain::optim::detail
+}  // namespace mixtrain::backends::cpu

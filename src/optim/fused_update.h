@@ -1,10 +1,8 @@
 #pragma once
-// The fused CPU update loops of the optimizers: one pass over a parameter's elements reads the
-// weight, the gradient and the state, computes in fp32 (fp64 for fp64 weights) and stores each
-// result once. Large tensors are split across OpenMP threads; elements are independent, so the
-// result does not depend on the thread count (resumed runs are bit-identical).
+// The optimizers' fused updates, run by the backend of the weight's device (CPU loops in
+// src/backends/cpu/optim_step.cpp, CUDA kernels in kernels/optim.cu).
 //
-// Operands are contiguous CPU tensors of one shape. `weight` and the state share a dtype (fp32
+// Operands are contiguous tensors of one shape on one device. `weight` and the state share a dtype (fp32
 // for a master copy, else the parameter's). `grad` has the weight's dtype or, for an fp32 master
 // weight, may be the half parameter's fp16/bf16 gradient. `half_out`, when defined, is the half
 // parameter refreshed from the updated fp32 weight (round to nearest even).
