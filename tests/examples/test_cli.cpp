@@ -1,6 +1,7 @@
 // The `mixtrain` program, run as users run it: bench output files, train's log and checkpoints,
 // and one-line usage errors with exit code 2.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -26,8 +27,9 @@ std::string slurp(const std::string& path) {
 
 // Runs `mixtrain ARGS`, capturing stdout and stderr.
 CliRun run_mixtrain(const std::string& args) {
-  const std::string dir = ::testing::TempDir();
-  const std::string out = dir + "mixtrain_cli.out", err = dir + "mixtrain_cli.err";
+  // Per process: ctest runs the tests of this file in parallel processes.
+  const std::string base = ::testing::TempDir() + "mixtrain_cli_" + std::to_string(::getpid());
+  const std::string out = base + ".out", err = base + ".err";
   const std::string cmd = std::string(MIXTRAIN_EXE) + " " + args + " >" + out + " 2>" + err + " </dev/null";
   const int status = std::system(cmd.c_str());
   CliRun r;
