@@ -4,10 +4,16 @@
 #include <string>
 #include <vector>
 
+#include <mixtrain/core/device.h>
+
 namespace mixtrain::cli {
 
 int run_train(const std::vector<std::string>& args);
 int run_bench(const std::vector<std::string>& args);
 int run_policy(const std::vector<std::string>& args);
+
+class Args;
+// --device, defaulting to CUDA when present (a bad value is a usage error).
+Device device_flag(const Args& args);
 
 }  // namespace mixtrain::cli

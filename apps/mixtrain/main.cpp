@@ -11,7 +11,8 @@ const char* kUsage =
     "usage: mixtrain <command> [options]\n"
     "  train mlp|unet|transformer [--precision fp32|fp16|bf16] [--device cpu|cuda] [--steps N]\n"
     "        [--batch-size N] [--lr X] [--seed N] [--save DIR] [--resume DIR] [--log FILE] [--synthetic]\n"
-    "  bench [--models mlp,unet,transformer] [--device cpu|cuda] [--steps N] [--out DIR]\n"
+    "  bench [--models mlp,unet,transformer] [--device cpu|cuda] [--steps N] [--warmup N] [--size tiny|full]\n"
+    "        [--out DIR] [--reference FILE.json]\n"
     "  policy [--json]\n";
 }
 

@@ -1,6 +1,9 @@
 #include "common/train_loop.h"
 
+#include <algorithm>
 #include <chrono>
+#include <iomanip>
+#include <ostream>
 
 namespace mixtrain::examples {
 
@@ -18,6 +21,44 @@ const char* precision_name(Precision p) {
     case Precision::Bf16: return "bf16";
   }
   return "?";
+}
+
+Device default_device() { return cuda::is_available() ? Device::cuda() : Device::cpu(); }
+
+Device parse_device(const std::string& name) {
+  MT_CHECK(name == "cpu" || name.rfind("cuda", 0) == 0, "unknown device '", name, "' (expected cpu or cuda)");
+  const Device d = Device::parse(name);
+  MT_CHECK(!d.is_cuda() || (cuda::is_available() && d.index < cuda::device_count()), "device '", name,
+           "' is not available: ", cuda::is_available() ? "no such CUDA device" : "no CUDA device (or built without CUDA)",
+           "; use --device cpu");
+  return d;
+}
+
+int64_t parameter_count(const nn::Module& model) {
+  int64_t n = 0;
+  for (const auto& p : model.parameters()) n += p.numel();
+  return n;
+}
+
+TrainResult train_with_log(TrainTask& task, const TrainOptions& options, std::ostream* log, int64_t log_every) {
+  double window = 0;
+  int64_t in_window = 0;
+  auto last = std::chrono::steady_clock::now();
+  return train(task, options, [&](const StepRecord& r) {
+    window += r.loss;
+    ++in_window;
+    if (!log || log_every <= 0) return;
+    if (r.step != 1 && r.step % log_every != 0 && r.step != options.steps) return;
+    const auto now = std::chrono::steady_clock::now();
+    const double secs = std::chrono::duration<double>(now - last).count();
+    last = now;
+    *log << "step " << std::setw(6) << r.step << "  loss " << std::fixed << std::setprecision(4)
+         << window / static_cast<double>(in_window) << "  scale " << std::defaultfloat << r.scale << "  ("
+         << std::fixed << std::setprecision(1) << static_cast<double>(in_window) / std::max(secs, 1e-9)
+         << " steps/s)" << std::defaultfloat << std::endl;
+    window = 0;
+    in_window = 0;
+  });
 }
 
 TrainResult train(TrainTask& task, const TrainOptions& options, const std::function<void(const StepRecord&)>& on_step) {

@@ -4,6 +4,7 @@
 // a TrainTask that builds its loss on the next batch. Public mixtrain API only.
 #include <cstdint>
 #include <functional>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,11 @@ namespace mixtrain::examples {
 enum class Precision { Fp32, Fp16, Bf16 };
 Precision parse_precision(const std::string& name);  // "fp32", "fp16", "bf16"
 const char* precision_name(Precision p);
+
+// CUDA when a device is present, else the CPU: the trainers' default.
+Device default_device();
+// "cpu" or "cuda" (or "cuda:N"); "cuda" without a usable device is an Error that says so.
+Device parse_device(const std::string& name);
 
 // What a model brings to the loop.
 class TrainTask {
@@ -64,5 +70,12 @@ struct TrainResult {
 
 TrainResult train(TrainTask& task, const TrainOptions& options,
                   const std::function<void(const StepRecord&)>& on_step = {});
+
+// Number of elements over a module's parameters.
+int64_t parameter_count(const nn::Module& model);
+
+// train() with a plain progress line every log_every steps (and at the first and last) on `log`:
+// "step N  loss L  scale S  (R steps/s)", averaging the losses since the previous line.
+TrainResult train_with_log(TrainTask& task, const TrainOptions& options, std::ostream* log, int64_t log_every);
 
 }  // namespace mixtrain::examples

@@ -1,8 +1,9 @@
-// Trains a feed-forward network on the CPU with mixtrain's public API.
+// Trains a feed-forward network with mixtrain's public API, under AMP by default.
 //   mlp                                   Fashion-MNIST classifier (dataset-fashion-mnist)
 //   mlp --csv FILE --target COL           regressor on a CSV's columns
 //   mlp --synthetic                       215 -> 1 regressor on generated data (no files needed)
-// Options: --steps N --batch-size N --lr X --seed N --hidden W1,W2,... --log-every K --data-dir DIR
+// Options: --precision fp32|fp16|bf16 (fp16) --device cpu|cuda (cuda when present) --steps N
+//          --batch-size N --lr X --seed N --hidden W1,W2,... --log-every K --data-dir DIR
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
@@ -15,8 +16,9 @@ namespace ex = mixtrain::examples;
 namespace {
 
 const char* kUsage =
-    "usage: mlp [--synthetic | --csv FILE --target COL] [--data-dir DIR] [--steps N] [--batch-size N]\n"
-    "           [--lr X] [--seed N] [--hidden W1,W2,...] [--log-every K]\n";
+    "usage: mlp [--synthetic | --csv FILE --target COL] [--data-dir DIR] [--precision fp32|fp16|bf16]\n"
+    "           [--device cpu|cuda] [--steps N] [--batch-size N] [--lr X] [--seed N] [--hidden W1,W2,...]\n"
+    "           [--log-every K]\n";
 
 template <class T>
 T parse(const std::string& flag, const std::string& value) {
@@ -46,6 +48,10 @@ ex::MlpConfig parse_args(int argc, char** argv) {
       c.csv_path = value();
     } else if (flag == "--target") {
       c.target_column = value();
+    } else if (flag == "--precision") {
+      c.precision = ex::parse_precision(value());
+    } else if (flag == "--device") {
+      c.device = ex::parse_device(value());
     } else if (flag == "--data-dir") {
       c.data_dir = value();
     } else if (flag == "--steps") {

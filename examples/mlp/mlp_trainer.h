@@ -1,19 +1,23 @@
 #pragma once
-// The MLP example's model and training loop, as a library so the `mixtrain` command line and the
-// tests can run it: run_mlp(config) trains and evaluates, returning the per-step losses.
+// The MLP example's model and tasks, as a library so the `mixtrain` command line and the tests
+// can run it: make_mlp_task(config) gives the shared loop's TrainTask, and run_mlp(config) trains
+// it under AMP and evaluates, returning the per-step losses.
 #include <cstdint>
 #include <iosfwd>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/idx.h"
+#include "common/train_loop.h"
 
 namespace mixtrain::examples {
 
 enum class MlpTask {
   FashionMnist,  // 784-256-128-10 classifier, cross-entropy
   Csv,           // regressor on a CSV's feature columns -> target column, MSE
-  Synthetic,     // 215 inputs -> 1 regressor on data from a random teacher network, MSE
+  Synthetic,     // 215 inputs -> 1 regressor on data from a random teacher network, MSE, generated
+                 // on the training device (no files)
 };
 
 struct MlpConfig {
@@ -27,7 +31,9 @@ struct MlpConfig {
   int64_t batch_size = 128;
   double lr = 1e-3;
   uint64_t seed = 0;
-  int64_t log_every = 100;  // a progress line every this many steps (0: none)
+  Precision precision = Precision::Fp16;
+  Device device = default_device();
+  int64_t log_every = 100;      // a progress line every this many steps (0: none)
   std::ostream* log = nullptr;  // where progress lines go; nullptr: silent
 };
 
@@ -37,11 +43,16 @@ struct MlpResult {
   double test_accuracy = -1;   // classification only; -1 otherwise
   int64_t test_size = 0;
   int64_t parameters = 0;
+  int64_t skipped_steps = 0;   // optimizer steps the GradScaler skipped (inf/NaN gradients)
   double seconds = 0;          // training loop wall time (data loading excluded)
   std::string description;     // e.g. "fashion-mnist 784-256-128-10"
 };
 
-// Trains on the CPU in fp32. Throws mixtrain::Error for bad configuration or data.
+// The task for the shared loop; evaluate() fills nothing in a result, see run_mlp for that.
+// Throws mixtrain::Error for bad configuration or data (a missing data set names its package).
+std::unique_ptr<TrainTask> make_mlp_task(const MlpConfig& config);
+
+// Trains with the shared loop (AMP per config.precision on config.device) and evaluates.
 MlpResult run_mlp(const MlpConfig& config);
 
 }  // namespace mixtrain::examples

@@ -2,6 +2,7 @@
 // state dicts.
 #include "mixtrain/nn/module.h"
 
+#include <algorithm>
 #include <set>
 #include <sstream>
 #include <unordered_set>
@@ -155,11 +156,15 @@ void Module::to(Device device, DType dtype) {
 }
 
 void Module::to_impl(std::optional<Device> device, std::optional<DType> dtype) {
-  // Shared tensors are visited once per name; the second visit finds them converted already.
-  visit_tensors(true, true, [&](const std::string&, const Tensor& t, bool) {
-    Tensor handle = t;
-    convert_in_place(handle, device, dtype);
-  });
+  // Shared tensors are visited once per owner; the second visit finds them converted already.
+  for (auto& [n, t] : parameters_) convert_in_place(t, device, dtype);
+  for (auto& [n, t] : buffers_) {
+    std::optional<DType> target = dtype;
+    const bool keep_fp32 = std::find(fp32_buffers_.begin(), fp32_buffers_.end(), n) != fp32_buffers_.end();
+    if (keep_fp32 && target && is_half(*target)) target = kFloat32;
+    convert_in_place(t, device, target);
+  }
+  for (auto& [n, c] : children_) c->to_impl(device, dtype);
 }
 
 std::map<std::string, Tensor> Module::state_dict() const {
@@ -231,13 +236,18 @@ Tensor Module::register_parameter(const std::string& name, Tensor tensor, bool r
   return tensor;
 }
 
-Tensor Module::register_buffer(const std::string& name, Tensor tensor) {
+Tensor Module::register_buffer(const std::string& name, Tensor tensor, BufferCast cast) {
   check_local_name(*this, name, "buffer");
   MT_CHECK(tensor.defined(), name_, ": register_buffer(\"", name, "\") got an undefined tensor");
   for (const auto& [n, t] : buffers_) MT_CHECK(n != name, name_, ": buffer \"", name, "\" is already registered");
   for (const auto& [n, t] : parameters_) MT_CHECK(n != name, name_, ": \"", name, "\" is already a parameter");
   for (const auto& [n, c] : children_) MT_CHECK(n != name, name_, ": \"", name, "\" is already a submodule");
   if (tensor.grad_fn() || tensor.requires_grad()) tensor = tensor.detach();
+  if (cast == BufferCast::KeepFloat32) {
+    MT_CHECK(is_floating(tensor.dtype()) && !is_half(tensor.dtype()), name_, ": buffer \"", name,
+             "\" registered KeepFloat32 must be fp32 or fp64, got ", tensor.dtype());
+    fp32_buffers_.push_back(name);
+  }
   buffers_.emplace_back(name, tensor);
   return tensor;
 }

@@ -14,6 +14,12 @@
 
 namespace mixtrain::nn {
 
+// How Module::to(DType) treats a buffer.
+enum class BufferCast {
+  FollowModule,  // cast with the parameters (PyTorch's behaviour)
+  KeepFloat32,   // never below fp32: to(kFloat16) / to(kBFloat16) leave it fp32, to(kFloat64) widens it
+};
+
 class Module : public std::enable_shared_from_this<Module> {
  public:
   explicit Module(std::string name = "Module") : name_(std::move(name)) {}
@@ -42,7 +48,8 @@ class Module : public std::enable_shared_from_this<Module> {
   bool is_training() const { return training_; }
 
   // Moves parameters and buffers (in place: existing parameter handles see the change, as an
-  // optimizer built earlier needs). to(DType) casts floating parameters and buffers.
+  // optimizer built earlier needs). to(DType) casts floating parameters and buffers, except that
+  // buffers registered with BufferCast::KeepFloat32 stay fp32 under a half dtype.
   void to(Device device);
   void to(DType dtype);
   void to(Device device, DType dtype);
@@ -58,7 +65,10 @@ class Module : public std::enable_shared_from_this<Module> {
 
  protected:
   Tensor register_parameter(const std::string& name, Tensor tensor, bool requires_grad = true);
-  Tensor register_buffer(const std::string& name, Tensor tensor);
+  // KeepFloat32 is for statistics that accumulate small updates (batch norm's running mean and
+  // variance): in fp16 an update of 0.1% of the value rounds away, so they must stay fp32 even
+  // when the model is cast to half.
+  Tensor register_buffer(const std::string& name, Tensor tensor, BufferCast cast = BufferCast::FollowModule);
   template <class Holder>
   Holder register_module(const std::string& name, Holder holder) {
     add_child(name, holder.ptr());
@@ -75,6 +85,7 @@ class Module : public std::enable_shared_from_this<Module> {
   bool training_ = true;
   std::vector<std::pair<std::string, Tensor>> parameters_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<std::string> fp32_buffers_;  // names of this module's KeepFloat32 buffers
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };
 

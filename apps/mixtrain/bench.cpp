@@ -1,0 +1,132 @@
+// mixtrain bench: each model in fp32 and under AMP (fp16 with loss scaling, bf16) on synthetic
+// data pre-generated on the device; median step time after warm-up, throughput, speedup over
+// fp32, peak memory, final loss. Printed as a table, written as bench.json and bench.svg.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+#include <mixtrain/mixtrain.h>
+
+#include "args.h"
+#include "bench_report.h"
+#include "commands.h"
+#include "tasks.h"
+
+namespace mixtrain::cli {
+
+namespace {
+
+const examples::Precision kPrecisions[] = {examples::Precision::Fp32, examples::Precision::Fp16,
+                                           examples::Precision::Bf16};
+
+std::string cpu_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
+  return "cpu";
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+nlohmann::json load_reference(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("--reference: cannot read " + path);
+  nlohmann::json doc;
+  try {
+    in >> doc;
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error("--reference: " + path + " is not JSON: " + e.what());
+  }
+  check_bench_json(doc, "--reference " + path);
+  return doc;
+}
+
+// One model at one precision: a fresh task (same seed, so every precision starts from the same
+// weights and data), warm-up steps, then the timed ones. loss.item() at the end of every step
+// waits for the device, so each step's wall time is its device time too.
+nlohmann::json bench_one(const TaskSpec& spec, examples::Precision precision, int64_t warmup, int64_t steps) {
+  memory::empty_cache(spec.device);  // reserved memory is then this run's own
+  auto task = make_task(spec);
+  examples::TrainOptions o;
+  o.precision = precision;
+  o.device = spec.device;
+  o.steps = warmup + steps;
+  o.lr = default_lr(spec.model);
+  const examples::TrainResult r = examples::train(*task, o);
+  std::vector<double> times;
+  for (size_t i = static_cast<size_t>(warmup); i < r.records.size(); ++i) times.push_back(r.records[i].seconds);
+  const double step_s = median(times);
+  const int64_t skipped = std::count_if(r.records.begin() + warmup, r.records.end(),
+                                        [](const examples::StepRecord& s) { return s.skipped; });
+  return {{"model", spec.model},
+          {"precision", examples::precision_name(precision)},
+          {"parameters", examples::parameter_count(task->model())},
+          {"batch_size", task->batch_size()},
+          {"median_step_ms", step_s * 1e3},
+          {"samples_per_s", static_cast<double>(task->batch_size()) / step_s},
+          {"speedup_vs_fp32", 1.0},
+          {"peak_allocated_bytes", r.memory.peak_allocated_bytes},
+          {"peak_reserved_bytes", r.memory.peak_reserved_bytes},
+          {"final_loss", r.records.back().loss},
+          {"skipped_steps", skipped}};
+}
+
+}  // namespace
+
+int run_bench(const std::vector<std::string>& argv) {
+  const Args args(argv, {"models", "device", "steps", "warmup", "size", "out", "reference"}, {});
+  if (!args.positional().empty()) throw std::runtime_error("unexpected argument '" + args.positional()[0] + "'");
+  const std::vector<std::string> models = args.list("models", {"mlp", "unet", "transformer"});
+  for (const auto& m : models) check_model_name(m);
+  TaskSpec spec;
+  spec.device = device_flag(args);
+  spec.synthetic = true;
+  spec.size = parse_task_size(args.str("size", "tiny"));
+  const int64_t steps = args.integer("steps", 20, 1), warmup = args.integer("warmup", 3, 0);
+  const std::string out_dir = args.str("out", "mixtrain-bench");
+  nlohmann::json reference;
+  if (args.has("reference")) reference = load_reference(args.str("reference", ""));
+
+  nlohmann::json doc = {{"framework", "mixtrain"},
+                        {"framework_version", "0.1.0"},
+                        {"device", spec.device.str()},
+                        {"device_name", spec.device.is_cpu() ? cpu_name() : spec.device.str()},
+                        {"size", task_size_name(spec.size)},
+                        {"steps", steps},
+                        {"warmup", warmup},
+                        {"results", nlohmann::json::array()}};
+  for (const auto& model : models) {
+    spec.model = model;
+    double fp32_ms = 0;
+    for (examples::Precision p : kPrecisions) {
+      std::cout << model << " " << examples::precision_name(p) << ": " << std::flush;
+      nlohmann::json row = bench_one(spec, p, warmup, steps);
+      const double ms = row["median_step_ms"].get<double>();
+      if (p == examples::Precision::Fp32) fp32_ms = ms;
+      row["speedup_vs_fp32"] = fp32_ms / ms;
+      std::cout << std::fixed << std::setprecision(2) << ms << " ms/step, final loss "
+                << row["final_loss"].get<double>() << std::defaultfloat << "\n";
+      doc["results"].push_back(row);
+    }
+  }
+
+  std::cout << "\n";
+  print_bench_table(std::cout, doc, reference.is_null() ? nullptr : &reference);
+  std::filesystem::create_directories(out_dir);
+  const std::string json_path = out_dir + "/bench.json", svg_path = out_dir + "/bench.svg";
+  std::ofstream(json_path) << doc.dump(2) << "\n";
+  std::ofstream(svg_path) << bench_svg(doc, reference.is_null() ? nullptr : &reference);
+  std::cout << "wrote " << json_path << " and " << svg_path << "\n";
+  return 0;
+}
+
+}  // namespace mixtrain::cli

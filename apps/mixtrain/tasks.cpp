@@ -1,0 +1,121 @@
+// Builds the example trainers' tasks by name and size.
+#include "tasks.h"
+
+#include <stdexcept>
+
+#include "mlp/mlp_trainer.h"
+#include "transformer/transformer_trainer.h"
+#include "unet/unet_trainer.h"
+
+namespace mixtrain::cli {
+
+TaskSize parse_task_size(const std::string& name) {
+  if (name == "tiny") return TaskSize::Tiny;
+  if (name == "full") return TaskSize::Full;
+  throw std::runtime_error("--size expects tiny or full, got '" + name + "'");
+}
+
+const char* task_size_name(TaskSize size) {
+  switch (size) {
+    case TaskSize::Default: return "default";
+    case TaskSize::Tiny: return "tiny";
+    case TaskSize::Full: return "full";
+  }
+  return "?";
+}
+
+const char* known_models() { return "mlp, unet, transformer"; }
+
+void check_model_name(const std::string& model) {
+  if (model != "mlp" && model != "unet" && model != "transformer")
+    throw std::runtime_error("unknown model '" + model + "' (expected one of " + known_models() + ")");
+}
+
+double default_lr(const std::string& model) {
+  check_model_name(model);
+  return 1e-3;
+}
+
+namespace {
+
+int64_t pick(int64_t requested, int64_t fallback) { return requested > 0 ? requested : fallback; }
+
+std::unique_ptr<examples::TrainTask> make_mlp(const TaskSpec& s) {
+  examples::MlpConfig c;
+  c.device = s.device;
+  c.seed = s.seed;
+  switch (s.size) {
+    case TaskSize::Default:
+      c.task = s.synthetic ? examples::MlpTask::Synthetic : examples::MlpTask::FashionMnist;
+      c.batch_size = pick(s.batch_size, 128);
+      break;
+    case TaskSize::Tiny:
+      c.task = examples::MlpTask::Synthetic;
+      c.hidden = {256, 128};
+      c.batch_size = pick(s.batch_size, 64);
+      c.synthetic_samples = 4 * c.batch_size;
+      break;
+    case TaskSize::Full:
+      c.task = examples::MlpTask::Synthetic;
+      c.hidden = {1000, 500};
+      c.batch_size = pick(s.batch_size, 512);
+      c.synthetic_samples = 4 * c.batch_size;
+      break;
+  }
+  return examples::make_mlp_task(c);
+}
+
+std::unique_ptr<examples::TrainTask> make_unet(const TaskSpec& s) {
+  examples::UnetConfig c;
+  c.device = s.device;
+  c.seed = s.seed;
+  c.synthetic = s.synthetic || s.size != TaskSize::Default;
+  switch (s.size) {
+    case TaskSize::Default:
+      c.batch_size = pick(s.batch_size, 8);
+      break;
+    case TaskSize::Tiny:
+      c.width = 8;
+      c.image_size = 32;
+      c.batch_size = pick(s.batch_size, 4);
+      break;
+    case TaskSize::Full:  // the Spell UNet: 3x256x256 in, 9 classes, 7,703,497 parameters
+      c.width = 64;
+      c.image_size = 256;
+      c.batch_size = pick(s.batch_size, 8);
+      break;
+  }
+  return examples::make_unet_task(c);
+}
+
+std::unique_ptr<examples::TrainTask> make_transformer(const TaskSpec& s) {
+  examples::TransformerConfig c;
+  c.device = s.device;
+  c.seed = s.seed;
+  c.synthetic = s.synthetic || s.size != TaskSize::Default;
+  switch (s.size) {
+    case TaskSize::Default:
+      c.batch_size = pick(s.batch_size, 16);
+      break;
+    case TaskSize::Tiny:
+      c.model = examples::gpt_preset("tiny");
+      c.batch_size = pick(s.batch_size, 8);
+      break;
+    case TaskSize::Full:
+      c.model = examples::gpt_preset("bert-base");
+      c.batch_size = pick(s.batch_size, 64);
+      break;
+  }
+  return examples::make_transformer_task(c);
+}
+
+}  // namespace
+
+std::unique_ptr<examples::TrainTask> make_task(const TaskSpec& spec) {
+  check_model_name(spec.model);
+  if (spec.model == "mlp") return make_mlp(spec);
+  if (spec.model == "unet") return make_unet(spec);
+  return make_transformer(spec);
+}
+
+}  // namespace mixtrain::cli

@@ -1,0 +1,48 @@
+#include "transformer/gpt_model.h"
+
+namespace mixtrain::examples {
+
+GptBlockImpl::GptBlockImpl(const GptOptions& o) : Module("GptBlock") {
+  ln1_ = register_module("ln1", nn::LayerNorm(Shape{o.width}));
+  attn_ = register_module(
+      "attn", nn::MultiheadAttention(nn::MultiheadAttentionOptions(o.width, o.heads).dropout(o.dropout).batch_first(true)));
+  ln2_ = register_module("ln2", nn::LayerNorm(Shape{o.width}));
+  fc1_ = register_module("fc1", nn::Linear(o.width, 4 * o.width));
+  fc2_ = register_module("fc2", nn::Linear(4 * o.width, o.width));
+  drop_ = register_module("drop", nn::Dropout(o.dropout));
+}
+
+Tensor GptBlockImpl::forward(const Tensor& x) {
+  const Tensor h = ln1_(x);
+  const Tensor a = x + drop_(attn_->forward(h, h, h, Tensor(), /*is_causal=*/true));
+  return a + drop_(fc2_(gelu(fc1_(ln2_(a)))));
+}
+
+GptImpl::GptImpl(const GptOptions& o) : Module("Gpt"), options_(o) {
+  MT_CHECK(o.vocab > 0 && o.context > 0 && o.layers > 0 && o.width > 0 && o.heads > 0 && o.width % o.heads == 0,
+           "Gpt: bad options: vocab ", o.vocab, ", context ", o.context, ", layers ", o.layers, ", width ", o.width,
+           ", heads ", o.heads, " (width must be a multiple of heads)");
+  tok_emb_ = register_module("tok_emb", nn::Embedding(o.vocab, o.width));
+  pos_emb_ = register_module("pos_emb", nn::Embedding(o.context, o.width));
+  blocks_ = register_module("blocks", nn::ModuleList());
+  for (int64_t i = 0; i < o.layers; ++i) blocks_->push_back(GptBlock(o));
+  ln_f_ = register_module("ln_f", nn::LayerNorm(Shape{o.width}));
+  head_ = register_module("head", nn::Linear(o.width, o.vocab));
+}
+
+Tensor GptImpl::forward(const Tensor& tokens) {
+  MT_CHECK(tokens.dim() == 2 && tokens.dtype() == kInt64 && tokens.size(1) <= options_.context,
+           "Gpt: expected int64 tokens [N, T] with T <= context = ", options_.context, ", got ", tokens.str());
+  const Tensor positions = arange(static_cast<double>(tokens.size(1)), TensorOptions(kInt64).device(tokens.device()));
+  Tensor x = tok_emb_(tokens) + pos_emb_(positions);
+  for (const auto& block : *blocks_) x = block->forward(x);
+  return head_(ln_f_(x));
+}
+
+int64_t GptImpl::non_embedding_parameters() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return n - tok_emb_->weight.numel() - pos_emb_->weight.numel();
+}
+
+}  // namespace mixtrain::examples

@@ -1,0 +1,76 @@
+#include "transformer/text_data.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+
+namespace mixtrain::examples {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void append_file(const std::string& path, std::vector<uint8_t>& out) {
+  std::ifstream in(path, std::ios::binary);
+  MT_CHECK(in, "transformer: cannot read ", path);
+  out.insert(out.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+std::vector<uint8_t> load_text_corpus(const std::string& path) {
+  const bool is_default = path == kFortunesDir;
+  const std::string hint = is_default ? " (install the Debian package fortunes, or pass --text FILE)" : "";
+  struct stat st {};
+  MT_CHECK(::stat(path.c_str(), &st) == 0, "transformer: no text corpus at ", path, hint);
+  std::vector<uint8_t> text;
+  if (S_ISDIR(st.st_mode)) {
+    std::vector<std::string> names;
+    if (DIR* dir = ::opendir(path.c_str())) {
+      while (const dirent* e = ::readdir(dir)) names.emplace_back(e->d_name);
+      ::closedir(dir);
+    }
+    std::sort(names.begin(), names.end());
+    for (const auto& name : names) {
+      const std::string file = path + "/" + name;
+      struct stat fs {};
+      if (name[0] == '.' || ends_with(name, ".dat") || ends_with(name, ".u8")) continue;
+      if (::stat(file.c_str(), &fs) != 0 || !S_ISREG(fs.st_mode)) continue;
+      append_file(file, text);
+    }
+  } else {
+    append_file(path, text);
+  }
+  MT_CHECK(text.size() >= 1024, "transformer: the text corpus at ", path, " holds ", text.size(),
+           " bytes; at least 1024 are needed", hint);
+  return text;
+}
+
+TextWindows::TextWindows(const std::vector<uint8_t>& text, size_t begin, size_t end, int64_t context, uint64_t seed)
+    : text_(&text), begin_(begin), end_(end), context_(context), gen_(seed) {
+  MT_CHECK(context > 0 && end <= text.size() && begin < end && end - begin > static_cast<size_t>(context) + 1,
+           "transformer: a text of ", end - begin, " bytes is too short for a context of ", context);
+}
+
+void TextWindows::next(int64_t batch, Tensor& x, Tensor& y) {
+  const auto span = static_cast<uint64_t>(end_ - begin_ - static_cast<size_t>(context_) - 1);
+  std::vector<int64_t> xs, ys;
+  xs.reserve(static_cast<size_t>(batch * context_));
+  ys.reserve(xs.capacity());
+  for (int64_t b = 0; b < batch; ++b) {
+    const size_t start = begin_ + static_cast<size_t>(gen_.next_u64() % (span + 1));
+    for (int64_t t = 0; t < context_; ++t) {
+      xs.push_back((*text_)[start + static_cast<size_t>(t)]);
+      ys.push_back((*text_)[start + static_cast<size_t>(t) + 1]);
+    }
+  }
+  x = from_vector(xs, {batch, context_});
+  y = from_vector(ys, {batch, context_});
+}
+
+}  // namespace mixtrain::examples

@@ -1,0 +1,179 @@
+#include "unet/unet_trainer.h"
+
+#include <cmath>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "unet/unet_model.h"
+
+namespace mixtrain::examples {
+
+namespace {
+
+namespace F = nn::functional;
+
+// Fashion-MNIST's pixel mean and deviation (on the 0..1 scale), to standardise the input.
+constexpr double kPixelMean = 0.2860, kPixelStd = 0.3530;
+
+struct SegBatch {
+  Tensor image;   // [N, C, S, S] float32
+  Tensor labels;  // [N, S, S] int64
+};
+
+class UnetTrainTask : public TrainTask {
+ public:
+  explicit UnetTrainTask(const UnetConfig& c) : config_(c) {
+    MT_CHECK(c.image_size >= 8 && c.image_size % 8 == 0, "unet: --image-size must be a positive multiple of 8, got ",
+             c.image_size);
+    MT_CHECK(c.width > 0, "unet: --width must be positive, got ", c.width);
+    MT_CHECK(c.batch_size > 0, "unet: --batch-size must be positive, got ", c.batch_size);
+    UNetOptions o;
+    o.width = c.width;
+    if (c.synthetic) {
+      MT_CHECK(c.in_channels > 0 && c.classes > 1 && c.synthetic_batches > 0, "unet: bad synthetic options");
+      o.in_channels = c.in_channels;
+      o.classes = c.classes;
+    } else {
+      train_ = load_fashion_mnist(c.data_dir, true);
+      test_ = load_fashion_mnist(c.data_dir, false);
+      o.in_channels = 1;
+      o.classes = 11;
+    }
+    manual_seed(c.seed);
+    model_ = UNet(o);
+    model_.to(c.device);
+    std::ostringstream os;
+    os << "unet width " << c.width << " on " << (c.synthetic ? "synthetic " : "fashion-mnist ") << o.in_channels << "x"
+       << c.image_size << "x" << c.image_size << ", " << o.classes << " classes: " << parameter_count(*model_)
+       << " parameters";
+    description_ = os.str();
+    if (c.synthetic) {
+      make_synthetic(o);
+    } else {
+      loader_ = std::make_unique<BatchIterator>(train_, c.batch_size, c.seed);
+    }
+  }
+
+  nn::Module& model() override { return *model_; }
+  int64_t batch_size() const override { return config_.batch_size; }
+  std::string describe() const override { return description_; }
+
+  Tensor next_loss() override {
+    const SegBatch b = loader_ ? segment(loader_->next_batch()) : batches_[next_++ % batches_.size()];
+    return F::cross_entropy(model_(b.image), b.labels);
+  }
+
+  void skip_batches(int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) {
+      if (loader_)
+        loader_->next_batch();
+      else
+        ++next_;
+    }
+  }
+
+  // Pixel accuracy on held-out images (up to 512 test images, or the held-out synthetic batch).
+  std::string evaluate() override {
+    model_.eval();
+    NoGradGuard no_grad;
+    int64_t correct = 0, total = 0;
+    auto account = [&](const SegBatch& b) {
+      const Tensor hit = eq(model_(b.image).argmax(1), b.labels).to(kFloat32);
+      correct += static_cast<int64_t>(std::llround(hit.sum().item<double>()));
+      total += hit.numel();
+    };
+    if (loader_) {
+      BatchIterator it(test_, 64, 0, /*shuffle=*/false);
+      Batch b;
+      for (int i = 0; i < 8 && it.next(b); ++i) account(segment(b));
+    } else {
+      account(held_out_);
+    }
+    model_.train();
+    pixel_accuracy = static_cast<double>(correct) / static_cast<double>(total);
+    std::ostringstream os;
+    os << std::fixed << std::setprecision(4) << "pixel accuracy " << pixel_accuracy << " on " << total / 1000
+       << "k held-out pixels";
+    return os.str();
+  }
+
+  double pixel_accuracy = 0;
+
+ private:
+  // Fashion-MNIST rows [N, 784] in 0..1 and class labels [N] to an upsampled, standardised image
+  // and per-pixel labels, computed on the training device.
+  SegBatch segment(const Batch& b) const {
+    NoGradGuard no_grad;
+    const Device dev = config_.device;
+    const int64_t n = b.x.size(0), s = config_.image_size;
+    Tensor img = b.x.to(dev).reshape({n, 1, 28, 28});
+    if (s != 28)
+      img = F::interpolate(img, F::InterpolateOptions().size(s).mode(F::InterpolateMode::Bilinear).align_corners(false));
+    const Tensor item = gt(img, scalar_tensor(config_.threshold, TensorOptions(dev)));
+    const Tensor cls = (b.y.to(dev).to(kFloat32) + 1.0).reshape({n, 1, 1, 1});
+    SegBatch out;
+    out.labels = where(item, cls, scalar_tensor(0.0, TensorOptions(dev))).reshape({n, s, s}).to(kInt64);
+    out.image = (img - kPixelMean) / kPixelStd;
+    return out;
+  }
+
+  // Images x ~ N(0, 1); each pixel's label is the argmax of a fixed random linear map of its
+  // channels: learnable by the network, generated on the device with no files.
+  void make_synthetic(const UNetOptions& o) {
+    NoGradGuard no_grad;
+    Generator gen(config_.seed ^ 0x00e7u);
+    const TensorOptions on(config_.device);
+    const Tensor map = randn({o.in_channels, o.classes}, gen, on);
+    auto make = [&]() {
+      SegBatch b;
+      const int64_t s = config_.image_size;
+      b.image = randn({config_.batch_size, o.in_channels, s, s}, gen, on);
+      b.labels = matmul(b.image.permute({0, 2, 3, 1}), map).argmax(-1);
+      return b;
+    };
+    for (int64_t i = 0; i < config_.synthetic_batches; ++i) batches_.push_back(make());
+    held_out_ = make();
+  }
+
+  UnetConfig config_;
+  Dataset train_, test_;
+  std::unique_ptr<BatchIterator> loader_;
+  std::vector<SegBatch> batches_;
+  SegBatch held_out_;
+  size_t next_ = 0;
+  UNet model_{nullptr};
+  std::string description_;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainTask> make_unet_task(const UnetConfig& config) { return std::make_unique<UnetTrainTask>(config); }
+
+UnetResult run_unet(const UnetConfig& config) {
+  MT_CHECK(config.steps > 0, "unet: --steps must be positive, got ", config.steps);
+  UnetTrainTask task(config);
+  UnetResult r;
+  r.description = task.describe();
+  r.parameters = parameter_count(task.model());
+  if (config.log)
+    *config.log << r.description << "; batch " << config.batch_size << ", " << config.steps << " steps, "
+                << precision_name(config.precision) << " on " << config.device << std::endl;
+  TrainOptions options;
+  options.precision = config.precision;
+  options.device = config.device;
+  options.steps = config.steps;
+  options.lr = config.lr;
+  const TrainResult tr = train_with_log(task, options, config.log, config.log_every);
+  for (const auto& rec : tr.records) r.losses.push_back(rec.loss);
+  r.seconds = tr.seconds;
+  r.skipped_steps = tr.skipped_steps;
+  const std::string eval = task.evaluate();
+  r.pixel_accuracy = task.pixel_accuracy;
+  if (config.log)
+    *config.log << eval << "; trained in " << std::fixed << std::setprecision(1) << r.seconds << " s, "
+                << r.skipped_steps << " skipped steps" << std::defaultfloat << std::endl;
+  return r;
+}
+
+}  // namespace mixtrain::examples
