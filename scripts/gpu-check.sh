@@ -4,12 +4,14 @@
 # (GEMM, bandwidth, the scaler; fp32 vs AMP training steps with PyTorch beside us when the
 # mixtrain command and PyTorch are there), and prints a short table at the end.
 #   scripts/gpu-check.sh [--quick]      --quick: skip the model benchmarks
-# Dependencies the machine cannot download come from .gpu-deps/ (scripts/gpu-pack.sh); logs and
-# JSON go to $OUT (or ./gpu-out).
+# Dependencies the machine cannot download come from .gpu-deps/ (scripts/gpu-pack.sh). Logs and
+# JSON go to ./gpu-out; the main results are also copied to $OUT when set (the lent-GPU tool
+# brings back at most 8 files: the rest travel in logs.tar.gz).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-out=${OUT:-$root/gpu-out}
+out=$root/gpu-out
+rm -rf "$out"
 mkdir -p "$out"
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
@@ -58,7 +60,7 @@ skipped=$(grep -c "(Skipped)" "$out/ctest.log" || true)
 log "skipped tests: $skipped"
 
 if command -v compute-sanitizer >/dev/null; then
-  timeout 300 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
+  timeout 240 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
     "$build/tests/test_backends" --gtest_brief=1 > "$out/memcheck.log" 2>&1
   log "compute-sanitizer memcheck (test_backends): exit $? ($(grep -m1 'ERROR SUMMARY' "$out/memcheck.log"))"
 fi
@@ -73,13 +75,20 @@ fi
 if [ $quick -eq 0 ] && [ -x "$build/apps/mixtrain/mixtrain" ]; then
   ref=""
   if [ -n "$py" ] && [ -f bench/reference/torch_amp_bench.py ]; then
-    PYTHONUNBUFFERED=1 timeout 400 $py bench/reference/torch_amp_bench.py --device cuda --size full \
-      --out "$out/torch" > "$out/torch_bench.log" 2>&1 && ref="--reference $out/torch/bench.json"
+    PYTHONUNBUFFERED=1 timeout 300 $py bench/reference/torch_amp_bench.py --device cuda --size full \
+      --out "$out/torch.json" > "$out/torch_bench.log" 2>&1 && ref="--reference $out/torch.json"
     tail -15 "$out/torch_bench.log"
   fi
-  timeout 400 "$build/apps/mixtrain/mixtrain" bench --device cuda --size full --out "$out/mixtrain" $ref \
+  timeout 300 "$build/apps/mixtrain/mixtrain" bench --device cuda --size full --out "$out/mixtrain" $ref \
     > "$out/mixtrain_bench.log" 2>&1
   tail -25 "$out/mixtrain_bench.log" | tee -a "$out/summary.txt"
+fi
+
+if [ -n "${OUT:-}" ]; then
+  for f in summary.txt ctest.log memcheck.log bench_cuda.json torch.json mixtrain/bench.json mixtrain/bench.svg; do
+    [ -f "$out/$f" ] && cp "$out/$f" "$OUT/$(echo "$f" | tr / _)"
+  done
+  tar -czf "$OUT/logs.tar.gz" -C "$out" --exclude='*.json' --exclude='*.svg' .
 fi
 
 echo
