@@ -23,15 +23,25 @@ Split split_for(int64_t n, int64_t c, int64_t s) {
 }
 
 // Element e of channel ch (e in [0, n * s)) in the [n, c, s] layout.
-__device__ __forceinline__ int64_t at(int64_t e, int64_t ch, int64_t c, int64_t s) {
-  return (e / s * c + ch) * s + e % s;
+template <class D>
+__device__ __forceinline__ int64_t at(int64_t e, int64_t ch, int64_t c, int64_t s, const D& div_s) {
+  const int64_t q = div_s(e);
+  return (q * c + ch) * s + (e - q * s);
+}
+
+// The channel of flat element i of [n, c, s].
+template <class D>
+__device__ __forceinline__ int64_t channel_of(int64_t i, int64_t c, const D& div_s, const D& div_c) {
+  const int64_t q = div_s(i);
+  return q - div_c(q) * c;
 }
 
 // partial[ch * splits + k] = (sum a, sum b) over chunk k of channel ch, where (a, b) is
 // (x, x^2) for the statistics or (dy, dy * xhat) for the backward.
-template <class T, bool Backward>
+template <class T, bool Backward, class D>
 __global__ void channel_partials(const T* __restrict__ x, const T* __restrict__ g, int64_t n, int64_t c, int64_t s,
-                                 int64_t chunk, const stat_t<T>* mean, const stat_t<T>* invstd, double2* partial) {
+                                 int64_t chunk, const stat_t<T>* mean, const stat_t<T>* invstd, double2* partial,
+                                 D div_s) {
   __shared__ double shared[32];
   const int64_t ch = blockIdx.x, k = blockIdx.y;
   const int64_t begin = k * chunk, end = min64(n * s, begin + chunk);
@@ -39,7 +49,7 @@ __global__ void channel_partials(const T* __restrict__ x, const T* __restrict__ 
   const double mu = Backward ? static_cast<double>(mean[ch]) : 0.0;
   const double is = Backward ? static_cast<double>(invstd[ch]) : 0.0;
   for (int64_t e = begin + threadIdx.x; e < end; e += blockDim.x) {
-    const int64_t i = at(e, ch, c, s);
+    const int64_t i = at(e, ch, c, s, div_s);
     const double xv = static_cast<double>(convert<acc_t<T>>(x[i]));
     if (Backward) {
       const double dy = static_cast<double>(convert<acc_t<T>>(g[i]));
@@ -80,26 +90,26 @@ __global__ void sums_finish(const double2* partial, int64_t splits, int64_t c, d
   sums[ch] = make_double2(a, b);
 }
 
-template <class T>
-__global__ void apply_kernel(const T* __restrict__ x, int64_t total, int64_t c, int64_t s, const stat_t<T>* mean,
-                             const stat_t<T>* invstd, const stat_t<T>* weight, const stat_t<T>* bias,
-                             T* __restrict__ out) {
+template <class T, class D>
+__global__ void apply_kernel(const T* __restrict__ x, int64_t total, int64_t c, D div_s, D div_c,
+                             const stat_t<T>* mean, const stat_t<T>* invstd, const stat_t<T>* weight,
+                             const stat_t<T>* bias, T* __restrict__ out) {
   using W = acc_t<T>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const int64_t ch = (i / s) % c;
+    const int64_t ch = channel_of(i, c, div_s, div_c);
     const W w = weight ? static_cast<W>(weight[ch]) : W(1), b = bias ? static_cast<W>(bias[ch]) : W(0);
     out[i] = convert<T>((convert<W>(x[i]) - static_cast<W>(mean[ch])) * static_cast<W>(invstd[ch]) * w + b);
   }
 }
 
-template <class T>
+template <class T, class D>
 __global__ void grad_input_kernel(const T* __restrict__ x, const T* __restrict__ g, int64_t total, int64_t c,
-                                  int64_t s, double count, const stat_t<T>* mean, const stat_t<T>* invstd,
+                                  D div_s, D div_c, double count, const stat_t<T>* mean, const stat_t<T>* invstd,
                                   const stat_t<T>* weight, bool batch_stats, const double2* sums, T* __restrict__ gx) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const int64_t ch = (i / s) % c;
+    const int64_t ch = channel_of(i, c, div_s, div_c);
     const double is = static_cast<double>(invstd[ch]);
     const double k_scale = (weight ? static_cast<double>(weight[ch]) : 1.0) * is;
     const double dy = static_cast<double>(convert<acc_t<T>>(g[i]));
@@ -137,8 +147,11 @@ void batch_norm_stats(DType dtype, const void* x, int64_t n, int64_t c, int64_t 
   dispatch_floating(dtype, "batch_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using S = stat_t<T>;
-    channel_partials<T, false><<<dim3(static_cast<unsigned>(c), static_cast<unsigned>(sp.splits)), 512, 0, stream>>>(
-        static_cast<const T*>(x), nullptr, n, c, s, sp.chunk, nullptr, nullptr, partial);
+    with_divider(n * c * s, [&](auto dt) {
+      using D = typename decltype(dt)::type;
+      channel_partials<T, false, D><<<dim3(static_cast<unsigned>(c), static_cast<unsigned>(sp.splits)), 512, 0, stream>>>(
+          static_cast<const T*>(x), nullptr, n, c, s, sp.chunk, nullptr, nullptr, partial, D(s));
+    });
     check_launch("batch_norm_partials");
     stats_finish<S><<<channel_blocks(c), 256, 0, stream>>>(partial, sp.splits, c, static_cast<double>(n * s), eps,
                                                            static_cast<S*>(mean), static_cast<S*>(invstd),
@@ -155,9 +168,12 @@ void batch_norm_apply(DType dtype, const void* x, int64_t n, int64_t c, int64_t 
   dispatch_floating(dtype, "batch_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using S = stat_t<T>;
-    apply_kernel<T><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), total, c, s, static_cast<const S*>(mean), static_cast<const S*>(invstd),
-        static_cast<const S*>(weight), static_cast<const S*>(bias), static_cast<T*>(out));
+    with_divider(total, [&](auto dt) {
+      using D = typename decltype(dt)::type;
+      apply_kernel<T, D><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
+          static_cast<const T*>(x), total, c, D(s), D(c), static_cast<const S*>(mean), static_cast<const S*>(invstd),
+          static_cast<const S*>(weight), static_cast<const S*>(bias), static_cast<T*>(out));
+    });
   });
   check_launch("batch_norm_apply");
 }
@@ -177,14 +193,17 @@ void batch_norm_backward(DType dtype, const void* x, const void* grad_y, int64_t
     const T* pg = static_cast<const T*>(grad_y);
     const S* pm = static_cast<const S*>(mean);
     const S* pi = static_cast<const S*>(invstd);
-    channel_partials<T, true><<<dim3(static_cast<unsigned>(c), static_cast<unsigned>(sp.splits)), 512, 0, stream>>>(
-        px, pg, n, c, s, sp.chunk, pm, pi, partial);
-    check_launch("batch_norm_backward_partials");
-    sums_finish<<<channel_blocks(c), 256, 0, stream>>>(partial, sp.splits, c, sums);
-    if (grad_x && total > 0)
-      grad_input_kernel<T><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
-          px, pg, total, c, s, static_cast<double>(n * s), pm, pi, static_cast<const S*>(weight), batch_stats, sums,
-          static_cast<T*>(grad_x));
+    with_divider(total, [&](auto dt) {
+      using D = typename decltype(dt)::type;
+      channel_partials<T, true, D><<<dim3(static_cast<unsigned>(c), static_cast<unsigned>(sp.splits)), 512, 0, stream>>>(
+          px, pg, n, c, s, sp.chunk, pm, pi, partial, D(s));
+      check_launch("batch_norm_backward_partials");
+      sums_finish<<<channel_blocks(c), 256, 0, stream>>>(partial, sp.splits, c, sums);
+      if (grad_x && total > 0)
+        grad_input_kernel<T, D><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
+            px, pg, total, c, D(s), D(c), static_cast<double>(n * s), pm, pi, static_cast<const S*>(weight),
+            batch_stats, sums, static_cast<T*>(grad_x));
+    });
     store_sums<S><<<channel_blocks(c), 256, 0, stream>>>(sums, c, static_cast<S*>(grad_weight),
                                                          static_cast<S*>(grad_bias));
   });

@@ -82,6 +82,40 @@ void dispatch_all(DType dtype, const char* op, F&& f) {
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 __device__ __forceinline__ int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
+// n / d for 0 <= n < 2^31 by a multiply-high and a shift instead of a division (Granlund and
+// Montgomery's method, as PyTorch's IntDivider): integer division is a long instruction sequence
+// on the GPU, and 64-bit division far longer, so index arithmetic of strided kernels uses this.
+struct FastDiv {
+  uint32_t divisor = 1, magic = 1, shift = 0;
+  FastDiv() = default;
+  explicit FastDiv(uint32_t d) : divisor(d) {
+    while (shift < 32 && (uint64_t{1} << shift) < d) ++shift;
+    magic = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - d)) / d + 1);
+  }
+  __device__ __forceinline__ uint32_t div(uint32_t n) const { return (__umulhi(n, magic) + n) >> shift; }
+};
+constexpr int64_t kFastDivLimit = int64_t{1} << 31;
+
+// Index dividers for kernels templated on their index range: Div32 when every index is below
+// kFastDivLimit, Div64 (plain 64-bit division) beyond.
+struct Div32 {
+  FastDiv f;
+  explicit Div32(int64_t d) : f(static_cast<uint32_t>(d)) {}
+  __device__ __forceinline__ int64_t operator()(int64_t n) const { return f.div(static_cast<uint32_t>(n)); }
+};
+struct Div64 {
+  int64_t d;
+  explicit Div64(int64_t v) : d(v) {}
+  __device__ __forceinline__ int64_t operator()(int64_t n) const { return n / d; }
+};
+
+// Calls f(Div32 or Div64 type tag) by the largest index the kernel will see.
+template <class F>
+void with_divider(int64_t max_index, F&& f) {
+  if (max_index < kFastDivLimit) f(Tag<Div32>{});
+  else f(Tag<Div64>{});
+}
+
 // ---- Launching.
 constexpr int kThreads = 256;
 

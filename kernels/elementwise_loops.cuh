@@ -29,6 +29,37 @@ __device__ __forceinline__ void offsets_of(const ElemIter<N>& it, int64_t linear
   }
 }
 
+// The same iteration with 32-bit index arithmetic (FastDiv per dimension), for fewer than 2^31
+// elements: most strided work (copies of transposed views, broadcasts), several times faster.
+template <int N>
+struct ElemIter32 {
+  int ndim = 0;
+  uint32_t numel = 0;
+  FastDiv sizes[kMaxDims];
+  int64_t strides[N][kMaxDims] = {};
+  char* data[N] = {};
+  explicit ElemIter32(const ElemIter<N>& it) : ndim(it.ndim), numel(static_cast<uint32_t>(it.numel)) {
+    for (int d = 0; d < it.ndim; ++d) {
+      sizes[d] = FastDiv(static_cast<uint32_t>(it.sizes[d]));
+      for (int k = 0; k < N; ++k) strides[k][d] = it.strides[k][d];
+    }
+    for (int k = 0; k < N; ++k) data[k] = it.data[k];
+  }
+};
+
+template <int N>
+__device__ __forceinline__ void offsets_of(const ElemIter32<N>& it, uint32_t linear, int64_t (&off)[N]) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) off[k] = 0;
+  for (int d = it.ndim - 1; d >= 0; --d) {
+    const uint32_t q = it.sizes[d].div(linear);
+    const int64_t idx = linear - q * it.sizes[d].divisor;
+    linear = q;
+#pragma unroll
+    for (int k = 0; k < N; ++k) off[k] += idx * it.strides[k][d];
+  }
+}
+
 template <int V, class F, class Out, class... P>
 __device__ __forceinline__ void apply_packs(const F& f, Pack<Out, V>* out, const P&... packs) {
   Pack<Out, V> o;
@@ -64,6 +95,17 @@ __global__ void map_strided(ElemIter<1 + sizeof...(In)> it, F f) {
   }
 }
 
+template <class F, class Out, class... In>
+__global__ void map_strided32(ElemIter32<1 + sizeof...(In)> it, F f) {
+  constexpr int N = 1 + sizeof...(In);
+  const uint32_t stride = gridDim.x * blockDim.x;
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < it.numel; i += stride) {
+    int64_t off[N];
+    offsets_of(it, i, off);
+    apply_at<F, Out, In...>(f, it.data, off, std::index_sequence_for<In...>{});
+  }
+}
+
 template <class T>
 bool aligned_for(const void* p, int v) {
   return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * static_cast<size_t>(v)) == 0;
@@ -90,6 +132,8 @@ void launch_map(const ElemIter<1 + sizeof...(In)>& it, const F& f, cudaStream_t 
   if (it.numel == 0) return;
   if (it.contiguous) {
     launch_contiguous<Out, In...>(it, f, stream, std::index_sequence_for<In...>{});
+  } else if (it.numel < kFastDivLimit) {
+    map_strided32<F, Out, In...><<<blocks_for(it.numel, kThreads), kThreads, 0, stream>>>(ElemIter32<1 + sizeof...(In)>(it), f);
   } else {
     map_strided<F, Out, In...><<<blocks_for(it.numel, kThreads), kThreads, 0, stream>>>(it, f);
   }

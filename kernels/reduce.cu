@@ -107,16 +107,22 @@ __global__ void reduce_cols(const T* __restrict__ x, int64_t n, int64_t inner, i
   else emit(p, out, indices, o * inner + i);
 }
 
-// One thread per output combines its `splits` partials ([outer, splits, inner]) in order.
+// One warp per output combines its `splits` partials ([outer, splits, inner]): lanes stride over
+// the splits, then a shuffle tree (the combine is associative and commutative, ties broken by
+// index, so the order does not change the result).
 template <ReduceOp Op, class A, class TO>
 __global__ void reduce_finish(const Partial<A>* partials, int64_t outer, int64_t splits, int64_t inner, TO* out,
                               int64_t* indices) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < outer * inner; k += stride) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; k < outer * inner;
+       k += warps) {
     const int64_t o = k / inner, i = k % inner;
-    Partial<A> p = partials[o * splits * inner + i];
-    for (int64_t s = 1; s < splits; ++s) p = combine<Op>(p, partials[(o * splits + s) * inner + i]);
-    emit(p, out, indices, k);
+    Partial<A> p = identity<Op, A>();
+    for (int64_t s = lane; s < splits; s += 32) p = combine<Op>(p, partials[(o * splits + s) * inner + i]);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) p = shfl_combine<Op>(p, offset);
+    if (lane == 0) emit(p, out, indices, k);
   }
 }
 
@@ -154,8 +160,8 @@ void launch(const void* xv, void* outv, int64_t* indices, int64_t outer, int64_t
   }
   check_launch("reduce");
   if (partials) {
-    reduce_finish<Op, A, TO><<<blocks_for(outer * inner, kThreads), kThreads, 0, stream>>>(partials, outer, plan.splits,
-                                                                                          inner, out, indices);
+    reduce_finish<Op, A, TO><<<blocks_for(outer * inner, kThreads / 32), kThreads, 0, stream>>>(
+        partials, outer, plan.splits, inner, out, indices);
     check_launch("reduce_finish");
   }
 }

@@ -20,9 +20,6 @@ namespace mixtrain::cli {
 
 namespace {
 
-const examples::Precision kPrecisions[] = {examples::Precision::Fp32, examples::Precision::Fp16,
-                                           examples::Precision::Bf16};
-
 std::string cpu_name() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -83,10 +80,17 @@ nlohmann::json bench_one(const TaskSpec& spec, examples::Precision precision, in
 }  // namespace
 
 int run_bench(const std::vector<std::string>& argv) {
-  const Args args(argv, {"models", "device", "steps", "warmup", "size", "out", "reference"}, {});
+  const Args args(argv, {"models", "precisions", "device", "steps", "warmup", "size", "out", "reference"}, {});
   if (!args.positional().empty()) throw std::runtime_error("unexpected argument '" + args.positional()[0] + "'");
   const std::vector<std::string> models = args.list("models", {"mlp", "unet", "transformer"});
   for (const auto& m : models) check_model_name(m);
+  // A subset (e.g. --precisions fp16 under a profiler); the speedup column needs fp32 first.
+  std::vector<examples::Precision> precisions;
+  for (const auto& name : args.list("precisions", {"fp32", "fp16", "bf16"})) {
+    if (name != "fp32" && name != "fp16" && name != "bf16")
+      throw std::runtime_error("--precisions expects fp32, fp16 and/or bf16, got '" + name + "'");
+    precisions.push_back(examples::parse_precision(name));
+  }
   TaskSpec spec;
   spec.device = device_flag(args);
   spec.synthetic = true;
@@ -107,12 +111,12 @@ int run_bench(const std::vector<std::string>& argv) {
   for (const auto& model : models) {
     spec.model = model;
     double fp32_ms = 0;
-    for (examples::Precision p : kPrecisions) {
+    for (examples::Precision p : precisions) {
       std::cout << model << " " << examples::precision_name(p) << ": " << std::flush;
       nlohmann::json row = bench_one(spec, p, warmup, steps);
       const double ms = row["median_step_ms"].get<double>();
       if (p == examples::Precision::Fp32) fp32_ms = ms;
-      row["speedup_vs_fp32"] = fp32_ms / ms;
+      row["speedup_vs_fp32"] = fp32_ms > 0 ? fp32_ms / ms : 0.0;
       std::cout << std::fixed << std::setprecision(2) << ms << " ms/step, final loss "
                 << row["final_loss"].get<double>() << std::defaultfloat << "\n";
       doc["results"].push_back(row);

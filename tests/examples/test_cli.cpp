@@ -133,7 +133,7 @@ TEST(MixtrainCli, UsageErrorsAreOneLineWithExitCode2) {
   }
   EXPECT_NE(run_mixtrain("train mlp --bogus 1").err.find("--bogus"), std::string::npos);
   // A missing data file is an error too (not a usage error).
-  const CliRun missing = run_mixtrain("train mlp --device cpu --steps 1 --resume /nonexistent/ckpt");
+  const CliRun missing = run_mixtrain("train mlp --synthetic --device cpu --steps 1 --resume /nonexistent/ckpt");
   EXPECT_NE(missing.code, 0);
   EXPECT_NE(missing.err.find("/nonexistent/ckpt"), std::string::npos) << missing.err;
 }
