@@ -33,6 +33,10 @@ if(MIXTRAIN_NATIVE)
   endif()
 endif()
 
+# sqrt, exp and friends need not set errno (nothing reads it): without this, every std::sqrt keeps
+# a branch to the library for negative inputs, and loops that call it do not vectorize.
+add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fno-math-errno>)
+
 if(MIXTRAIN_SANITIZE)
   add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=${MIXTRAIN_SANITIZE}>
                       $<$<COMPILE_LANGUAGE:CXX>:-fno-omit-frame-pointer>

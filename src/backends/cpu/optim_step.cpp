@@ -63,7 +63,10 @@ struct AdamScalars {
 // Mode: 0 no weight decay, 1 L2 (Adam), 2 decoupled (AdamW). The operation order follows
 // PyTorch's single-tensor Adam: lerp_, mul_ + addcmul_, sqrt / bc2_sqrt + eps, addcdiv_.
 template <class C, int Mode, bool Amsgrad, bool LerpSmall>
-void adam_core(C* w, const C* g, C* m, C* v, C* vmax, int64_t n, const AdamScalars<C>& s) {
+void adam_core(C* w, const C* g, C* m, C* v, C* vmax, int64_t n, const AdamScalars<C>& scalars) {
+  // A local copy: through the reference the compiler must assume the stores below may change the
+  // scalars, reloads them every element and does not vectorize.
+  const AdamScalars<C> s = scalars;
   for (int64_t i = 0; i < n; ++i) {
     C p = w[i];
     C gi = g[i];
@@ -161,7 +164,8 @@ struct SgdScalars {
 
 // Mom: 0 no momentum, 1 first step (buf = g), 2 running buffer.
 template <class C, bool WeightDecay, int Mom, bool Nesterov>
-void sgd_core(C* w, const C* g, C* buf, int64_t n, const SgdScalars<C>& s) {
+void sgd_core(C* w, const C* g, C* buf, int64_t n, const SgdScalars<C>& scalars) {
+  const SgdScalars<C> s = scalars;  // local: see adam_core
   for (int64_t i = 0; i < n; ++i) {
     C gi = g[i];
     if constexpr (WeightDecay) gi = gi + s.wd * w[i];
