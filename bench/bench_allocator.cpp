@@ -1,13 +1,17 @@
-// Allocation throughput of the CachingAllocator against the raw system allocator it sits on, on
-// the allocation trace of one mixed-precision MLP training step (batch 512, 215-1000-500-1), and
-// the fragmentation it leaves (peak reserved / peak allocated). Memory is never touched, so this
-// measures the allocators alone.
+// Allocation throughput of the CachingAllocator against the raw allocator it sits on, on the
+// allocation trace of one mixed-precision MLP training step (batch 512, 215-1000-500-1), and the
+// fragmentation it leaves (peak reserved / peak allocated): over the system allocator on the CPU,
+// and over cudaMalloc where a GPU is present (the *_Cuda benchmarks; skipped, saying why,
+// elsewhere). Memory is never touched, so this measures the allocators alone.
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "memory/backing.h"
+#include "mixtrain/core/device.h"
 #include "mixtrain/memory/caching_allocator.h"
 
 namespace mm = mixtrain::memory;
@@ -140,7 +144,12 @@ void replay(const Trace& t, std::vector<void*>& slots, Alloc alloc, Free free) {
   }
 }
 
-void run_mlp(benchmark::State& state, bool caching, mm::Strategy strategy) {
+void run_mlp(benchmark::State& state, bool caching, mm::Strategy strategy,
+             mixtrain::Device device = mixtrain::Device::cpu()) {
+  if (device.is_cuda() && !mixtrain::cuda::is_available()) {
+    state.SkipWithError("no CUDA device on this machine");
+    return;
+  }
   Trace persistent, step;
   persistent_state(persistent, kDims);
   training_step(step, kBatch, kDims);
@@ -148,10 +157,10 @@ void run_mlp(benchmark::State& state, bool caching, mm::Strategy strategy) {
   for (const Event& e : step.events())
     if (e.alloc) step_sizes[e.id] = e.bytes;
 
-  mm::SystemBackingAllocator system;
-  // PreAllocate on the CPU would reserve most of the RAM's address space; 2% keeps it modest.
-  mm::CachingAllocator cache(system, mixtrain::Device::cpu(),
-                             mm::CachingAllocatorOptions().strategy(strategy).memory_fraction(0.02));
+  const std::unique_ptr<mm::BackingAllocator> backing = mm::make_backing(device);
+  mm::BackingAllocator& system = *backing;
+  // PreAllocate would reserve most of the RAM's address space (or the GPU); 2% keeps it modest.
+  mm::CachingAllocator cache(system, device, mm::CachingAllocatorOptions().strategy(strategy).memory_fraction(0.02));
   std::vector<void*> keep(persistent.slots()), slots(step.slots());
   auto a_cache = [&](size_t n) { return cache.allocate(n); };
   auto f_cache = [&](void* p, int) { cache.deallocate(p); };
@@ -182,6 +191,15 @@ void BM_MlpStep_System(benchmark::State& state) { run_mlp(state, false, mm::Stra
 void BM_MlpStep_CachingAutoGrowth(benchmark::State& state) { run_mlp(state, true, mm::Strategy::AutoGrowth); }
 void BM_MlpStep_CachingPreAllocate(benchmark::State& state) { run_mlp(state, true, mm::Strategy::PreAllocate); }
 void BM_MlpStep_CachingNone(benchmark::State& state) { run_mlp(state, true, mm::Strategy::None); }
+void BM_MlpStep_Cuda_Raw(benchmark::State& state) {
+  run_mlp(state, false, mm::Strategy::None, mixtrain::Device::cuda());
+}
+void BM_MlpStep_Cuda_CachingAutoGrowth(benchmark::State& state) {
+  run_mlp(state, true, mm::Strategy::AutoGrowth, mixtrain::Device::cuda());
+}
+void BM_MlpStep_Cuda_CachingPreAllocate(benchmark::State& state) {
+  run_mlp(state, true, mm::Strategy::PreAllocate, mixtrain::Device::cuda());
+}
 
 // The steady state of one size: allocate and free the same block again and again.
 void BM_AllocFree_Caching(benchmark::State& state) {
@@ -213,6 +231,9 @@ BENCHMARK(BM_MlpStep_System);
 BENCHMARK(BM_MlpStep_CachingAutoGrowth);
 BENCHMARK(BM_MlpStep_CachingPreAllocate);
 BENCHMARK(BM_MlpStep_CachingNone);
+BENCHMARK(BM_MlpStep_Cuda_Raw)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MlpStep_Cuda_CachingAutoGrowth)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MlpStep_Cuda_CachingPreAllocate)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AllocFree_Caching)->Arg(256)->Arg(64 << 10)->Arg(4 << 20);
 BENCHMARK(BM_AllocFree_System)->Arg(256)->Arg(64 << 10)->Arg(4 << 20);
 

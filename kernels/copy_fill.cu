@@ -28,6 +28,16 @@ __global__ void random_kernel(T* out, int64_t n, backends::RandomKind kind, uint
   }
 }
 
+template <class T>
+__global__ void dropout_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t n, float threshold,
+                               acc_t<T> scale, uint64_t seed, uint64_t offset) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const bool keep = static_cast<float>(random_uniform(seed, offset + static_cast<uint64_t>(i))) >= threshold;
+    out[i] = convert<T>(convert<acc_t<T>>(x[i]) * (keep ? scale : acc_t<T>(0)));  // x * 0: NaN stays NaN
+  }
+}
+
 // The fill value as the CPU backend stores it (convert<T>(double) on the host side).
 template <class T>
 T host_value(double v) {
@@ -64,6 +74,18 @@ void random(DType dtype, void* out, int64_t n, backends::RandomKind kind, uint64
     random_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(out), n, kind, seed, offset);
   });
   check_launch("random");
+}
+
+void dropout(DType dtype, const void* x, void* out, int64_t n, double p, uint64_t seed, uint64_t offset,
+             cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_floating(dtype, "dropout", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const acc_t<T> scale = static_cast<acc_t<T>>(host_value<T>(1.0 / (1.0 - p)));  // rounded to T first
+    dropout_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<T*>(out), n, static_cast<float>(p), scale, seed, offset);
+  });
+  check_launch("dropout");
 }
 
 }  // namespace mixtrain::kernels

@@ -39,6 +39,9 @@ void compare(backends::CompareOp op, DType dtype, const ElemIter<3>& it, cudaStr
 void where(DType dtype, const ElemIter<4>& it, cudaStream_t stream);
 void random(DType dtype, void* out, int64_t n, backends::RandomKind kind, uint64_t seed, uint64_t offset,
             cudaStream_t stream);
+// out = x * (keep ? scale : 0), keep from the counter-based draws (Backend::dropout); contiguous.
+void dropout(DType dtype, const void* x, void* out, int64_t n, double p, uint64_t seed, uint64_t offset,
+             cudaStream_t stream);
 
 // ---- reduce.cu. x [outer, n, inner] contiguous -> out [outer, inner]; indices (may be null) get
 // the argmax/argmin. workspace: reduce_workspace_bytes(...) bytes, or null when that is 0.

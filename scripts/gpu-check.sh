@@ -49,6 +49,9 @@ fi
 "$build/bench/bench_cuda" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
   --benchmark_out="$out/bench_cuda.json" --benchmark_out_format=json > "$out/bench_cuda.txt" 2>&1
 grep -E "_median" "$out/bench_cuda.txt" | tee -a "$out/summary.txt"
+"$build/bench/bench_allocator" --benchmark_filter=Cuda --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+  > "$out/bench_allocator_cuda.txt" 2>&1
+grep -E "_median" "$out/bench_allocator_cuda.txt" | tee -a "$out/summary.txt"
 if [ -z "$torch_ref" ] && [ -n "$py" ] && [ -f bench/reference/torch_gemm.py ]; then
   $py bench/reference/torch_gemm.py > "$out/torch_gemm.txt" 2>&1 && cat "$out/torch_gemm.txt" | tee -a "$out/summary.txt"
 fi

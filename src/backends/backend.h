@@ -27,6 +27,11 @@ class Backend {
   // RandomKind. Values are computed in fp64 and rounded once to dst's dtype (through fp32 for
   // the half types, as copy() does), identically on every backend.
   virtual void random(const Tensor& dst, RandomKind kind, uint64_t seed, uint64_t offset) = 0;
+  // Dropout's mask and scale in one pass: out = x * (keep ? T(1 / (1 - p)) : 0) with keep =
+  // float(uniform draw offset + i) >= float(p), the scale rounded to x's dtype first. x and out
+  // contiguous, one dtype. The mask is a pure function of (seed, offset, i), so backward applies
+  // the same call to the gradient instead of saving a mask.
+  virtual void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out) = 0;
 
   // out = op(x; alpha), alpha is the exponent for Pow.
   virtual void unary(UnaryOp op, const Tensor& x, const Tensor& out, double alpha) = 0;

@@ -73,6 +73,18 @@ bool has_backing_factory(DeviceType type) {
   return static_cast<bool>(r.factories[static_cast<int>(type)]);
 }
 
+std::unique_ptr<BackingAllocator> make_backing(Device device) {
+  Registry& r = registry();
+  BackingFactory factory;
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    factory = r.factories[static_cast<int>(device.type)];
+  }
+  if (factory) return factory(device.index);
+  if (device.is_cpu()) return std::make_unique<SystemBackingAllocator>();
+  return nullptr;
+}
+
 Allocator& allocator_for(Device device) {
   const int t = type_index(device);
   Registry& r = registry();

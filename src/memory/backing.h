@@ -19,4 +19,9 @@ using BackingFactory = std::function<std::unique_ptr<BackingAllocator>(int index
 void register_backing_factory(DeviceType type, BackingFactory factory);
 bool has_backing_factory(DeviceType type);
 
+// A new backing allocator of `device` from the registered factory (the CPU's default is
+// SystemBackingAllocator); nullptr when that device does not exist. Benchmarks use it to compare
+// the caching allocator with the raw one on every device.
+std::unique_ptr<BackingAllocator> make_backing(Device device);
+
 }  // namespace mixtrain::memory

@@ -98,20 +98,34 @@ Tensor binary_cross_entropy(const Tensor& input_in, const Tensor& target_in, Red
   return reduce(loss, reduction);
 }
 
+namespace {
+// x times dropout's mask and scale in one backend pass. The mask is a function of the generator's
+// draw counter, so backward regenerates it for the gradient rather than keeping it alive.
+Tensor apply_dropout_mask(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
+  NoGradGuard no_grad;
+  const Tensor xc = x.contiguous();
+  Tensor out = new_empty(x.shape(), x);
+  backend_for(x).dropout(xc, p, seed, offset, out);
+  return out;
+}
+}  // namespace
+
 Tensor dropout(const Tensor& x_in, double p, bool training) {
   Tensor x = x_in;
   OpScope scope(OpId::dropout, {&x});
   check_defined("dropout", x, "input");
+  check_floating("dropout", x);
   MT_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability must be in [0, 1], got ", p);
   if (!training || p == 0.0) return x;
   if (p == 1.0) return mul(x, 0.0);
-  Tensor keep;
-  {
-    NoGradGuard no_grad;
-    Tensor u = rand(x.shape(), TensorOptions(kFloat32).device(x.device()));
-    keep = where(ge(u, full({}, p, u.options())), full({}, 1.0 / (1.0 - p), x.options()), zeros({}, x.options()));
-  }
-  return mul(x, keep);
+  // One draw per element from the default generator, as rand(x.shape()) would take.
+  Generator& gen = default_generator();
+  const uint64_t seed = gen.state().seed, offset = gen.reserve(static_cast<uint64_t>(x.numel()));
+  Tensor out = apply_dropout_mask(x, p, seed, offset);
+  autograd::record("DropoutBackward", out, {&x}, [p, seed, offset](const TensorList& g) {
+    return TensorList{apply_dropout_mask(g[0], p, seed, offset)};
+  });
+  return out;
 }
 
 }  // namespace mixtrain::nn::functional

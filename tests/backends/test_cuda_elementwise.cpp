@@ -152,6 +152,14 @@ TEST_F(CudaElementwise, FillAndRandomMatchTheCpu) {
   }
 }
 
+TEST_F(CudaElementwise, DropoutDrawsTheCpusMaskAndScale) {
+  for (DType dt : float_dtypes()) {
+    const Tensor x = random_tensor({1000, 33}, dt, 15, -4, 4);
+    compare_backends(std::string("dropout ") + dtype_name(dt), {x}, {{x.shape(), dt, "out", exact()}},
+                     [](auto& bk, const auto& in, const auto& out) { bk.dropout(in[0], 0.3, 99, 12345, out[0]); });
+  }
+}
+
 TEST_F(CudaElementwise, RandnOnTheDeviceEqualsRandnOnTheHost) {
   manual_seed(123);
   const Tensor h = randn({300, 11});

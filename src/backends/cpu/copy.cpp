@@ -100,4 +100,23 @@ void CpuBackend::random(const Tensor& dst, RandomKind kind, uint64_t seed, uint6
   });
 }
 
+void CpuBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out) {
+  MT_CHECK(x.is_contiguous() && out.is_contiguous() && x.dtype() == out.dtype() && x.shape() == out.shape(),
+           "dropout: expected contiguous input and output of one dtype and shape, got ", x.str(), " and ", out.str());
+  const float threshold = static_cast<float>(p);
+  dispatch_floating(x.dtype(), "dropout", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const A scale = static_cast<A>(convert<T>(1.0 / (1.0 - p)));
+    const T* px = static_cast<const T*>(x.raw_data());
+    T* po = static_cast<T*>(out.raw_data());
+    parallel_for(x.numel(), kParallelGrain / 16, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const bool keep = static_cast<float>(random_uniform(seed, offset + static_cast<uint64_t>(i))) >= threshold;
+        po[i] = static_cast<T>(static_cast<A>(px[i]) * (keep ? scale : A(0)));  // x * 0: NaN stays NaN
+      }
+    });
+  });
+}
+
 }  // namespace mixtrain::backends::cpu

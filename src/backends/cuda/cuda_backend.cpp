@@ -143,6 +143,13 @@ void CudaBackend::random(const Tensor& dst, RandomKind kind, uint64_t seed, uint
   kernels::random(dst.dtype(), dst.raw_data(), dst.numel(), kind, seed, offset, context(dst).stream);
 }
 
+void CudaBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out) {
+  check_device("dropout", out.device(), {&x});
+  MT_CHECK(x.is_contiguous() && out.is_contiguous() && x.dtype() == out.dtype() && x.shape() == out.shape(),
+           "dropout: expected contiguous input and output of one dtype and shape, got ", x.str(), " and ", out.str());
+  kernels::dropout(x.dtype(), x.raw_data(), out.raw_data(), x.numel(), p, seed, offset, context(out).stream);
+}
+
 // ---- elementwise
 
 void CudaBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out, double alpha) {

@@ -16,6 +16,7 @@ class CudaBackend final : public Backend {
   void copy(const Tensor& src, const Tensor& dst) override;
   void fill(const Tensor& dst, double value) override;
   void random(const Tensor& dst, RandomKind kind, uint64_t seed, uint64_t offset) override;
+  void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out) override;
   void unary(UnaryOp op, const Tensor& x, const Tensor& out, double alpha) override;
   void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& grad_y, const Tensor& grad_x,
                       double alpha) override;
