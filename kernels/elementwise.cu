@@ -1,6 +1,7 @@
 // Elementwise math: unary ops and their derivatives, binary arithmetic, comparisons, where. Each
 // op is one case of a functor here; the formulas mirror the CPU backend's (elementwise.cpp), in
 // fp32 for half inputs and rounded once.
+#include "backends/op_switch.h"
 #include "elementwise_loops.cuh"
 
 namespace mixtrain::kernels {
@@ -8,6 +9,9 @@ namespace mixtrain::kernels {
 using backends::BinaryOp;
 using backends::CompareOp;
 using backends::UnaryOp;
+using backends::with_binary;
+using backends::with_compare;
+using backends::with_unary;
 
 namespace {
 
@@ -94,35 +98,6 @@ template <class A>
 struct WhereFn {
   __device__ __forceinline__ A operator()(bool c, A a, A b) const { return c ? a : b; }
 };
-
-// Runs body with the op as a compile-time constant.
-template <class Body>
-void with_unary(UnaryOp op, Body&& body) {
-  switch (op) {
-#define MT_CASE(name) case UnaryOp::name: body(std::integral_constant<UnaryOp, UnaryOp::name>{}); return;
-    MT_CASE(Neg) MT_CASE(Exp) MT_CASE(Log) MT_CASE(Sqrt) MT_CASE(Rsqrt) MT_CASE(Tanh) MT_CASE(Sigmoid)
-    MT_CASE(Relu) MT_CASE(Gelu) MT_CASE(Abs) MT_CASE(Pow) MT_CASE(Square)
-#undef MT_CASE
-  }
-}
-
-template <class Body>
-void with_binary(BinaryOp op, Body&& body) {
-  switch (op) {
-#define MT_CASE(name) case BinaryOp::name: body(std::integral_constant<BinaryOp, BinaryOp::name>{}); return;
-    MT_CASE(Add) MT_CASE(Sub) MT_CASE(Mul) MT_CASE(Div) MT_CASE(Pow) MT_CASE(Maximum) MT_CASE(Minimum)
-#undef MT_CASE
-  }
-}
-
-template <class Body>
-void with_compare(CompareOp op, Body&& body) {
-  switch (op) {
-#define MT_CASE(name) case CompareOp::name: body(std::integral_constant<CompareOp, CompareOp::name>{}); return;
-    MT_CASE(Eq) MT_CASE(Ne) MT_CASE(Lt) MT_CASE(Le) MT_CASE(Gt) MT_CASE(Ge)
-#undef MT_CASE
-  }
-}
 
 }  // namespace
 

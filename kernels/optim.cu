@@ -2,24 +2,16 @@
 // in fp32 (fp64 for fp64 weights), and writes weight, state and, with master weights, the half
 // parameter rounded from the updated fp32 copy. Operation order follows PyTorch's single-tensor
 // Adam and SGD, as the CPU loops do (src/optim/fused_cpu.cpp).
-#include <cmath>
-
+#include "backends/optim_scalars.h"
 #include "common.cuh"
 
 namespace mixtrain::kernels {
 
 namespace {
 
-template <class C>
-struct AdamScalars {
-  C decay, wd, w1, one_minus_w1, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size;
-  int mode;  // 0 no weight decay, 1 L2 (Adam), 2 decoupled (AdamW)
-  bool amsgrad, lerp_small;
-};
-
 template <class W, class G, class H>
 __global__ void adam_kernel(W* __restrict__ weight, const G* __restrict__ grad, W* __restrict__ m, W* __restrict__ v,
-                            W* __restrict__ vmax, H* __restrict__ half_out, int64_t n, AdamScalars<acc_t<W>> s) {
+                            W* __restrict__ vmax, H* __restrict__ half_out, int64_t n, backends::AdamScalars<acc_t<W>> s) {
   using C = acc_t<W>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -46,16 +38,9 @@ __global__ void adam_kernel(W* __restrict__ weight, const G* __restrict__ grad, 
   }
 }
 
-template <class C>
-struct SgdScalars {
-  C wd, momentum, one_minus_dampening, neg_lr;
-  int mom;  // 0 no momentum, 1 first step (buf = g), 2 running buffer
-  bool weight_decay, nesterov;
-};
-
 template <class W, class G, class H>
 __global__ void sgd_kernel(W* __restrict__ weight, const G* __restrict__ grad, W* __restrict__ buf,
-                           H* __restrict__ half_out, int64_t n, SgdScalars<acc_t<W>> s) {
+                           H* __restrict__ half_out, int64_t n, backends::SgdScalars<acc_t<W>> s) {
   using C = acc_t<W>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -103,24 +88,7 @@ void adam_step(DType w, DType g, DType h, void* weight, const void* grad, void* 
     using W = typename decltype(wt)::type;
     using G = typename decltype(gt)::type;
     using H = typename decltype(ht)::type;
-    using C = acc_t<W>;
-    // Scalars as PyTorch computes them: in double on the host, then cast to the compute type.
-    const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(a.step));
-    const double bc2 = 1.0 - std::pow(a.beta2, static_cast<double>(a.step));
-    const double w1 = 1.0 - a.beta1;
-    AdamScalars<C> s;
-    s.decay = static_cast<C>(1.0 - a.lr * a.weight_decay);
-    s.wd = static_cast<C>(a.weight_decay);
-    s.w1 = static_cast<C>(w1);
-    s.one_minus_w1 = static_cast<C>(1.0 - w1);
-    s.beta2 = static_cast<C>(a.beta2);
-    s.one_minus_beta2 = static_cast<C>(1.0 - a.beta2);
-    s.bc2_sqrt = static_cast<C>(std::sqrt(bc2));
-    s.eps = static_cast<C>(a.eps);
-    s.neg_step_size = static_cast<C>(-(a.lr / bc1));
-    s.mode = a.weight_decay == 0.0 ? 0 : (a.decoupled ? 2 : 1);
-    s.amsgrad = a.amsgrad;
-    s.lerp_small = std::abs(w1) < 0.5;
+    const backends::AdamScalars<acc_t<W>> s = backends::adam_scalars<acc_t<W>>(a);
     adam_kernel<W, G, H><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
         static_cast<W*>(weight), static_cast<const G*>(grad), static_cast<W*>(exp_avg), static_cast<W*>(exp_avg_sq),
         static_cast<W*>(max_exp_avg_sq), static_cast<H*>(half_out), n, s);
@@ -135,15 +103,7 @@ void sgd_step(DType w, DType g, DType h, void* weight, const void* grad, void* m
     using W = typename decltype(wt)::type;
     using G = typename decltype(gt)::type;
     using H = typename decltype(ht)::type;
-    using C = acc_t<W>;
-    SgdScalars<C> s;
-    s.wd = static_cast<C>(a.weight_decay);
-    s.momentum = static_cast<C>(a.momentum);
-    s.one_minus_dampening = static_cast<C>(1.0 - a.dampening);
-    s.neg_lr = static_cast<C>(-a.lr);
-    s.mom = a.momentum == 0.0 ? 0 : (a.first_step ? 1 : 2);
-    s.weight_decay = a.weight_decay != 0.0;
-    s.nesterov = a.nesterov;
+    const backends::SgdScalars<acc_t<W>> s = backends::sgd_scalars<acc_t<W>>(a);
     sgd_kernel<W, G, H><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
         static_cast<W*>(weight), static_cast<const G*>(grad), static_cast<W*>(momentum_buffer),
         static_cast<H*>(half_out), n, s);

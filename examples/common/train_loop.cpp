@@ -111,4 +111,25 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
   return result;
 }
 
+RunOutcome run_task(TrainTask& task, const RunSettings& s) {
+  if (s.log)
+    *s.log << task.describe() << "; batch " << s.batch_size << ", " << s.steps << " steps, "
+           << precision_name(s.precision) << " on " << s.device << std::endl;
+  TrainOptions options;
+  options.precision = s.precision;
+  options.device = s.device;
+  options.steps = s.steps;
+  options.lr = s.lr;
+  const TrainResult tr = train_with_log(task, options, s.log, s.log_every);
+  RunOutcome r;
+  for (const auto& rec : tr.records) r.losses.push_back(rec.loss);
+  r.seconds = tr.seconds;
+  r.skipped_steps = tr.skipped_steps;
+  r.evaluation = task.evaluate();
+  if (s.log)
+    *s.log << r.evaluation << "; trained in " << std::fixed << std::setprecision(1) << r.seconds << " s, "
+           << r.skipped_steps << " skipped steps" << std::defaultfloat << std::endl;
+  return r;
+}
+
 }  // namespace mixtrain::examples

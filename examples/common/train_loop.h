@@ -78,4 +78,23 @@ int64_t parameter_count(const nn::Module& model);
 // "step N  loss L  scale S  (R steps/s)", averaging the losses since the previous line.
 TrainResult train_with_log(TrainTask& task, const TrainOptions& options, std::ostream* log, int64_t log_every);
 
+// What the examples' run_mlp / run_unet / run_transformer share.
+struct RunSettings {
+  Precision precision = Precision::Fp16;
+  Device device = Device::cpu();
+  int64_t steps = 0, batch_size = 0;
+  double lr = 1e-3;
+  std::ostream* log = nullptr;
+  int64_t log_every = 0;
+};
+struct RunOutcome {
+  std::vector<double> losses;  // every step's training loss
+  double seconds = 0;
+  int64_t skipped_steps = 0;
+  std::string evaluation;      // the task's evaluate() line
+};
+// Logs "<description>; batch B, N steps, <precision> on <device>", trains the task with
+// train_with_log, evaluates it and logs "<evaluation>; trained in S s, K skipped steps".
+RunOutcome run_task(TrainTask& task, const RunSettings& settings);
+
 }  // namespace mixtrain::examples

@@ -210,28 +210,15 @@ MlpResult run_mlp(const MlpConfig& config) {
   MlpResult r;
   r.description = task.describe();
   r.parameters = parameter_count(task.model());
-  if (config.log)
-    *config.log << r.description << "; batch " << config.batch_size << ", " << config.steps << " steps, "
-                << precision_name(config.precision) << " on " << config.device << std::endl;
-
-  TrainOptions options;
-  options.precision = config.precision;
-  options.device = config.device;
-  options.steps = config.steps;
-  options.lr = config.lr;
-  const TrainResult tr = train_with_log(task, options, config.log, config.log_every);
-  for (const auto& rec : tr.records) r.losses.push_back(rec.loss);
-  r.seconds = tr.seconds;
-  r.skipped_steps = tr.skipped_steps;
+  const RunOutcome run = run_task(task, {config.precision, config.device, config.steps, config.batch_size, config.lr,
+                                         config.log, config.log_every});
+  r.losses = run.losses;
+  r.seconds = run.seconds;
+  r.skipped_steps = run.skipped_steps;
   MT_CHECK(std::isfinite(r.losses.back()), "mlp: the loss became ", r.losses.back(), " at the last step; try a smaller --lr");
-
-  const std::string eval = task.evaluate();
   r.test_loss = task.test_loss;
   r.test_accuracy = task.test_accuracy;
   r.test_size = task.test_size;
-  if (config.log)
-    *config.log << eval << "; trained in " << std::fixed << std::setprecision(1) << r.seconds << " s, "
-                << r.skipped_steps << " skipped steps" << std::defaultfloat << std::endl;
   return r;
 }
 

@@ -156,23 +156,12 @@ UnetResult run_unet(const UnetConfig& config) {
   UnetResult r;
   r.description = task.describe();
   r.parameters = parameter_count(task.model());
-  if (config.log)
-    *config.log << r.description << "; batch " << config.batch_size << ", " << config.steps << " steps, "
-                << precision_name(config.precision) << " on " << config.device << std::endl;
-  TrainOptions options;
-  options.precision = config.precision;
-  options.device = config.device;
-  options.steps = config.steps;
-  options.lr = config.lr;
-  const TrainResult tr = train_with_log(task, options, config.log, config.log_every);
-  for (const auto& rec : tr.records) r.losses.push_back(rec.loss);
-  r.seconds = tr.seconds;
-  r.skipped_steps = tr.skipped_steps;
-  const std::string eval = task.evaluate();
+  const RunOutcome run = run_task(task, {config.precision, config.device, config.steps, config.batch_size, config.lr,
+                                         config.log, config.log_every});
+  r.losses = run.losses;
+  r.seconds = run.seconds;
+  r.skipped_steps = run.skipped_steps;
   r.pixel_accuracy = task.pixel_accuracy;
-  if (config.log)
-    *config.log << eval << "; trained in " << std::fixed << std::setprecision(1) << r.seconds << " s, "
-                << r.skipped_steps << " skipped steps" << std::defaultfloat << std::endl;
   return r;
 }
 

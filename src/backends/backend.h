@@ -8,6 +8,7 @@
 // strided (broadcast inputs arrive as expanded views with stride 0). Inputs of one kernel call
 // share one dtype (the ops layer casts first); half types compute in fp32 and round once.
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "backends/kernel_types.h"
@@ -206,6 +207,19 @@ class Backend {
     MT_ERROR(kernel, ": not implemented on this backend");
   }
 };
+
+// non_finite_check_and_unscale's arguments, checked (the message names what is wrong), as
+// contiguous work lists for the kernels: strided gradients are copied, and strided outputs get a
+// contiguous work tensor that the backend copies back into them afterwards (copy_back).
+struct UnscaleWork {
+  std::vector<Tensor> grads, outs;
+  std::vector<std::pair<Tensor, Tensor>> copy_back;  // (work tensor, the caller's output)
+  DType grad_dtype = DType::Float32, out_dtype = DType::Float32;
+};
+UnscaleWork prepare_unscale(const std::vector<Tensor>& grads, const std::vector<Tensor>& outs,
+                            const Tensor& inv_scale, const Tensor& found_inf, const Tensor& stats);
+void check_update_scale_args(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_tracker,
+                             const Tensor& found_inf, const Tensor& at_min_scale);
 
 // The backend of a device type; throws when that backend is not compiled in.
 Backend& backend_for(DeviceType type);

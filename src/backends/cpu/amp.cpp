@@ -178,49 +178,17 @@ Partial run_all(const std::vector<Tensor>& grads, const std::vector<Tensor>& out
   return r;
 }
 
-bool is_scalar_of(const Tensor& t, DType dt) { return t.defined() && t.numel() == 1 && t.dtype() == dt; }
-
 }  // namespace
 
 void CpuBackend::non_finite_check_and_unscale(const std::vector<Tensor>& grads, const std::vector<Tensor>& outs,
                                               const Tensor& inv_scale, const Tensor& found_inf, const Tensor& stats) {
-  const char* op = "non_finite_check_and_unscale";
-  MT_CHECK(grads.size() == outs.size(), op, ": ", grads.size(), " gradients but ", outs.size(), " outputs");
-  MT_CHECK(is_scalar_of(inv_scale, kFloat32) && is_scalar_of(found_inf, kFloat32), op,
-           ": inv_scale and found_inf must be 1-element float32 tensors");
-  MT_CHECK(!stats.defined() || (stats.dtype() == kFloat64 && stats.numel() == kAmpStatsSize && stats.is_contiguous()),
-           op, ": stats must be a contiguous float64 tensor of ", kAmpStatsSize, " elements");
-  if (grads.empty()) return;
-  const DType gd = grads[0].dtype(), od = outs[0].dtype();
-  MT_CHECK(is_floating(gd), op, ": gradients must be floating, got ", gd);
-  MT_CHECK(od == gd || (od == kFloat32 && is_half(gd)), op, ": outputs must have the gradients' dtype (or float32 ",
-           "for half gradients: master gradients), got ", od, " for ", gd, " gradients");
-  std::vector<Tensor> g_list, o_list, copy_back;
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const Tensor& g = grads[i];
-    const Tensor& o = outs[i];
-    MT_CHECK(g.dtype() == gd && o.dtype() == od, op, ": all gradients must be ", gd, " and all outputs ", od,
-             "; got ", g.str(), " and ", o.str(), " at index ", i, " (bucket the list by dtype)");
-    MT_CHECK(g.device().is_cpu() && o.device().is_cpu(), op, ": tensors must be on the CPU, got ", g.str());
-    MT_CHECK(g.shape() == o.shape(), op, ": gradient ", g.str(), " and output ", o.str(), " differ in shape");
-    if (g.is_contiguous() && o.is_contiguous()) {
-      g_list.push_back(g);
-      o_list.push_back(o);
-    } else {
-      // Rare (a user-set strided grad): work on contiguous copies, write the result back below.
-      Tensor gc = g.contiguous();
-      g_list.push_back(gc);
-      o_list.push_back(g.is_same(o) && gd == od ? gc : Tensor::empty(o.shape(), TensorOptions(od)));
-      copy_back.push_back(o);
-    }
-  }
+  const UnscaleWork w = prepare_unscale(grads, outs, inv_scale, found_inf, stats);
+  if (w.grads.empty()) return;
+  const std::vector<Tensor>& g_list = w.grads;
+  const std::vector<Tensor>& o_list = w.outs;
   const float inv = *inv_scale.data_ptr<float>();
   const Partial r = stats.defined() ? run_all<true>(g_list, o_list, inv) : run_all<false>(g_list, o_list, inv);
-  size_t k = 0;
-  for (size_t i = 0; i < grads.size(); ++i) {
-    if (grads[i].is_contiguous() && outs[i].is_contiguous()) continue;
-    copy(o_list[i], copy_back[k++]);
-  }
+  for (const auto& [work, target] : w.copy_back) copy(work, target);
   if (r.nonfinite) *found_inf.data_ptr<float>() = 1.0f;
   if (stats.defined()) {
     int64_t elements = 0;
@@ -235,11 +203,7 @@ void CpuBackend::non_finite_check_and_unscale(const std::vector<Tensor>& grads, 
 
 void CpuBackend::update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_tracker,
                               const Tensor& found_inf, const ScaleUpdateArgs& a, const Tensor& at_min_scale) {
-  const char* op = "update_scale";
-  MT_CHECK(is_scalar_of(scale, kFloat32) && is_scalar_of(found_inf, kFloat32) && is_scalar_of(at_min_scale, kFloat32),
-           op, ": scale, found_inf and at_min_scale must be 1-element float32 tensors");
-  MT_CHECK(is_scalar_of(growth_tracker, kInt32) && is_scalar_of(hysteresis_tracker, kInt32), op,
-           ": growth_tracker and hysteresis_tracker must be 1-element int32 tensors");
+  check_update_scale_args(scale, growth_tracker, hysteresis_tracker, found_inf, at_min_scale);
   float& s = *scale.data_ptr<float>();
   int32_t& growth = *growth_tracker.data_ptr<int32_t>();
   int32_t& hyst = *hysteresis_tracker.data_ptr<int32_t>();

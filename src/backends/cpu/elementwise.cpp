@@ -3,6 +3,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
+#include "backends/op_switch.h"
 
 namespace mixtrain::backends::cpu {
 
@@ -64,29 +65,6 @@ A apply_binary(BinaryOp op, A a, A b) {
     case BinaryOp::Minimum: return (a != a || a < b) ? a : b;
   }
   return a;
-}
-
-// Runs body with op fixed at compile time, so the inner loop has no switch.
-template <class E, class Body>
-void with_op(E op, Body&& body);
-
-template <class Body>
-void with_unary(UnaryOp op, Body&& body) {
-  switch (op) {
-#define MT_CASE(name) case UnaryOp::name: body(std::integral_constant<UnaryOp, UnaryOp::name>{}); return;
-    MT_CASE(Neg) MT_CASE(Exp) MT_CASE(Log) MT_CASE(Sqrt) MT_CASE(Rsqrt) MT_CASE(Tanh) MT_CASE(Sigmoid)
-    MT_CASE(Relu) MT_CASE(Gelu) MT_CASE(Abs) MT_CASE(Pow) MT_CASE(Square)
-#undef MT_CASE
-  }
-}
-
-template <class Body>
-void with_binary(BinaryOp op, Body&& body) {
-  switch (op) {
-#define MT_CASE(name) case BinaryOp::name: body(std::integral_constant<BinaryOp, BinaryOp::name>{}); return;
-    MT_CASE(Add) MT_CASE(Sub) MT_CASE(Mul) MT_CASE(Div) MT_CASE(Pow) MT_CASE(Maximum) MT_CASE(Minimum)
-#undef MT_CASE
-  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
+#include "backends/optim_scalars.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/half.h"
 
@@ -54,11 +55,6 @@ void store_block(const Tensor& t, int64_t begin, int64_t n, const C* src) {
 
 
 // ---- Adam -------------------------------------------------------------------------------------
-
-template <class C>
-struct AdamScalars {
-  C decay, wd, w1, one_minus_w1, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size;
-};
 
 // Mode: 0 no weight decay, 1 L2 (Adam), 2 decoupled (AdamW). The operation order follows
 // PyTorch's single-tensor Adam: lerp_, mul_ + addcmul_, sqrt / bc2_sqrt + eps, addcdiv_.
@@ -107,26 +103,10 @@ AdamCore<C> pick_adam(bool amsgrad, bool lerp_small) {
 template <class C>
 void adam_typed(const Tensor& weight, const Tensor& grad, const Tensor& m, const Tensor& v, const Tensor& vmax,
                 const Tensor& half_out, const AdamArgs& a) {
-  // Scalars as PyTorch computes them: in double on the host, then cast to the compute type.
-  const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(a.step));
-  const double bc2 = 1.0 - std::pow(a.beta2, static_cast<double>(a.step));
-  const double w1 = 1.0 - a.beta1;
-  AdamScalars<C> s;
-  s.decay = static_cast<C>(1.0 - a.lr * a.weight_decay);
-  s.wd = static_cast<C>(a.weight_decay);
-  s.w1 = static_cast<C>(w1);
-  s.one_minus_w1 = static_cast<C>(1.0 - w1);
-  s.beta2 = static_cast<C>(a.beta2);
-  s.one_minus_beta2 = static_cast<C>(1.0 - a.beta2);
-  s.bc2_sqrt = static_cast<C>(std::sqrt(bc2));
-  s.eps = static_cast<C>(a.eps);
-  s.neg_step_size = static_cast<C>(-(a.lr / bc1));
-
-  const int mode = a.weight_decay == 0.0 ? 0 : (a.decoupled ? 2 : 1);
-  const bool lerp_small = std::abs(w1) < 0.5;
-  AdamCore<C> core = mode == 0   ? pick_adam<C, 0>(a.amsgrad, lerp_small)
-                     : mode == 1 ? pick_adam<C, 1>(a.amsgrad, lerp_small)
-                                 : pick_adam<C, 2>(a.amsgrad, lerp_small);
+  const AdamScalars<C> s = adam_scalars<C>(a);
+  AdamCore<C> core = s.mode == 0   ? pick_adam<C, 0>(s.amsgrad, s.lerp_small)
+                     : s.mode == 1 ? pick_adam<C, 1>(s.amsgrad, s.lerp_small)
+                                   : pick_adam<C, 2>(s.amsgrad, s.lerp_small);
 
   const DType cd = dtype_of<C>::value;
   const bool direct = weight.dtype() == cd && grad.dtype() == cd && !half_out.defined();
@@ -157,11 +137,6 @@ void adam_typed(const Tensor& weight, const Tensor& grad, const Tensor& m, const
 
 // ---- SGD --------------------------------------------------------------------------------------
 
-template <class C>
-struct SgdScalars {
-  C wd, momentum, one_minus_dampening, neg_lr;
-};
-
 // Mom: 0 no momentum, 1 first step (buf = g), 2 running buffer.
 template <class C, bool WeightDecay, int Mom, bool Nesterov>
 void sgd_core(C* w, const C* g, C* buf, int64_t n, const SgdScalars<C>& scalars) {
@@ -189,13 +164,9 @@ SgdCore<C> pick_sgd(int mom, bool nesterov) {
 template <class C>
 void sgd_typed(const Tensor& weight, const Tensor& grad, const Tensor& buf, const Tensor& half_out,
                const SgdArgs& a) {
-  SgdScalars<C> s;
-  s.wd = static_cast<C>(a.weight_decay);
-  s.momentum = static_cast<C>(a.momentum);
-  s.one_minus_dampening = static_cast<C>(1.0 - a.dampening);
-  s.neg_lr = static_cast<C>(-a.lr);
-  const int mom = a.momentum == 0.0 ? 0 : (a.first_step ? 1 : 2);
-  SgdCore<C> core = a.weight_decay != 0.0 ? pick_sgd<C, true>(mom, a.nesterov) : pick_sgd<C, false>(mom, a.nesterov);
+  const SgdScalars<C> s = sgd_scalars<C>(a);
+  const int mom = s.mom;
+  SgdCore<C> core = s.weight_decay ? pick_sgd<C, true>(mom, s.nesterov) : pick_sgd<C, false>(mom, s.nesterov);
 
   const DType cd = dtype_of<C>::value;
   const bool direct = weight.dtype() == cd && grad.dtype() == cd && !half_out.defined();

@@ -13,8 +13,6 @@ namespace {
 
 using Operand = std::pair<const Tensor*, const char*>;
 
-bool is_scalar_of(const Tensor& t, DType dt) { return t.defined() && t.numel() == 1 && t.dtype() == dt; }
-
 void check_same_shape_contiguous(const char* op, const Tensor& t, const Tensor& weight, const char* what) {
   if (!t.defined()) return;
   MT_CHECK(t.device() == weight.device() && t.shape() == weight.shape() && t.is_contiguous(), op, ": ", what, " ",
@@ -25,41 +23,13 @@ void check_same_shape_contiguous(const char* op, const Tensor& t, const Tensor& 
 
 void CudaBackend::non_finite_check_and_unscale(const std::vector<Tensor>& grads, const std::vector<Tensor>& outs,
                                                const Tensor& inv_scale, const Tensor& found_inf, const Tensor& stats) {
-  const char* op = "non_finite_check_and_unscale";
-  MT_CHECK(grads.size() == outs.size(), op, ": ", grads.size(), " gradients but ", outs.size(), " outputs");
-  MT_CHECK(is_scalar_of(inv_scale, kFloat32) && is_scalar_of(found_inf, kFloat32), op,
-           ": inv_scale and found_inf must be 1-element float32 tensors");
-  MT_CHECK(!stats.defined() || (stats.dtype() == kFloat64 && stats.numel() == kAmpStatsSize && stats.is_contiguous()),
-           op, ": stats must be a contiguous float64 tensor of ", kAmpStatsSize, " elements");
-  if (grads.empty()) return;
-  const Device device = found_inf.device();
-  check_device(op, device, {&inv_scale, &stats});
-  const DType gd = grads[0].dtype(), od = outs[0].dtype();
-  MT_CHECK(is_floating(gd) && (od == gd || (od == kFloat32 && is_half(gd))), op, ": ", gd, " gradients with ", od,
-           " outputs (expected the gradients' dtype, or float32 for half gradients: master gradients)");
+  const UnscaleWork w = prepare_unscale(grads, outs, inv_scale, found_inf, stats);
   std::vector<kernels::TensorSpan> spans;
-  std::vector<std::pair<Tensor, Tensor>> copy_back;  // strided outputs: (contiguous work tensor, target)
-  std::vector<Tensor> keep;                          // contiguous copies the kernel reads
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const Tensor& g = grads[i];
-    const Tensor& o = outs[i];
-    MT_CHECK(g.dtype() == gd && o.dtype() == od, op, ": all gradients must be ", gd, " and all outputs ", od,
-             "; got ", g.str(), " and ", o.str(), " at index ", i, " (bucket the list by dtype)");
-    check_device(op, device, {&g, &o});
-    MT_CHECK(g.shape() == o.shape(), op, ": gradient ", g.str(), " and output ", o.str(), " differ in shape");
-    if (g.numel() == 0) continue;
-    if (g.is_contiguous() && o.is_contiguous()) {
-      spans.push_back({g.raw_data(), o.raw_data(), g.numel()});
-      continue;
-    }
-    // Rare (a user-set strided gradient): work on contiguous copies, write the result back.
-    const Tensor gc = as_contiguous(g, gd);
-    const Tensor oc = g.is_same(o) && gd == od ? gc : Tensor::empty(o.shape(), TensorOptions(od).device(device));
-    keep.push_back(gc);
-    copy_back.emplace_back(oc, o);
-    spans.push_back({gc.raw_data(), oc.raw_data(), g.numel()});
-  }
+  for (size_t i = 0; i < w.grads.size(); ++i)
+    if (w.grads[i].numel() > 0) spans.push_back({w.grads[i].raw_data(), w.outs[i].raw_data(), w.grads[i].numel()});
   if (spans.empty()) return;
+  const Device device = found_inf.device();
+  const DType gd = w.grad_dtype, od = w.out_dtype;
   DeviceContext& ctx = context(found_inf);
   const int count = static_cast<int>(spans.size());
   const int64_t chunks = kernels::multi_tensor_chunks(spans.data(), count);
@@ -73,17 +43,12 @@ void CudaBackend::non_finite_check_and_unscale(const std::vector<Tensor>& grads,
                                         kernels::multi_tensor_vectorizable(spans.data(), count, gd, od),
                                         inv_scale.data_ptr<float>(), found_inf.data_ptr<float>(),
                                         stats.defined() ? stats.data_ptr<double>() : nullptr, ctx.stream);
-  for (const auto& [work, target] : copy_back) copy(work, target);
+  for (const auto& [work, target] : w.copy_back) copy(work, target);
 }
 
 void CudaBackend::update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_tracker,
                                const Tensor& found_inf, const ScaleUpdateArgs& args, const Tensor& at_min_scale) {
-  const char* op = "update_scale";
-  MT_CHECK(is_scalar_of(scale, kFloat32) && is_scalar_of(found_inf, kFloat32) && is_scalar_of(at_min_scale, kFloat32),
-           op, ": scale, found_inf and at_min_scale must be 1-element float32 tensors");
-  MT_CHECK(is_scalar_of(growth_tracker, kInt32) && is_scalar_of(hysteresis_tracker, kInt32), op,
-           ": growth_tracker and hysteresis_tracker must be 1-element int32 tensors");
-  check_device(op, scale.device(), {&growth_tracker, &hysteresis_tracker, &found_inf, &at_min_scale});
+  check_update_scale_args(scale, growth_tracker, hysteresis_tracker, found_inf, at_min_scale);
   kernels::update_scale(scale.data_ptr<float>(), growth_tracker.data_ptr<int32_t>(),
                         hysteresis_tracker.data_ptr<int32_t>(), found_inf.data_ptr<float>(), args,
                         at_min_scale.data_ptr<float>(), context(scale).stream);

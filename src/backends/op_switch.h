@@ -1,0 +1,39 @@
+#pragma once
+// Turns a run-time op code into a compile-time constant: with_unary(op, body) calls
+// body(std::integral_constant<UnaryOp, op>{}), so a kernel instantiated per op has no switch in
+// its inner loop. Shared by the CPU loops and the CUDA launchers.
+#include <type_traits>
+
+#include "backends/kernel_types.h"
+
+namespace mixtrain::backends {
+
+template <class Body>
+void with_unary(UnaryOp op, Body&& body) {
+  switch (op) {
+#define MT_CASE(name) case UnaryOp::name: body(std::integral_constant<UnaryOp, UnaryOp::name>{}); return;
+    MT_CASE(Neg) MT_CASE(Exp) MT_CASE(Log) MT_CASE(Sqrt) MT_CASE(Rsqrt) MT_CASE(Tanh) MT_CASE(Sigmoid)
+    MT_CASE(Relu) MT_CASE(Gelu) MT_CASE(Abs) MT_CASE(Pow) MT_CASE(Square)
+#undef MT_CASE
+  }
+}
+
+template <class Body>
+void with_binary(BinaryOp op, Body&& body) {
+  switch (op) {
+#define MT_CASE(name) case BinaryOp::name: body(std::integral_constant<BinaryOp, BinaryOp::name>{}); return;
+    MT_CASE(Add) MT_CASE(Sub) MT_CASE(Mul) MT_CASE(Div) MT_CASE(Pow) MT_CASE(Maximum) MT_CASE(Minimum)
+#undef MT_CASE
+  }
+}
+
+template <class Body>
+void with_compare(CompareOp op, Body&& body) {
+  switch (op) {
+#define MT_CASE(name) case CompareOp::name: body(std::integral_constant<CompareOp, CompareOp::name>{}); return;
+    MT_CASE(Eq) MT_CASE(Ne) MT_CASE(Lt) MT_CASE(Le) MT_CASE(Gt) MT_CASE(Ge)
+#undef MT_CASE
+  }
+}
+
+}  // namespace mixtrain::backends
