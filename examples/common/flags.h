@@ -7,6 +7,8 @@
 
 #include <mixtrain/mixtrain.h>
 
+#include "common/train_loop.h"
+
 namespace mixtrain::examples {
 
 class FlagReader {
@@ -26,11 +28,15 @@ class FlagReader {
   }
   template <class T>
   T number() {
-    const std::string v = value();
-    std::istringstream is(v);
+    return parse<T>(value());
+  }
+  // text as a number for the current flag (a list flag parses its items with it).
+  template <class T>
+  T parse(const std::string& text) const {
+    std::istringstream is(text);
     T out{};
     is >> out;
-    MT_CHECK(!is.fail() && is.eof(), program_, ": bad value '", v, "' for ", flag_);
+    MT_CHECK(!is.fail() && is.eof(), program_, ": bad value '", text, "' for ", flag_);
     return out;
   }
   [[noreturn]] void unknown() const { MT_ERROR(program_, ": unknown flag ", flag_, " (see --help)"); }
@@ -42,5 +48,20 @@ class FlagReader {
   int i_ = 0;
   std::string flag_;
 };
+
+// The flags every example trainer takes (--precision, --device, --steps, --batch-size, --lr,
+// --seed, --log-every), read into its config; false for any other flag.
+template <class Config>
+bool read_run_flag(FlagReader& flags, const std::string& flag, Config& c) {
+  if (flag == "--precision") c.precision = parse_precision(flags.value());
+  else if (flag == "--device") c.device = parse_device(flags.value());
+  else if (flag == "--steps") c.steps = flags.number<int64_t>();
+  else if (flag == "--batch-size") c.batch_size = flags.number<int64_t>();
+  else if (flag == "--lr") c.lr = flags.number<double>();
+  else if (flag == "--seed") c.seed = flags.number<uint64_t>();
+  else if (flag == "--log-every") c.log_every = flags.number<int64_t>();
+  else return false;
+  return true;
+}
 
 }  // namespace mixtrain::examples

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/flags.h"
 #include "mlp/mlp_trainer.h"
 
 namespace ex = mixtrain::examples;
@@ -20,61 +21,36 @@ const char* kUsage =
     "           [--device cpu|cuda] [--steps N] [--batch-size N] [--lr X] [--seed N] [--hidden W1,W2,...]\n"
     "           [--log-every K]\n";
 
-template <class T>
-T parse(const std::string& flag, const std::string& value) {
-  std::istringstream is(value);
-  T v{};
-  is >> v;
-  if (is.fail() || !is.eof()) throw mixtrain::Error("mlp: bad value \"" + value + "\" for " + flag);
-  return v;
-}
-
 ex::MlpConfig parse_args(int argc, char** argv) {
   ex::MlpConfig c;
   c.log = &std::cout;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw mixtrain::Error("mlp: " + flag + " needs a value");
-      return argv[++i];
-    };
-    if (flag == "--help" || flag == "-h") {
+  ex::FlagReader flags("mlp", argc, argv);
+  std::string f;
+  while (flags.next(f)) {
+    if (ex::read_run_flag(flags, f, c)) continue;
+    if (f == "--help" || f == "-h") {
       std::cout << kUsage;
       std::exit(0);
-    } else if (flag == "--synthetic") {
+    } else if (f == "--synthetic") {
       c.task = ex::MlpTask::Synthetic;
-    } else if (flag == "--csv") {
+    } else if (f == "--csv") {
       c.task = ex::MlpTask::Csv;
-      c.csv_path = value();
-    } else if (flag == "--target") {
-      c.target_column = value();
-    } else if (flag == "--precision") {
-      c.precision = ex::parse_precision(value());
-    } else if (flag == "--device") {
-      c.device = ex::parse_device(value());
-    } else if (flag == "--data-dir") {
-      c.data_dir = value();
-    } else if (flag == "--steps") {
-      c.steps = parse<int64_t>(flag, value());
-    } else if (flag == "--batch-size") {
-      c.batch_size = parse<int64_t>(flag, value());
-    } else if (flag == "--lr") {
-      c.lr = parse<double>(flag, value());
-    } else if (flag == "--seed") {
-      c.seed = parse<uint64_t>(flag, value());
-    } else if (flag == "--log-every") {
-      c.log_every = parse<int64_t>(flag, value());
-    } else if (flag == "--hidden") {
-      std::istringstream is(value());
+      c.csv_path = flags.value();
+    } else if (f == "--target") {
+      c.target_column = flags.value();
+    } else if (f == "--data-dir") {
+      c.data_dir = flags.value();
+    } else if (f == "--hidden") {
+      std::istringstream is(flags.value());
       std::string w;
       c.hidden.clear();
-      while (std::getline(is, w, ',')) c.hidden.push_back(parse<int64_t>(flag, w));
+      while (std::getline(is, w, ',')) c.hidden.push_back(flags.parse<int64_t>(w));
     } else {
-      throw mixtrain::Error("mlp: unknown flag " + flag + " (see --help)");
+      flags.unknown();
     }
   }
-  if (c.task == ex::MlpTask::Csv && c.target_column.empty()) throw mixtrain::Error("mlp: --csv needs --target COL");
-  if (c.task != ex::MlpTask::Csv && !c.target_column.empty()) throw mixtrain::Error("mlp: --target needs --csv FILE");
+  MT_CHECK(c.task != ex::MlpTask::Csv || !c.target_column.empty(), "mlp: --csv needs --target COL");
+  MT_CHECK(c.task == ex::MlpTask::Csv || c.target_column.empty(), "mlp: --target needs --csv FILE");
   return c;
 }
 

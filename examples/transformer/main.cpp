@@ -28,6 +28,7 @@ ex::TransformerConfig parse_args(int argc, char** argv) {
   // Size flags apply on top of the preset, whatever their order.
   int64_t layers = 0, width = 0, heads = 0, context = 0;
   while (flags.next(f)) {
+    if (ex::read_run_flag(flags, f, c)) continue;
     if (f == "--help" || f == "-h") {
       std::cout << kUsage;
       std::exit(0);
@@ -35,18 +36,6 @@ ex::TransformerConfig parse_args(int argc, char** argv) {
       c.synthetic = true;
     } else if (f == "--text") {
       c.text_path = flags.value();
-    } else if (f == "--precision") {
-      c.precision = ex::parse_precision(flags.value());
-    } else if (f == "--device") {
-      c.device = ex::parse_device(flags.value());
-    } else if (f == "--steps") {
-      c.steps = flags.number<int64_t>();
-    } else if (f == "--batch-size") {
-      c.batch_size = flags.number<int64_t>();
-    } else if (f == "--lr") {
-      c.lr = flags.number<double>();
-    } else if (f == "--seed") {
-      c.seed = flags.number<uint64_t>();
     } else if (f == "--preset") {
       c.model = ex::gpt_preset(flags.value());
     } else if (f == "--layers") {
@@ -57,8 +46,6 @@ ex::TransformerConfig parse_args(int argc, char** argv) {
       heads = flags.number<int64_t>();
     } else if (f == "--context") {
       context = flags.number<int64_t>();
-    } else if (f == "--log-every") {
-      c.log_every = flags.number<int64_t>();
     } else {
       flags.unknown();
     }

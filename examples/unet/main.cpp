@@ -24,6 +24,7 @@ ex::UnetConfig parse_args(int argc, char** argv) {
   ex::FlagReader flags("unet", argc, argv);
   std::string f;
   while (flags.next(f)) {
+    if (ex::read_run_flag(flags, f, c)) continue;
     if (f == "--help" || f == "-h") {
       std::cout << kUsage;
       std::exit(0);
@@ -31,24 +32,10 @@ ex::UnetConfig parse_args(int argc, char** argv) {
       c.synthetic = true;
     } else if (f == "--data-dir") {
       c.data_dir = flags.value();
-    } else if (f == "--precision") {
-      c.precision = ex::parse_precision(flags.value());
-    } else if (f == "--device") {
-      c.device = ex::parse_device(flags.value());
-    } else if (f == "--steps") {
-      c.steps = flags.number<int64_t>();
-    } else if (f == "--batch-size") {
-      c.batch_size = flags.number<int64_t>();
-    } else if (f == "--lr") {
-      c.lr = flags.number<double>();
-    } else if (f == "--seed") {
-      c.seed = flags.number<uint64_t>();
     } else if (f == "--image-size") {
       c.image_size = flags.number<int64_t>();
     } else if (f == "--width") {
       c.width = flags.number<int64_t>();
-    } else if (f == "--log-every") {
-      c.log_every = flags.number<int64_t>();
     } else {
       flags.unknown();
     }
