@@ -1,6 +1,5 @@
-// Host side of the GradScaler's kernels and the optimizers' fused updates on CUDA.
-#include <initializer_list>
-#include <utility>
+// Host side of the GradScaler's kernels and the optimizers' fused updates on CUDA. The update's
+// operands arrive checked (device, shape, contiguity) by the optimizers (src/optim/fused_update.cpp).
 #include <vector>
 
 #include "backends/cuda/context.h"
@@ -8,18 +7,6 @@
 #include "backends/cuda/cuda_check.h"
 
 namespace mixtrain::backends::cuda {
-
-namespace {
-
-using Operand = std::pair<const Tensor*, const char*>;
-
-void check_same_shape_contiguous(const char* op, const Tensor& t, const Tensor& weight, const char* what) {
-  if (!t.defined()) return;
-  MT_CHECK(t.device() == weight.device() && t.shape() == weight.shape() && t.is_contiguous(), op, ": ", what, " ",
-           t.str(), " must be a contiguous tensor of the weight's shape on its device (", weight.str(), ")");
-}
-
-}  // namespace
 
 void CudaBackend::non_finite_check_and_unscale(const std::vector<Tensor>& grads, const std::vector<Tensor>& outs,
                                                const Tensor& inv_scale, const Tensor& found_inf, const Tensor& stats) {
@@ -56,15 +43,6 @@ void CudaBackend::update_scale(const Tensor& scale, const Tensor& growth_tracker
 
 void CudaBackend::adam_step(const Tensor& weight, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                             const Tensor& max_exp_avg_sq, const Tensor& half_out, const AdamArgs& args) {
-  const char* op = args.decoupled ? "AdamW.step" : "Adam.step";
-  MT_CHECK(weight.is_contiguous(), op, ": the weight must be contiguous, got ", weight.str());
-  for (const Operand& o : std::initializer_list<Operand>{{&grad, "the gradient"},
-                                                        {&exp_avg, "exp_avg"},
-                                                        {&exp_avg_sq, "exp_avg_sq"},
-                                                        {&max_exp_avg_sq, "max_exp_avg_sq"},
-                                                        {&half_out, "the half parameter"}})
-    check_same_shape_contiguous(op, *o.first, weight, o.second);
-  MT_CHECK(!args.amsgrad || max_exp_avg_sq.defined(), op, ": amsgrad needs max_exp_avg_sq");
   kernels::adam_step(weight.dtype(), grad.dtype(), half_out.defined() ? half_out.dtype() : weight.dtype(),
                      weight.raw_data(), grad.raw_data(), exp_avg.raw_data(), exp_avg_sq.raw_data(), ptr(max_exp_avg_sq),
                      ptr(half_out), weight.numel(), args, context(weight).stream);
@@ -72,10 +50,6 @@ void CudaBackend::adam_step(const Tensor& weight, const Tensor& grad, const Tens
 
 void CudaBackend::sgd_step(const Tensor& weight, const Tensor& grad, const Tensor& momentum_buffer,
                            const Tensor& half_out, const SgdArgs& args) {
-  MT_CHECK(weight.is_contiguous(), "SGD.step: the weight must be contiguous, got ", weight.str());
-  for (const Operand& o : std::initializer_list<Operand>{
-           {&grad, "the gradient"}, {&momentum_buffer, "momentum_buffer"}, {&half_out, "the half parameter"}})
-    check_same_shape_contiguous("SGD.step", *o.first, weight, o.second);
   kernels::sgd_step(weight.dtype(), grad.dtype(), half_out.defined() ? half_out.dtype() : weight.dtype(),
                     weight.raw_data(), grad.raw_data(), ptr(momentum_buffer), ptr(half_out), weight.numel(), args,
                     context(weight).stream);
