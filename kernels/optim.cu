@@ -9,10 +9,27 @@ namespace mixtrain::kernels {
 
 namespace {
 
+// The device side of a backends::StepGate. With the gate closed every thread returns at once, so
+// the one thread that counts the skip writes the counter while no other thread reads it.
+__device__ __forceinline__ bool gate_closed(const float* found_inf, int32_t* skipped_steps, int64_t& step) {
+  if (skipped_steps == nullptr) return false;
+  if (found_inf != nullptr && *found_inf != 0.0f) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) *skipped_steps += 1;
+    return true;
+  }
+  step -= *skipped_steps;
+  return false;
+}
+
 template <class W, class G, class H>
 __global__ void adam_kernel(W* __restrict__ weight, const G* __restrict__ grad, W* __restrict__ m, W* __restrict__ v,
-                            W* __restrict__ vmax, H* __restrict__ half_out, int64_t n, backends::AdamScalars<acc_t<W>> s) {
+                            W* __restrict__ vmax, H* __restrict__ half_out, int64_t n,
+                            backends::AdamScalars<acc_t<W>> s, backends::AdamArgs a, const float* found_inf,
+                            int32_t* skipped_steps) {
   using C = acc_t<W>;
+  int64_t step = a.step;
+  if (gate_closed(found_inf, skipped_steps, step)) return;
+  if (skipped_steps) backends::adam_set_step(s, a, step);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     C p = convert<C>(weight[i]);
@@ -40,8 +57,12 @@ __global__ void adam_kernel(W* __restrict__ weight, const G* __restrict__ grad, 
 
 template <class W, class G, class H>
 __global__ void sgd_kernel(W* __restrict__ weight, const G* __restrict__ grad, W* __restrict__ buf,
-                           H* __restrict__ half_out, int64_t n, backends::SgdScalars<acc_t<W>> s) {
+                           H* __restrict__ half_out, int64_t n, backends::SgdScalars<acc_t<W>> s, backends::SgdArgs a,
+                           const float* found_inf, int32_t* skipped_steps) {
   using C = acc_t<W>;
+  int64_t step = a.step;
+  if (gate_closed(found_inf, skipped_steps, step)) return;
+  if (skipped_steps) s.mom = backends::sgd_momentum_mode(a, step);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     C w = convert<C>(weight[i]);
@@ -81,8 +102,9 @@ void dispatch_update(DType w, DType g, DType h, const char* op, F&& f) {
 }  // namespace
 
 void adam_step(DType w, DType g, DType h, void* weight, const void* grad, void* exp_avg, void* exp_avg_sq,
-               void* max_exp_avg_sq, void* half_out, int64_t n, const backends::AdamArgs& a, cudaStream_t stream) {
-  if (n == 0) return;
+               void* max_exp_avg_sq, void* half_out, int64_t n, const backends::AdamArgs& a, const float* found_inf,
+               int32_t* skipped_steps, cudaStream_t stream) {
+  if (n == 0 && skipped_steps == nullptr) return;  // a gated update still counts its skip
   const char* op = a.decoupled ? "AdamW.step" : "Adam.step";
   dispatch_update(w, g, half_out ? h : w, op, [&](auto wt, auto gt, auto ht) {
     using W = typename decltype(wt)::type;
@@ -91,14 +113,15 @@ void adam_step(DType w, DType g, DType h, void* weight, const void* grad, void* 
     const backends::AdamScalars<acc_t<W>> s = backends::adam_scalars<acc_t<W>>(a);
     adam_kernel<W, G, H><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
         static_cast<W*>(weight), static_cast<const G*>(grad), static_cast<W*>(exp_avg), static_cast<W*>(exp_avg_sq),
-        static_cast<W*>(max_exp_avg_sq), static_cast<H*>(half_out), n, s);
+        static_cast<W*>(max_exp_avg_sq), static_cast<H*>(half_out), n, s, a, found_inf, skipped_steps);
   });
   check_launch(op);
 }
 
 void sgd_step(DType w, DType g, DType h, void* weight, const void* grad, void* momentum_buffer, void* half_out,
-              int64_t n, const backends::SgdArgs& a, cudaStream_t stream) {
-  if (n == 0) return;
+              int64_t n, const backends::SgdArgs& a, const float* found_inf, int32_t* skipped_steps,
+              cudaStream_t stream) {
+  if (n == 0 && skipped_steps == nullptr) return;  // a gated update still counts its skip
   dispatch_update(w, g, half_out ? h : w, "SGD.step", [&](auto wt, auto gt, auto ht) {
     using W = typename decltype(wt)::type;
     using G = typename decltype(gt)::type;
@@ -106,7 +129,7 @@ void sgd_step(DType w, DType g, DType h, void* weight, const void* grad, void* m
     const backends::SgdScalars<acc_t<W>> s = backends::sgd_scalars<acc_t<W>>(a);
     sgd_kernel<W, G, H><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
         static_cast<W*>(weight), static_cast<const G*>(grad), static_cast<W*>(momentum_buffer),
-        static_cast<H*>(half_out), n, s);
+        static_cast<H*>(half_out), n, s, a, found_inf, skipped_steps);
   });
   check_launch("SGD.step");
 }

@@ -155,16 +155,29 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   st.stage = Stage::Unscaled;
 }
 
-bool GradScaler::step(optim::Optimizer& optimizer) {
+bool StepOutcome::taken() const { return found_inf_.defined() ? found_inf_.item<float>() == 0.0f : taken_; }
+
+StepOutcome GradScaler::step(optim::Optimizer& optimizer) {
   if (!is_enabled()) {
     optimizer.step();
-    return true;
+    return StepOutcome(true);
   }
   PerOptimizer& st = per_optimizer_[&optimizer];
   MT_CHECK(st.stage != Stage::Stepped, "GradScaler.step: step() has already been called since the last update().");
   if (st.stage == Stage::Ready) unscale_(optimizer);
   MT_CHECK(!st.found_inf.empty(), "GradScaler.step: No inf checks were recorded for this optimizer.");
-  // The one host read of a step: whether to run the optimizer at all.
+  st.stage = Stage::Stepped;
+  if (st.found_inf.size() == 1) {
+    // All gradients on one device: its kernels decide, and nothing is read back.
+    NoGradGuard no_grad;
+    const Tensor& found = st.found_inf.front();
+    optimizer.step(found);
+    device_skipped_steps_ = device_skipped_steps_.defined()
+                                ? device_skipped_steps_ + found.to(device_skipped_steps_.device())
+                                : found.clone();
+    return StepOutcome(found);
+  }
+  // Gradients on several devices: one host read of their flags.
   float found = 0.0f;
   for (const Tensor& f : st.found_inf) found += f.item<float>();
   const bool ok = found == 0.0f;
@@ -174,8 +187,12 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
     optimizer.mark_step_skipped();
     ++skipped_steps_;
   }
-  st.stage = Stage::Stepped;
-  return ok;
+  return StepOutcome(ok);
+}
+
+int64_t GradScaler::skipped_steps() const {
+  return skipped_steps_ +
+         (device_skipped_steps_.defined() ? static_cast<int64_t>(device_skipped_steps_.item<float>()) : 0);
 }
 
 void GradScaler::update() {
@@ -210,7 +227,7 @@ void GradScaler::update() {
     GradScalerStats s;
     s.iteration = iterations_;
     s.found_inf = found.item<float>() != 0.0f;
-    s.skipped_steps = skipped_steps_;
+    s.skipped_steps = skipped_steps();
     s.scale = scale_before;
     s.next_scale = get_scale();
     double acc[backends::kAmpStatsSize] = {0, 0, 0, 0};

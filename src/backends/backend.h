@@ -17,6 +17,17 @@
 
 namespace mixtrain::backends {
 
+// Lets a fused optimizer update decide on the device whether to run, so that GradScaler needs no
+// host synchronisation (optim::Optimizer::step(found_inf)). When found_inf (0-dim fp32) is nonzero
+// the update changes nothing but skipped_steps (0-dim int32), which it increments once. Otherwise
+// it runs as step args.step - skipped_steps: args.step counts the attempts, the counter the skips.
+// Both undefined: an ordinary update. skipped_steps alone: an ordinary update whose step count
+// is corrected by the skips so far.
+struct StepGate {
+  Tensor found_inf;
+  Tensor skipped_steps;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -193,12 +204,14 @@ class Backend {
   // back). weight and the state tensors share a dtype; grad has the weight's dtype or, for an
   // fp32 master weight, the half parameter's; half_out (may be undefined) receives the updated
   // weight rounded to its half dtype. All contiguous, one shape, on this backend's device.
+  // `gate` (see StepGate) may skip the update on the device.
   virtual void adam_step(const Tensor& weight, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                         const Tensor& max_exp_avg_sq, const Tensor& half_out, const AdamArgs& args) {
+                         const Tensor& max_exp_avg_sq, const Tensor& half_out, const AdamArgs& args,
+                         const StepGate& gate) {
     not_implemented("adam_step");
   }
   virtual void sgd_step(const Tensor& weight, const Tensor& grad, const Tensor& momentum_buffer,
-                        const Tensor& half_out, const SgdArgs& args) {
+                        const Tensor& half_out, const SgdArgs& args, const StepGate& gate) {
     not_implemented("sgd_step");
   }
 

@@ -93,6 +93,7 @@ struct SgdArgs {
   double weight_decay = 0.0;
   bool nesterov = false;
   bool first_step = false;  // momentum buffer just created: buf = g (PyTorch's first-step init)
+  int64_t step = 1;         // the step being taken, counted from 1; step 1 also initialises buf = g
 };
 
 // What Backend::random fills a tensor with. Element i of a fill that starts at generator offset

@@ -1,9 +1,19 @@
 #pragma once
 // The per-step scalars of the fused Adam and SGD updates, computed once on the host as PyTorch
 // does (in double, then cast to the compute type C), for the CPU loops and the CUDA kernels alike.
+// The parts that depend on the step count are also callable on the device: a gated update
+// (StepGate in backend.h) learns its step there, from the skip counter.
+#include <math.h>
+
 #include <cmath>
 
 #include "backends/kernel_types.h"
+
+#if defined(__CUDACC__)
+#define MT_OPTIM_HOST_DEVICE __host__ __device__
+#else
+#define MT_OPTIM_HOST_DEVICE
+#endif
 
 namespace mixtrain::backends {
 
@@ -15,10 +25,17 @@ struct AdamScalars {
   bool lerp_small;  // torch.lerp's formula for a weight below 0.5
 };
 
+// The bias corrections of step `step` (counted from 1).
+template <class C>
+MT_OPTIM_HOST_DEVICE void adam_set_step(AdamScalars<C>& s, const AdamArgs& a, int64_t step) {
+  const double bc1 = 1.0 - ::pow(a.beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - ::pow(a.beta2, static_cast<double>(step));
+  s.bc2_sqrt = static_cast<C>(::sqrt(bc2));
+  s.neg_step_size = static_cast<C>(-(a.lr / bc1));
+}
+
 template <class C>
 AdamScalars<C> adam_scalars(const AdamArgs& a) {
-  const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(a.step));
-  const double bc2 = 1.0 - std::pow(a.beta2, static_cast<double>(a.step));
   const double w1 = 1.0 - a.beta1;
   AdamScalars<C> s;
   s.decay = static_cast<C>(1.0 - a.lr * a.weight_decay);
@@ -27,9 +44,8 @@ AdamScalars<C> adam_scalars(const AdamArgs& a) {
   s.one_minus_w1 = static_cast<C>(1.0 - w1);
   s.beta2 = static_cast<C>(a.beta2);
   s.one_minus_beta2 = static_cast<C>(1.0 - a.beta2);
-  s.bc2_sqrt = static_cast<C>(std::sqrt(bc2));
   s.eps = static_cast<C>(a.eps);
-  s.neg_step_size = static_cast<C>(-(a.lr / bc1));
+  adam_set_step(s, a, a.step);
   s.mode = a.weight_decay == 0.0 ? 0 : (a.decoupled ? 2 : 1);
   s.amsgrad = a.amsgrad;
   s.lerp_small = std::abs(w1) < 0.5;
@@ -43,6 +59,12 @@ struct SgdScalars {
   bool weight_decay, nesterov;
 };
 
+// 0 no momentum, 1 initialise the buffer (buf = g), 2 running buffer. Step 1 initialises too, so
+// a gated first step that was skipped initialises on the step actually taken.
+MT_OPTIM_HOST_DEVICE inline int sgd_momentum_mode(const SgdArgs& a, int64_t step) {
+  return a.momentum == 0.0 ? 0 : (a.first_step || step == 1 ? 1 : 2);
+}
+
 template <class C>
 SgdScalars<C> sgd_scalars(const SgdArgs& a) {
   SgdScalars<C> s;
@@ -50,7 +72,7 @@ SgdScalars<C> sgd_scalars(const SgdArgs& a) {
   s.momentum = static_cast<C>(a.momentum);
   s.one_minus_dampening = static_cast<C>(1.0 - a.dampening);
   s.neg_lr = static_cast<C>(-a.lr);
-  s.mom = a.momentum == 0.0 ? 0 : (a.first_step ? 1 : 2);
+  s.mom = sgd_momentum_mode(a, a.step);
   s.weight_decay = a.weight_decay != 0.0;
   s.nesterov = a.nesterov;
   return s;

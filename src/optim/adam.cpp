@@ -50,8 +50,8 @@ void adam_validate(const O& o, const std::string& who) {
 }
 
 template <class O>
-void adam_update(const O& o, Tensor& weight, const Tensor& grad, const Tensor& half_out, NamedTensors& buffers,
-                 int64_t& step, bool decoupled) {
+void adam_update(const O& o, const Tensor& weight, const Tensor& grad, const Tensor& half_out, NamedTensors& buffers,
+                 int64_t& step, const detail::StepGate& gate, bool decoupled) {
   auto buffer = [&](const char* name) {
     for (auto& [n, t] : buffers)
       if (n == name) return t;
@@ -73,7 +73,7 @@ void adam_update(const O& o, Tensor& weight, const Tensor& grad, const Tensor& h
   a.decoupled = decoupled;
   a.amsgrad = o.amsgrad();
   a.step = step;
-  detail::fused_adam(weight, grad, m, v, vmax, half_out, a);
+  detail::fused_adam(weight, grad, m, v, vmax, half_out, a, gate);
 }
 
 }  // namespace
@@ -99,7 +99,7 @@ Adam::Adam(std::vector<Tensor> params, const AdamOptions& defaults)
 
 void Adam::update(const OptimizerOptions& options, UpdateTarget& t) {
   adam_update(static_cast<const AdamOptions&>(options), t.weight, t.grad, t.half_out, t.state.buffers, t.state.step,
-              /*decoupled=*/false);
+              {t.found_inf, t.state.skipped_steps}, /*decoupled=*/false);
 }
 
 AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& defaults)
@@ -111,7 +111,7 @@ AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& defaults)
 
 void AdamW::update(const OptimizerOptions& options, UpdateTarget& t) {
   adam_update(static_cast<const AdamWOptions&>(options), t.weight, t.grad, t.half_out, t.state.buffers, t.state.step,
-              /*decoupled=*/true);
+              {t.found_inf, t.state.skipped_steps}, /*decoupled=*/true);
 }
 
 }  // namespace mixtrain::optim

@@ -126,9 +126,23 @@ bool Optimizer::has_master_weights() const {
   return false;
 }
 
+int64_t Optimizer::ParamState::taken_steps() const {
+  return step - (skipped_steps.defined() ? static_cast<int64_t>(skipped_steps.item<int32_t>()) : 0);
+}
+
 void Optimizer::mark_step_skipped() {
   last_step_skipped_ = true;
+  last_found_inf_ = Tensor();
   ++steps_skipped_;
+}
+
+int64_t Optimizer::gated_skips() const {
+  return gated_skips_.defined() ? static_cast<int64_t>(gated_skips_.item<float>()) : 0;
+}
+int64_t Optimizer::steps_taken() const { return steps_taken_ + gated_steps_ - gated_skips(); }
+int64_t Optimizer::steps_skipped() const { return steps_skipped_ + gated_skips(); }
+bool Optimizer::last_step_skipped() const {
+  return last_found_inf_.defined() ? last_found_inf_.item<float>() != 0.0f : last_step_skipped_;
 }
 
 void Optimizer::zero_grad() {
@@ -164,7 +178,7 @@ std::vector<Optimizer::UnscaleTarget> Optimizer::unscale_targets() {
   return out;
 }
 
-void Optimizer::step() {
+void Optimizer::update_all(const Tensor& found_inf) {
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const OptimizerOptions& options = groups_[g].options();
@@ -172,220 +186,39 @@ void Optimizer::step() {
       Tensor& p = groups_[g].params()[i];
       if (!p.grad().defined()) continue;
       ParamState& s = state_[g][i];
+      if (found_inf.defined() && !s.skipped_steps.defined())
+        s.skipped_steps = zeros({}, TensorOptions(kInt32).device(p.device()));
       if (s.master.defined()) {
-        UpdateTarget t{s.master, s.master_grad_fresh ? s.master_grad : p.grad(), p, s};
+        UpdateTarget t{s.master, s.master_grad_fresh ? s.master_grad : p.grad(), p, s, found_inf};
         update(options, t);
         s.master_grad_fresh = false;
         ++s.master.impl()->version;
       } else {
-        UpdateTarget t{p, p.grad(), Tensor(), s};
+        UpdateTarget t{p, p.grad(), Tensor(), s, found_inf};
         update(options, t);
       }
       ++p.impl()->version;  // written in place: autograd's saved-tensor checks must see it
     }
   }
+}
+
+void Optimizer::step() {
+  update_all(Tensor());
   last_step_skipped_ = false;
+  last_found_inf_ = Tensor();
   ++steps_taken_;
 }
 
-// ---- state_dict -------------------------------------------------------------------------------
-
-nlohmann::json Optimizer::state_dict() const {
-  nlohmann::json groups = nlohmann::json::array();
-  nlohmann::json state = nlohmann::json::object();
-  int64_t index = 0;
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    nlohmann::json group = groups_[g].options().to_json();
-    nlohmann::json params = nlohmann::json::array();
-    for (size_t i = 0; i < groups_[g].params().size(); ++i, ++index) {
-      params.push_back(index);
-      const ParamState& s = state_[g][i];
-      if (s.step == 0 && s.buffers.empty() && !s.master.defined()) continue;
-      nlohmann::json names = nlohmann::json::array();
-      if (s.master.defined()) names.push_back("master_param");
-      for (const auto& [n, t] : s.buffers) names.push_back(n);
-      state[std::to_string(index)] = {{"step", s.step}, {"tensors", names}};
-    }
-    group["params"] = params;
-    groups.push_back(group);
-  }
-  return {{"type", name()},
-          {"param_groups", groups},
-          {"state", state},
-          {"steps_taken", steps_taken_},
-          {"steps_skipped", steps_skipped_},
-          {"last_step_skipped", last_step_skipped_}};
-}
-
-NamedTensors Optimizer::state_tensors() const {
-  NamedTensors out;
-  int64_t index = 0;
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    for (size_t i = 0; i < groups_[g].params().size(); ++i, ++index) {
-      const ParamState& s = state_[g][i];
-      const std::string prefix = "state." + std::to_string(index) + ".";
-      if (s.master.defined()) out.emplace_back(prefix + "master_param", s.master);
-      for (const auto& [n, t] : s.buffers) out.emplace_back(prefix + n, t);
-    }
-  }
-  return out;
-}
-
-namespace {
-struct ParsedParam {
-  int64_t step = 0;
-  std::vector<std::pair<std::string, Tensor>> tensors;  // by state name, "master_param" included
-};
-struct Parsed {
-  std::vector<std::unique_ptr<OptimizerOptions>> options;
-  std::vector<ParsedParam> params;  // by global index
-  int64_t steps_taken = 0, steps_skipped = 0;
-  bool last_step_skipped = false;
-};
-}  // namespace
-
-// Checks the whole document and the tensors against this optimizer; returns what to apply.
-static Parsed parse_state(const Optimizer& opt, const std::vector<ParamGroup>& groups,
-                          const std::vector<std::string>& buffer_names, const nlohmann::json& doc,
-                          const NamedTensors& tensors, const std::vector<bool>& has_master) {
-  const std::string where = std::string(opt.name()) + " state_dict";
-  json_io::check_object_keys(doc, {"type", "param_groups", "state"}, {"steps_taken", "steps_skipped", "last_step_skipped"},
-                            where);
-  const std::string type = json_io::json_string(doc, "type", where);
-  MT_CHECK(type == opt.name(), json_path(where, "type"), " is \"", type, "\" but the optimizer is ", opt.name());
-  Parsed out;
-  const auto& jgroups = doc["param_groups"];
-  MT_CHECK(jgroups.is_array() && jgroups.size() == groups.size(), json_path(where, "param_groups"),
-           " must be an array of ", groups.size(), " groups (as the optimizer has), got ",
-           jgroups.is_array() ? std::to_string(jgroups.size()) + " groups" : jgroups.type_name());
-  int64_t index = 0;
-  std::vector<const Tensor*> params;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const std::string gw = json_path(json_path(where, "param_groups"), g);
-    nlohmann::json hyper = jgroups[g];
-    MT_CHECK(hyper.is_object(), gw, " must be an object");
-    const auto& jp = json_io::json_field(hyper, "params", gw);
-    const size_t n = groups[g].params().size();
-    MT_CHECK(jp.is_array() && jp.size() == n, json_path(gw, "params"), " must list ", n,
-             " parameter indices (the optimizer's group ", g, " has ", n, " parameters), got ", jp.dump());
-    for (size_t i = 0; i < n; ++i, ++index) {
-      MT_CHECK(jp[i].is_number_integer() && jp[i].get<int64_t>() == index, json_path(gw, "params"), "[", i,
-               "] must be ", index, ", got ", jp[i].dump());
-      params.push_back(&groups[g].params()[i]);
-    }
-    hyper.erase("params");
-    auto options = groups[g].options().clone();
-    options->from_json(hyper, gw);
-    options->validate(gw);
-    MT_CHECK(options->get_master_weights() == groups[g].options().get_master_weights(), json_path(gw, "master_weights"),
-             " is ", options->get_master_weights() ? "true" : "false", " but the optimizer was built with ",
-             groups[g].options().get_master_weights() ? "true" : "false");
-    out.options.push_back(std::move(options));
-  }
-
-  std::map<std::string, const Tensor*> by_name;
-  for (const auto& [n, t] : tensors) {
-    MT_CHECK(by_name.emplace(n, &t).second, where, ": tensor \"", n, "\" is given twice");
-  }
-  std::set<std::string> used;
-  out.params.resize(params.size());
-  const auto& jstate = doc["state"];
-  MT_CHECK(jstate.is_object(), json_path(where, "state"), " must be an object keyed by parameter index");
-  for (auto it = jstate.begin(); it != jstate.end(); ++it) {
-    const std::string sw = json_path(where, "state") + "[\"" + it.key() + "\"]";
-    size_t pos = 0;
-    int64_t idx = -1;
-    try {
-      idx = std::stoll(it.key(), &pos);
-    } catch (...) {
-    }
-    MT_CHECK(pos == it.key().size() && idx >= 0 && idx < static_cast<int64_t>(params.size()) &&
-                 std::to_string(idx) == it.key(),
-             sw, ": the key must be a parameter index in [0, ", params.size(), ")");
-    json_io::check_object_keys(it.value(), {"step", "tensors"}, {}, sw);
-    ParsedParam& pp = out.params[idx];
-    pp.step = json_io::json_integer(it.value(), "step", sw, 0, std::numeric_limits<int64_t>::max());
-    const auto& names = it.value()["tensors"];
-    MT_CHECK(names.is_array(), json_path(sw, "tensors"), " must be an array of names");
-    const Tensor& param = *params[idx];
-    for (const auto& jn : names) {
-      MT_CHECK(jn.is_string(), json_path(sw, "tensors"), " must hold strings, got ", jn.dump());
-      const std::string n = jn.get<std::string>();
-      bool allowed = n == "master_param" && has_master[idx];
-      for (const auto& b : buffer_names) allowed = allowed || n == b;
-      MT_CHECK(allowed, json_path(sw, "tensors"), ": \"", n, "\" is not a state tensor of ", opt.name(),
-               n == "master_param" ? " for this parameter (it has no master copy)" : "");
-      const std::string full = "state." + it.key() + "." + n;
-      auto found = by_name.find(full);
-      MT_CHECK(found != by_name.end(), where, ": tensor \"", full, "\" is listed but missing from the tensors");
-      const Tensor& t = *found->second;
-      const DType want = has_master[idx] ? kFloat32 : param.dtype();
-      MT_CHECK(t.defined() && t.shape() == param.shape() && t.dtype() == want, where, ": tensor \"", full, "\" is ",
-               t.defined() ? t.str() : std::string("undefined"), " but parameter ", idx, " needs shape ",
-               shape_str(param.shape()), " and dtype ", want);
-      MT_CHECK(used.insert(full).second, json_path(sw, "tensors"), " lists \"", n, "\" twice");
-      pp.tensors.emplace_back(n, t);
-    }
-    if (has_master[idx]) {
-      bool found_master = false;
-      for (const auto& [n, t] : pp.tensors) found_master = found_master || n == "master_param";
-      MT_CHECK(found_master, sw, ": parameter ", idx, " keeps an fp32 master copy but \"master_param\" is not listed");
-    }
-  }
-  for (size_t i = 0; i < params.size(); ++i) {
-    MT_CHECK(!has_master[i] || !out.params[i].tensors.empty(), json_path(where, "state"), ": parameter ", i,
-             " keeps an fp32 master copy but the state has no entry for it");
-  }
-  for (const auto& [n, t] : tensors) {
-    MT_CHECK(used.count(n), where, ": tensor \"", n, "\" is not listed in the state (a state file of another ",
-             "optimizer or model?)");
-  }
-  if (doc.contains("steps_taken"))
-    out.steps_taken = json_io::json_integer(doc, "steps_taken", where, 0, std::numeric_limits<int64_t>::max());
-  if (doc.contains("steps_skipped"))
-    out.steps_skipped = json_io::json_integer(doc, "steps_skipped", where, 0, std::numeric_limits<int64_t>::max());
-  if (doc.contains("last_step_skipped")) out.last_step_skipped = json_io::json_bool(doc, "last_step_skipped", where);
-  return out;
-}
-
-void Optimizer::validate_state_dict(const nlohmann::json& state, const NamedTensors& tensors) const {
-  std::vector<bool> has_master;
-  for (const auto& gs : state_)
-    for (const auto& s : gs) has_master.push_back(s.master.defined());
-  parse_state(*this, groups_, buffer_names(), state, tensors, has_master);
-}
-
-void Optimizer::load_state_dict(const nlohmann::json& state, const NamedTensors& tensors) {
-  std::vector<bool> has_master;
-  for (const auto& gs : state_)
-    for (const auto& s : gs) has_master.push_back(s.master.defined());
-  Parsed parsed = parse_state(*this, groups_, buffer_names(), state, tensors, has_master);
-
-  // Everything checked: apply. Buffers are fresh copies (the caller's tensors stay theirs);
-  // master copies are written in place so handles from master_params() stay valid.
+void Optimizer::step(const Tensor& found_inf) {
+  MT_CHECK(found_inf.defined() && found_inf.dtype() == kFloat32 && found_inf.numel() == 1, name(),
+           ".step: found_inf must be a float32 scalar (0: take the step, 1: skip it), got ",
+           found_inf.defined() ? found_inf.str() : std::string("an undefined tensor"));
+  update_all(found_inf);
   NoGradGuard no_grad;
-  int64_t index = 0;
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    groups_[g].set_options(std::move(parsed.options[g]));
-    for (size_t i = 0; i < groups_[g].params().size(); ++i, ++index) {
-      ParamState& s = state_[g][i];
-      const Tensor& p = groups_[g].params()[i];
-      ParsedParam& pp = parsed.params[index];
-      s.step = pp.step;
-      s.buffers.clear();
-      s.master_grad_fresh = false;
-      for (auto& [n, t] : pp.tensors) {
-        if (n == "master_param") {
-          s.master.copy_(t);
-        } else {
-          s.buffers.emplace_back(n, t.to(p.device()).contiguous().clone());
-        }
-      }
-    }
-  }
-  steps_taken_ = parsed.steps_taken;
-  steps_skipped_ = parsed.steps_skipped;
-  last_step_skipped_ = parsed.last_step_skipped;
+  const Tensor flag = found_inf.detach().reshape({});
+  gated_skips_ = gated_skips_.defined() ? gated_skips_ + flag.to(gated_skips_.device()) : flag.clone();
+  last_found_inf_ = flag;
+  ++gated_steps_;
 }
 
 }  // namespace mixtrain::optim

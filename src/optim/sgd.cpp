@@ -64,13 +64,14 @@ void SGD::update(const OptimizerOptions& options, UpdateTarget& t) {
     if (existing) {
       buf = *existing;
     } else {
-      buf = empty(t.weight.shape(), TensorOptions(t.weight.dtype()).device(t.weight.device()));
+      // Zeros, not empty: a gated first step that the device skips leaves the buffer as it is.
+      buf = zeros(t.weight.shape(), TensorOptions(t.weight.dtype()).device(t.weight.device()));
       t.state.buffers.emplace_back("momentum_buffer", buf);
       a.first_step = true;
     }
   }
-  ++t.state.step;
-  detail::fused_sgd(t.weight, t.grad, buf, t.half_out, a);
+  a.step = ++t.state.step;
+  detail::fused_sgd(t.weight, t.grad, buf, t.half_out, a, {t.found_inf, t.state.skipped_steps});
 }
 
 }  // namespace mixtrain::optim

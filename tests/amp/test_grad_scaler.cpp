@@ -298,3 +298,30 @@ TEST(GradScaler, GradientHealthStatistics) {
   EXPECT_DOUBLE_EQ(scaler.last_stats().max_abs_scaled_grad, 5.0);
   EXPECT_EQ(scaler.last_stats().next_scale, 1.0);
 }
+
+TEST(GradScaler, StepDecidesOnTheDeviceAndReadsBackOnlyWhenAsked) {
+  // One device holds every gradient, so the flag goes to the optimizer's kernels: the outcome
+  // carries the device flag and converts to bool only when read.
+  mt::amp::GradScaler scaler(mt::amp::GradScalerOptions().init_scale(8.0));
+  Tensor w = random_tensor({64}, mt::kFloat32, 3).set_requires_grad(true);
+  mt::optim::SGD sgd({w}, mt::optim::SGDOptions(0.1).momentum(0.9));
+  for (int i = 0; i < 3; ++i) {
+    Tensor g = random_tensor(w.shape(), mt::kFloat32, 20 + static_cast<uint64_t>(i));
+    if (i == 1) {
+      mt::NoGradGuard ng;
+      g.narrow(0, 17, 1).fill_(std::numeric_limits<float>::infinity());
+    }
+    w.set_grad(g);
+    const auto before = to_doubles(w);
+    const mt::amp::StepOutcome outcome = scaler.step(sgd);
+    ASSERT_TRUE(outcome.found_inf().defined()) << "decided on the host";
+    EXPECT_EQ(outcome.taken(), i != 1);
+    EXPECT_EQ(to_doubles(w) == before, i == 1);
+    scaler.update();
+  }
+  EXPECT_EQ(scaler.skipped_steps(), 1);
+  EXPECT_EQ(sgd.steps_taken(), 2);
+  EXPECT_EQ(sgd.steps_skipped(), 1);
+  EXPECT_EQ(sgd.state_dict()["state"]["0"]["step"], 2);
+  EXPECT_EQ(scaler.get_scale(), 4.0);
+}

@@ -90,7 +90,7 @@ TEST_F(CudaAmp, FusedOptimizerUpdatesMatchTheCpu) {
                          bk.copy(in[3], out[3]);
                          if (!c.half_out) bk.copy(in[1], out[4]);  // untouched: compared as copied
                          bk.adam_step(out[0], in[1], out[1], out[2], a.amsgrad ? out[3] : Tensor(),
-                                      c.half_out ? out[4] : Tensor(), a);
+                                      c.half_out ? out[4] : Tensor(), a, {});
                        });
     }
     backends::SgdArgs s;
@@ -100,8 +100,39 @@ TEST_F(CudaAmp, FusedOptimizerUpdatesMatchTheCpu) {
                      [s](auto& bk, const auto& in, const auto& out) {
                        bk.copy(in[0], out[0]);
                        bk.copy(in[2], out[1]);
-                       bk.sgd_step(out[0], in[1], out[1], Tensor(), s);
+                       bk.sgd_step(out[0], in[1], out[1], Tensor(), s, {});
                      });
+    // Gated on a device flag (GradScaler's sync-free skip): open, with two skips counted before,
+    // the kernels run step a.step - 2 (Adam's bias corrections, SGD's buffer initialisation at
+    // step 1); closed, they change nothing but the counter.
+    for (const float flag : {0.0f, 1.0f}) {
+      const Tensor found = full({}, flag, TensorOptions(kFloat32));
+      const Tensor skipped = full({}, 2.0, TensorOptions(kInt32));
+      backends::AdamArgs a;
+      a.lr = 1e-2, a.weight_decay = 0.1, a.step = 5;
+      const std::string tag = flag == 0.0f ? " open" : " closed";
+      compare_backends(std::string("gated adam ") + dtype_name(c.weight) + tag, {w, g, m, v, found, skipped},
+                       {{shape, c.weight, "weight", tol}, {shape, c.weight, "exp_avg", tol},
+                        {shape, c.weight, "exp_avg_sq", tol}, {{}, kInt32, "skipped_steps", exact()}},
+                       [a](auto& bk, const auto& in, const auto& out) {
+                         bk.copy(in[0], out[0]);
+                         bk.copy(in[2], out[1]);
+                         bk.copy(in[3], out[2]);
+                         bk.copy(in[5], out[3]);
+                         bk.adam_step(out[0], in[1], out[1], out[2], Tensor(), Tensor(), a, {in[4], out[3]});
+                       });
+      backends::SgdArgs gs = s;
+      gs.step = 3;  // 3 - 2 skips: the first step taken, so buf = g
+      compare_backends(std::string("gated sgd ") + dtype_name(c.weight) + tag, {w, g, m, found, skipped},
+                       {{shape, c.weight, "weight", tol}, {shape, c.weight, "buf", tol},
+                        {{}, kInt32, "skipped_steps", exact()}},
+                       [gs](auto& bk, const auto& in, const auto& out) {
+                         bk.copy(in[0], out[0]);
+                         bk.copy(in[2], out[1]);
+                         bk.copy(in[4], out[2]);
+                         bk.sgd_step(out[0], in[1], out[1], Tensor(), gs, {in[3], out[2]});
+                       });
+    }
   }
 }
 

@@ -261,3 +261,65 @@ TEST(Optimizers, InvalidOptionsAndParametersAreErrors) {
   mixed.emplace_back(std::vector<Tensor>{p}, o::SGDOptions(0.1));
   throws_with([&] { o::Adam a(mixed); }, "another optimizer's type");
 }
+
+TEST(Optimizers, DeviceGatedStepsMatchHostDecidedSteps) {
+  // step(found_inf) decides in the kernels (GradScaler's sync-free path); the host twin calls
+  // step() or mark_step_skipped(). Skips before the first taken step, between steps, and a
+  // parameter without a gradient in a skipped step must leave both runs bit-identical, with the
+  // same step counts and momentum-buffer initialisation.
+  namespace o = mt::optim;
+  const std::vector<float> flags{1, 0, 1, 0, 0, 1, 0};
+  for (int config = 0; config < 4; ++config) {
+    const mt::DType dt = config == 3 ? mt::kFloat16 : mt::kFloat32;
+    auto make = [&](std::vector<Tensor> params) -> std::unique_ptr<o::Optimizer> {
+      switch (config) {
+        case 0: return std::make_unique<o::Adam>(params, o::AdamOptions().lr(0.05).weight_decay(0.1));
+        case 1: return std::make_unique<o::AdamW>(params, o::AdamWOptions().lr(0.05).amsgrad(true));
+        case 2: return std::make_unique<o::SGD>(params, o::SGDOptions(0.1).momentum(0.9).dampening(0.5));
+        default: return std::make_unique<o::AdamW>(params, o::AdamWOptions().lr(0.05).master_weights(true));
+      }
+    };
+    Tensor a1 = random_tensor({40, 7}, dt, 1).set_requires_grad(true), b1 = random_tensor({5}, dt, 2).set_requires_grad(true);
+    Tensor a2 = a1.detach().clone().set_requires_grad(true), b2 = b1.detach().clone().set_requires_grad(true);
+    auto gated = make({a1, b1});
+    auto host = make({a2, b2});
+    for (size_t i = 0; i < flags.size(); ++i) {
+      SCOPED_TRACE("config " + std::to_string(config) + ", step " + std::to_string(i));
+      const Tensor g = random_tensor(a1.shape(), dt, 10 + static_cast<uint64_t>(i));
+      a1.set_grad(g.clone());
+      a2.set_grad(g.clone());
+      const bool b_has_grad = i != 2;  // b sits out one skipped step
+      if (b_has_grad) {
+        const Tensor gb = random_tensor(b1.shape(), dt, 50 + static_cast<uint64_t>(i));
+        b1.set_grad(gb.clone());
+        b2.set_grad(gb.clone());
+      } else {
+        b1.set_grad(Tensor());
+        b2.set_grad(Tensor());
+      }
+      gated->step(mt::full({}, flags[i], mt::TensorOptions(mt::kFloat32)));
+      if (flags[i] != 0.0f) host->mark_step_skipped();
+      else host->step();
+      ASSERT_EQ(to_doubles(a1), to_doubles(a2));
+      ASSERT_EQ(to_doubles(b1), to_doubles(b2));
+      EXPECT_EQ(gated->last_step_skipped(), flags[i] != 0.0f);
+    }
+    EXPECT_EQ(gated->steps_taken(), 4);
+    EXPECT_EQ(gated->steps_skipped(), 3);
+    const nlohmann::json sg = gated->state_dict(), sh = host->state_dict();
+    EXPECT_EQ(sg, sh);
+    EXPECT_EQ(sg["state"]["0"]["step"], 4);
+    const auto tg = gated->state_tensors(), th = host->state_tensors();
+    ASSERT_EQ(tg.size(), th.size());
+    for (size_t k = 0; k < tg.size(); ++k) EXPECT_EQ(to_doubles(tg[k].second), to_doubles(th[k].second)) << tg[k].first;
+  }
+  Tensor p = mt::zeros({2}).set_requires_grad(true);
+  o::SGD sgd({p}, o::SGDOptions(0.1));
+  p.set_grad(mt::ones({2}));
+  try {
+    sgd.step(mt::zeros({}, mt::TensorOptions(mt::kFloat64)));
+    ADD_FAILURE() << "a float64 flag was accepted";
+  } catch (const mt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("SGD.step: found_inf must be a float32 scalar"), std::string::npos) << e.what();
+  }
+}

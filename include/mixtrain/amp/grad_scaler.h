@@ -9,8 +9,10 @@
 //   scaler.update();                 // back off on overflow, grow after growth_interval clean steps
 //
 // The scale and trackers live in 0-dim device tensors and the check+unscale pass and the update
-// are single backend calls (backends::Backend::non_finite_check_and_unscale / update_scale), so
-// on a device only step() (deciding whether to call opt.step()) reads a value back.
+// are single backend calls (backends::Backend::non_finite_check_and_unscale / update_scale). When
+// the gradients sit on one device, step() hands the inf/NaN flag to the optimizer's kernels
+// (optim::Optimizer::step(found_inf)), which skip the update there: no value is read back unless
+// the caller asks (StepOutcome, skipped_steps(), get_scale(), track_stats, min_scale).
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -59,6 +61,22 @@ struct GradScalerStats {
   int64_t num_elements = 0;
 };
 
+// What GradScaler::step did: converts to true when the optimizer step was taken. The decision is
+// usually made on the device, so asking waits for it; a loop that never asks never synchronises.
+class StepOutcome {
+ public:
+  StepOutcome(bool taken) : taken_(taken) {}  // NOLINT: decided on the host
+  explicit StepOutcome(Tensor found_inf) : found_inf_(std::move(found_inf)) {}
+  bool taken() const;
+  operator bool() const { return taken(); }  // NOLINT: `if (scaler.step(opt))` reads naturally
+  // The device flag (0: taken, 1: skipped) when the decision was made there, else undefined.
+  const Tensor& found_inf() const { return found_inf_; }
+
+ private:
+  bool taken_ = true;
+  Tensor found_inf_;
+};
+
 class GradScaler {
  public:
   explicit GradScaler(const GradScalerOptions& options = GradScalerOptions());
@@ -68,8 +86,9 @@ class GradScaler {
   std::vector<Tensor> scale(const std::vector<Tensor>& outputs);
 
   void unscale_(optim::Optimizer& optimizer);
-  // Returns whether optimizer.step() ran. Disabled: runs it and returns true.
-  bool step(optim::Optimizer& optimizer);
+  // Runs optimizer.step() unless a gradient holds inf/NaN; the outcome says which. Disabled: runs
+  // it and returns true.
+  StepOutcome step(optim::Optimizer& optimizer);
   void update();
   void update(double new_scale);
 
@@ -85,7 +104,7 @@ class GradScaler {
   void set_backoff_factor(double v);
   void set_growth_interval(int64_t v);
 
-  int64_t skipped_steps() const { return skipped_steps_; }
+  int64_t skipped_steps() const;  // reads the device's count back
   // Statistics of the last completed iteration (track_stats); iteration == 0 before the first.
   const GradScalerStats& last_stats() const { return stats_; }
 
@@ -116,7 +135,8 @@ class GradScaler {
   std::map<std::pair<int, int>, Tensor> stats_parts_;  // per device, fp64 [4] (track_stats)
   bool device_fixed_ = false;  // the state moved to the first loss's device
   std::unordered_map<const optim::Optimizer*, PerOptimizer> per_optimizer_;
-  int64_t skipped_steps_ = 0;
+  int64_t skipped_steps_ = 0;       // decided on the host
+  Tensor device_skipped_steps_;     // float32 scalar: the sum of the flags of device-decided steps
   int64_t iterations_ = 0;
   bool warned_at_min_ = false;
   GradScalerStats stats_;

@@ -88,6 +88,11 @@ class Optimizer {
 
   // One update of every parameter that has a gradient (parameters without one are skipped).
   void step();
+  // The same update, decided on the device: every parameter's update reads found_inf (a float32
+  // scalar on the parameters' device, 0 or 1 as amp::GradScaler writes it) and changes nothing
+  // when it is nonzero. No host synchronisation: amp::GradScaler::step uses this. The step
+  // counts below then read the device back when asked.
+  void step(const Tensor& found_inf);
   // Sets every gradient to undefined (PyTorch's set_to_none=True), master grads included.
   void zero_grad();
 
@@ -105,9 +110,9 @@ class Optimizer {
 
   // Step bookkeeping that schedulers read. A step skipped by GradScaler (inf/NaN gradients) is
   // recorded with mark_step_skipped(); step() clears the flag.
-  int64_t steps_taken() const { return steps_taken_; }
-  int64_t steps_skipped() const { return steps_skipped_; }
-  bool last_step_skipped() const { return last_step_skipped_; }
+  int64_t steps_taken() const;
+  int64_t steps_skipped() const;
+  bool last_step_skipped() const;
   void mark_step_skipped();
 
   nlohmann::json state_dict() const;
@@ -134,22 +139,26 @@ class Optimizer {
   void init_groups();
 
   struct ParamState {
-    int64_t step = 0;
+    int64_t step = 0;     // updates attempted; taken_steps() subtracts those a device flag skipped
+    Tensor skipped_steps;  // int32 scalar counting device-side skips (created by step(found_inf))
     Tensor master;       // fp32 master copy (master weights on, half parameter), else undefined
     Tensor master_grad;  // fp32 buffer that unscale_ writes, shown as master.grad()
     bool master_grad_fresh = false;
     NamedTensors buffers;  // "exp_avg", "momentum_buffer", ...; dtype of the updated weight
     Tensor* find(const std::string& name);
+    int64_t taken_steps() const;  // reads the skip counter back
   };
 
   // What one parameter's update works on. `weight` is what is updated (the master copy or the
   // parameter); `grad` is the gradient to use (fp32 master grad, or the parameter's grad, maybe
   // half); `half_out` is the half parameter to refresh from the master (undefined without one).
+  // `found_inf` (may be undefined) gates the update on the device, with state.skipped_steps.
   struct UpdateTarget {
     Tensor weight;
     Tensor grad;
     Tensor half_out;
     ParamState& state;
+    Tensor found_inf;
   };
   virtual void update(const OptimizerOptions& options, UpdateTarget& target) = 0;
   // The names of the state buffers this optimizer may create (for load_state_dict's checks).
@@ -157,13 +166,18 @@ class Optimizer {
 
  private:
   void init_group_state(size_t group_index);
+  void update_all(const Tensor& found_inf);
+  int64_t gated_skips() const;
 
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<ParamState>> state_;  // parallel to groups_[g].params()
   std::unique_ptr<OptimizerOptions> defaults_;
-  int64_t steps_taken_ = 0;
+  int64_t steps_taken_ = 0;  // host-decided steps (step(), mark_step_skipped())
   int64_t steps_skipped_ = 0;
   bool last_step_skipped_ = false;
+  int64_t gated_steps_ = 0;  // step(found_inf) calls: their skips are summed on the device
+  Tensor gated_skips_;       // float32 scalar
+  Tensor last_found_inf_;    // the last step's flag when it was gated, else undefined
 };
 
 }  // namespace mixtrain::optim

@@ -72,9 +72,10 @@ class CpuBackend final : public Backend {
                     const Tensor& found_inf, const ScaleUpdateArgs& args, const Tensor& at_min_scale) override;
   // optim_step.cpp
   void adam_step(const Tensor& weight, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                 const Tensor& max_exp_avg_sq, const Tensor& half_out, const AdamArgs& args) override;
+                 const Tensor& max_exp_avg_sq, const Tensor& half_out, const AdamArgs& args,
+                 const StepGate& gate) override;
   void sgd_step(const Tensor& weight, const Tensor& grad, const Tensor& momentum_buffer, const Tensor& half_out,
-                const SgdArgs& args) override;
+                const SgdArgs& args, const StepGate& gate) override;
 };
 
 Backend& cpu_backend();

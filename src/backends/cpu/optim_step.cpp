@@ -191,26 +191,44 @@ void sgd_typed(const Tensor& weight, const Tensor& grad, const Tensor& buf, cons
   });
 }
 
+// On the CPU the gate's flag is read in place. Returns whether the update is skipped; otherwise
+// corrects `step` by the skips counted so far.
+bool gate_closed(const StepGate& gate, int64_t& step) {
+  if (!gate.skipped_steps.defined()) return false;
+  int32_t& skipped = *gate.skipped_steps.data_ptr<int32_t>();
+  if (gate.found_inf.defined() && *gate.found_inf.data_ptr<float>() != 0.0f) {
+    ++skipped;
+    return true;
+  }
+  step -= skipped;
+  return false;
+}
+
 }  // namespace
 
 void CpuBackend::adam_step(const Tensor& weight, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                           const Tensor& max_exp_avg_sq, const Tensor& half_out, const AdamArgs& args) {
+                           const Tensor& max_exp_avg_sq, const Tensor& half_out, const AdamArgs& args,
+                           const StepGate& gate) {
+  AdamArgs a = args;
+  if (gate_closed(gate, a.step)) return;
   if (weight.dtype() == kFloat64) {
-    MT_CHECK(grad.dtype() == kFloat64, args.decoupled ? "AdamW" : "Adam", ".step: float64 weight with a ", grad.dtype(),
+    MT_CHECK(grad.dtype() == kFloat64, a.decoupled ? "AdamW" : "Adam", ".step: float64 weight with a ", grad.dtype(),
              " gradient");
-    adam_typed<double>(weight, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, half_out, args);
+    adam_typed<double>(weight, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, half_out, a);
   } else {
-    adam_typed<float>(weight, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, half_out, args);
+    adam_typed<float>(weight, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, half_out, a);
   }
 }
 
 void CpuBackend::sgd_step(const Tensor& weight, const Tensor& grad, const Tensor& momentum_buffer,
-                          const Tensor& half_out, const SgdArgs& args) {
+                          const Tensor& half_out, const SgdArgs& args, const StepGate& gate) {
+  SgdArgs a = args;
+  if (gate_closed(gate, a.step)) return;
   if (weight.dtype() == kFloat64) {
     MT_CHECK(grad.dtype() == kFloat64, "SGD.step: float64 weight with a ", grad.dtype(), " gradient");
-    sgd_typed<double>(weight, grad, momentum_buffer, half_out, args);
+    sgd_typed<double>(weight, grad, momentum_buffer, half_out, a);
   } else {
-    sgd_typed<float>(weight, grad, momentum_buffer, half_out, args);
+    sgd_typed<float>(weight, grad, momentum_buffer, half_out, a);
   }
 }
 

@@ -42,16 +42,19 @@ void CudaBackend::update_scale(const Tensor& scale, const Tensor& growth_tracker
 }
 
 void CudaBackend::adam_step(const Tensor& weight, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                            const Tensor& max_exp_avg_sq, const Tensor& half_out, const AdamArgs& args) {
+                            const Tensor& max_exp_avg_sq, const Tensor& half_out, const AdamArgs& args,
+                            const StepGate& gate) {
   kernels::adam_step(weight.dtype(), grad.dtype(), half_out.defined() ? half_out.dtype() : weight.dtype(),
                      weight.raw_data(), grad.raw_data(), exp_avg.raw_data(), exp_avg_sq.raw_data(), ptr(max_exp_avg_sq),
-                     ptr(half_out), weight.numel(), args, context(weight).stream);
+                     ptr(half_out), weight.numel(), args, static_cast<const float*>(ptr(gate.found_inf)),
+                     static_cast<int32_t*>(ptr(gate.skipped_steps)), context(weight).stream);
 }
 
 void CudaBackend::sgd_step(const Tensor& weight, const Tensor& grad, const Tensor& momentum_buffer,
-                           const Tensor& half_out, const SgdArgs& args) {
+                           const Tensor& half_out, const SgdArgs& args, const StepGate& gate) {
   kernels::sgd_step(weight.dtype(), grad.dtype(), half_out.defined() ? half_out.dtype() : weight.dtype(),
                     weight.raw_data(), grad.raw_data(), ptr(momentum_buffer), ptr(half_out), weight.numel(), args,
+                    static_cast<const float*>(ptr(gate.found_inf)), static_cast<int32_t*>(ptr(gate.skipped_steps)),
                     context(weight).stream);
 }
 

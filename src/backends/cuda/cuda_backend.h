@@ -77,9 +77,10 @@ class CudaBackend final : public Backend {
   void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_tracker,
                     const Tensor& found_inf, const ScaleUpdateArgs& args, const Tensor& at_min_scale) override;
   void adam_step(const Tensor& weight, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                 const Tensor& max_exp_avg_sq, const Tensor& half_out, const AdamArgs& args) override;
+                 const Tensor& max_exp_avg_sq, const Tensor& half_out, const AdamArgs& args,
+                 const StepGate& gate) override;
   void sgd_step(const Tensor& weight, const Tensor& grad, const Tensor& momentum_buffer, const Tensor& half_out,
-                const SgdArgs& args) override;
+                const SgdArgs& args, const StepGate& gate) override;
 };
 
 // Iteration over operands of out's shape (operand 0 is the output), dimensions merged where
