@@ -3,6 +3,7 @@
 # tests included), compute-sanitizer's memcheck over the CUDA backend tests, the GPU benchmarks
 # (GEMM, bandwidth, the scaler; fp32 vs AMP training steps with PyTorch beside us when the
 # mixtrain command and PyTorch are there), and prints a short table at the end.
+# The model benchmarks run twice: fp32 with PyTorch's defaults (cuDNN on TF32), then strict fp32.
 #   scripts/gpu-check.sh [--quick] [--torch-reference FILE]
 #     --quick: skip the model benchmarks
 #     --torch-reference FILE: show PyTorch's numbers from FILE (an earlier torch_amp_bench.py run on
@@ -66,6 +67,11 @@ if [ $quick -eq 0 ] && [ -x "$build/apps/mixtrain/mixtrain" ]; then
   timeout 300 "$build/apps/mixtrain/mixtrain" bench --device cuda --size full --out "$out/mixtrain" $ref \
     > "$out/mixtrain_bench.log" 2>&1
   tail -25 "$out/mixtrain_bench.log" | tee -a "$out/summary.txt"
+  # The same against strict fp32 (no TF32 in cuDNN either): the baseline the issue's AMP targets
+  # name when they say fp32. Only the UNet has convolutions; the others' matmuls are strict anyway.
+  timeout 300 "$build/apps/mixtrain/mixtrain" bench --device cuda --size full --models unet \
+    --fp32-math strict --out "$out/mixtrain-strict" > "$out/mixtrain_bench_strict.log" 2>&1
+  tail -6 "$out/mixtrain_bench_strict.log" | tee -a "$out/summary.txt"
 fi
 
 if [ -n "${OUT:-}" ]; then

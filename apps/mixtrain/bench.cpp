@@ -80,7 +80,8 @@ nlohmann::json bench_one(const TaskSpec& spec, examples::Precision precision, in
 }  // namespace
 
 int run_bench(const std::vector<std::string>& argv) {
-  const Args args(argv, {"models", "precisions", "device", "steps", "warmup", "size", "out", "reference"}, {});
+  const Args args(argv, {"models", "precisions", "device", "steps", "warmup", "size", "out", "reference", "fp32-math"},
+                  {});
   if (!args.positional().empty()) throw std::runtime_error("unexpected argument '" + args.positional()[0] + "'");
   const std::vector<std::string> models = args.list("models", {"mlp", "unet", "transformer"});
   for (const auto& m : models) check_model_name(m);
@@ -91,6 +92,13 @@ int run_bench(const std::vector<std::string>& argv) {
       throw std::runtime_error("--precisions expects fp32, fp16 and/or bf16, got '" + name + "'");
     precisions.push_back(examples::parse_precision(name));
   }
+  // Which fp32 the baseline is: PyTorch's defaults (cuDNN convolutions on TF32 tensor cores,
+  // matmuls in strict fp32), or strict fp32 everywhere. The AMP speedup depends on it.
+  const std::string fp32_math = args.str("fp32-math", "default");
+  if (fp32_math != "default" && fp32_math != "strict")
+    throw std::runtime_error("--fp32-math expects default or strict, got '" + fp32_math + "'");
+  cuda::set_allow_tf32(false);
+  cuda::set_cudnn_allow_tf32(fp32_math == "default");
   TaskSpec spec;
   spec.device = device_flag(args);
   spec.synthetic = true;
@@ -105,6 +113,7 @@ int run_bench(const std::vector<std::string>& argv) {
                         {"device", spec.device.str()},
                         {"device_name", spec.device.is_cpu() ? cpu_name() : spec.device.str()},
                         {"size", task_size_name(spec.size)},
+                        {"fp32_math", fp32_math},
                         {"steps", steps},
                         {"warmup", warmup},
                         {"results", nlohmann::json::array()}};

@@ -184,7 +184,11 @@ def main():
     p.add_argument("--size", choices=["tiny", "full"], default="tiny")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="torch.json", help="the JSON file to write")
+    p.add_argument("--fp32-math", choices=["default", "strict"], default="default",
+                   help="default: cuDNN convolutions on TF32, matmuls strict (PyTorch's defaults); strict: no TF32")
     a = p.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = a.fp32_math == "default"
     models = [m for m in a.models.split(",") if m]
     for m in models:
         if m not in SIZES:
@@ -195,7 +199,7 @@ def main():
     doc = {"framework": "pytorch", "framework_version": torch.__version__,
            "device": "cpu" if dev.type == "cpu" else f"cuda:{dev.index}",
            "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu",
-           "size": a.size, "steps": a.steps, "warmup": a.warmup, "results": []}
+           "size": a.size, "fp32_math": a.fp32_math, "steps": a.steps, "warmup": a.warmup, "results": []}
     for m in models:
         fp32_ms = None
         for prec in ["fp32", "fp16", "bf16"]:

@@ -56,6 +56,8 @@ TEST(MixtrainCli, BenchWritesJsonAndSvg) {
   EXPECT_EQ(doc["device"], "cpu");
   EXPECT_EQ(doc["size"], "tiny");
   EXPECT_EQ(doc["steps"], 3);
+  EXPECT_EQ(doc["fp32_math"], "default");
+  EXPECT_NE(r.out.find("fp32 baseline: cuDNN convolutions on TF32"), std::string::npos) << r.out;
   ASSERT_EQ(doc["results"].size(), 6u);
   const char* precisions[] = {"fp32", "fp16", "bf16"};
   for (size_t i = 0; i < 6; ++i) {
@@ -91,6 +93,13 @@ TEST(MixtrainCli, BenchWritesJsonAndSvg) {
   ASSERT_EQ(with_ref.code, 0) << with_ref.err;
   EXPECT_EQ(count_of(slurp(dir + "/bench.svg"), "class=\"bar\""), 12u);  // 1 model x 6 series x 2 panels
   EXPECT_NE(with_ref.out.find("|"), std::string::npos);
+  // A strict-fp32 run says so, and warns that a default-math reference is not comparable.
+  const CliRun strict = run_mixtrain("bench --models mlp --precisions fp32 --size tiny --device cpu --steps 1 "
+                                     "--warmup 0 --fp32-math strict --out " + dir + " --reference " + ref);
+  ASSERT_EQ(strict.code, 0) << strict.err;
+  EXPECT_EQ(nlohmann::json::parse(slurp(dir + "/bench.json"))["fp32_math"], "strict");
+  EXPECT_NE(strict.out.find("strict fp32 (no TF32); the reference's is default (not comparable)"), std::string::npos)
+      << strict.out;
 
   const CliRun bad_ref = run_mixtrain("bench --models mlp --steps 1 --out " + dir + " --reference " + dir + "/nope.json");
   EXPECT_NE(bad_ref.code, 0);
@@ -124,7 +133,7 @@ TEST(MixtrainCli, TrainLogsStepsAndResumes) {
 
 TEST(MixtrainCli, UsageErrorsAreOneLineWithExitCode2) {
   for (const std::string args : {"train mlp --bogus 1", "train mlp --precision fp8", "train resnet",
-                                 "bench --size huge", "bench --models mlp,resnet", "train mlp --steps -3"}) {
+                                 "bench --size huge", "bench --fp32-math tf16", "bench --models mlp,resnet", "train mlp --steps -3"}) {
     SCOPED_TRACE(args);
     const CliRun r = run_mixtrain(args);
     EXPECT_EQ(r.code, 2) << r.err;
