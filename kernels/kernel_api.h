@@ -50,7 +50,8 @@ void reduce(backends::ReduceOp op, DType in, DType out_dtype, const void* x, voi
             int64_t outer, int64_t n, int64_t inner, void* workspace, cudaStream_t stream);
 
 // ---- softmax.cu. Over the middle axis of [outer, n, inner], one dtype for x and out.
-void softmax(DType dtype, const void* x, void* out, int64_t outer, int64_t n, int64_t inner, bool log,
+// causal_rows: see backends::Backend::softmax (rows only).
+void softmax(DType dtype, const void* x, void* out, int64_t outer, int64_t n, int64_t inner, bool log, int64_t causal_rows,
              cudaStream_t stream);
 void softmax_backward(DType dtype, const void* y, const void* grad_y, void* grad_x, int64_t outer, int64_t n,
                       int64_t inner, bool log, cudaStream_t stream);

@@ -10,27 +10,32 @@ namespace mixtrain::kernels {
 namespace {
 
 
+// causal_rows > 0: row r keeps entries j <= r % causal_rows (Backend::softmax), the rest are 0.
 template <int Group, class T, bool Log>
-__global__ void softmax_rows(const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t n) {
+__global__ void softmax_rows(const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t n,
+                             int64_t causal_rows) {
   using A = acc_t<T>;
   __shared__ A shared[32];
   const RowSlot<Group> slot;
   if (Group == 32 && slot.row >= rows) return;  // whole warps leave together
   const T* xr = x + slot.row * n;
   T* yr = out + slot.row * n;
+  const int64_t diag = causal_rows > 0 ? slot.row % causal_rows + 1 : n;
+  const int64_t kept = diag < n ? diag : n;
   A mx = -INFINITY;
-  for (int64_t j = slot.lane; j < n; j += slot.width) mx = max(mx, convert<A>(xr[j]));
+  for (int64_t j = slot.lane; j < kept; j += slot.width) mx = max(mx, convert<A>(xr[j]));
   mx = group_reduce<Group>(mx, MaxOp{}, shared);
   if (mx == -INFINITY) mx = 0;  // an all -inf row gives NaN (softmax) as on the CPU
   A total = 0;
-  for (int64_t j = slot.lane; j < n; j += slot.width) total += m_exp(convert<A>(xr[j]) - mx);
+  for (int64_t j = slot.lane; j < kept; j += slot.width) total += m_exp(convert<A>(xr[j]) - mx);
   total = group_reduce<Group>(total, SumOp{}, shared);
   if (Log) {
     const A lse = mx + m_log(total);
     for (int64_t j = slot.lane; j < n; j += slot.width) yr[j] = convert<T>(convert<A>(xr[j]) - lse);
   } else {
     const A inv = A(1) / total;
-    for (int64_t j = slot.lane; j < n; j += slot.width) yr[j] = convert<T>(m_exp(convert<A>(xr[j]) - mx) * inv);
+    for (int64_t j = slot.lane; j < n; j += slot.width)
+      yr[j] = j < kept ? convert<T>(m_exp(convert<A>(xr[j]) - mx) * inv) : convert<T>(A(0));
   }
 }
 
@@ -102,7 +107,7 @@ void by_log(bool log, Launch&& launch) {
 }  // namespace
 
 void softmax(DType dtype, const void* xv, void* outv, int64_t outer, int64_t n, int64_t inner, bool log,
-             cudaStream_t stream) {
+             int64_t causal_rows, cudaStream_t stream) {
   if (outer * n * inner == 0) return;
   dispatch_floating(dtype, log ? "log_softmax" : "softmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -113,9 +118,9 @@ void softmax(DType dtype, const void* xv, void* outv, int64_t outer, int64_t n, 
       if (inner > 1) {
         softmax_cols<T, L><<<blocks_for(outer * inner, kThreads), kThreads, 0, stream>>>(x, out, outer, n, inner);
       } else if (n <= kWarpRowLimit) {
-        softmax_rows<32, T, L><<<(outer + 7) / 8, 256, 0, stream>>>(x, out, outer, n);
+        softmax_rows<32, T, L><<<(outer + 7) / 8, 256, 0, stream>>>(x, out, outer, n, causal_rows);
       } else {
-        softmax_rows<0, T, L><<<outer, 512, 0, stream>>>(x, out, outer, n);
+        softmax_rows<0, T, L><<<outer, 512, 0, stream>>>(x, out, outer, n, causal_rows);
       }
     });
   });

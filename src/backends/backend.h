@@ -69,8 +69,11 @@ class Backend {
   virtual void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& out,
                     const Tensor& bias) = 0;
 
-  // Softmax over the middle axis of x viewed as [outer, n, inner] (contiguous); out may be wider.
-  virtual void softmax(const Tensor& x, int64_t outer, int64_t n, int64_t inner, bool log,
+  // Softmax over the middle axis of x viewed as [outer, n, inner] (contiguous); out has x's dtype
+  // (half: fp32 arithmetic, rounded once). causal_rows > 0 (softmax over rows, inner == 1): row r
+  // takes only entries j <= r % causal_rows and writes 0 beyond, the causal attention mask of
+  // [..., L = causal_rows, S] scores without a mask tensor or an extra pass.
+  virtual void softmax(const Tensor& x, int64_t outer, int64_t n, int64_t inner, bool log, int64_t causal_rows,
                        const Tensor& out) = 0;
   virtual void softmax_backward(const Tensor& y, const Tensor& grad_y, int64_t outer, int64_t n,
                                 int64_t inner, bool log, const Tensor& grad_x) = 0;

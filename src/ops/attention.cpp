@@ -2,7 +2,9 @@
 // backward is theirs. Under autocast the op is LowerPrecision: q, k, v (and a float mask) arrive
 // in fp16/bf16 and the matmuls run there, but the softmax is taken in fp32 and its result cast
 // back. The nested ops see no autocast hook (they run inside this op's scope), so the fp32
-// softmax is asked for explicitly here.
+// softmax is asked for explicitly here. A causal mask is applied inside the softmax kernel, which
+// reads half scores and computes in fp32 itself: one pass where a mask, a where and two casts
+// were four, and no fp32 copy of the scores is kept for backward.
 #include <cmath>
 #include <limits>
 
@@ -54,19 +56,18 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   const double sc = scale.value_or(1.0 / std::sqrt(static_cast<double>(e)));
   // Scaling q before the product keeps half scores from overflowing when E is large.
   Tensor scores = matmul(mul(q, sc), k.transpose(-2, -1));
-  const DType soft = is_half(q.dtype()) ? kFloat32 : q.dtype();
-  const Tensor minus_inf = full({}, -std::numeric_limits<double>::infinity(), TensorOptions(soft).device(q.device()));
-  scores = scores.to(soft);
-  if (mask.defined()) {
-    scores = mask.dtype() == kBool ? where(mask, scores, minus_inf) : add(scores, mask.to(soft));
-  }
+  Tensor attn;
   if (is_causal) {  // top-left aligned, as PyTorch: query i attends to keys j <= i
-    const TensorOptions idx = TensorOptions(kInt64).device(q.device());
-    const Tensor keep = ge(arange(0, static_cast<double>(l), 1, idx).reshape({l, 1}),
-                           arange(0, static_cast<double>(s), 1, idx).reshape({1, s}));
-    scores = where(keep, scores, minus_inf);
+    attn = causal_softmax(scores);
+  } else {
+    const DType soft = is_half(q.dtype()) ? kFloat32 : q.dtype();
+    scores = scores.to(soft);
+    if (mask.defined()) {
+      const Tensor minus_inf = full({}, -std::numeric_limits<double>::infinity(), TensorOptions(soft).device(q.device()));
+      scores = mask.dtype() == kBool ? where(mask, scores, minus_inf) : add(scores, mask.to(soft));
+    }
+    attn = softmax(scores, -1, soft).to(q.dtype());
   }
-  Tensor attn = softmax(scores, -1, soft).to(q.dtype());
   if (dropout_p > 0.0) attn = dropout(attn, dropout_p, /*training=*/true);
   return matmul(attn, v);
 }

@@ -34,6 +34,11 @@ Tensor sum_to(const Tensor& g, const Shape& shape);
 // Tensors whose last two dims are not unit-strided in either order are copied for the GEMM.
 Tensor gemm_ready(const Tensor& t);
 
+// Softmax over the last dim of attention scores [..., L, S] with the causal mask (query i
+// attends to keys j <= i, top-left aligned) applied inside the kernel, in the scores' dtype
+// (fp32 arithmetic for half, rounded once). For scaled_dot_product_attention.
+Tensor causal_softmax(const Tensor& scores);
+
 // Throws when an in-place op would modify a tensor autograd needs untouched.
 void check_inplace(const char* op, const Tensor& self);
 

@@ -96,7 +96,7 @@ Tensor minmax(const Tensor& x_in, int64_t dim, bool keepdim, bool is_max, Tensor
   return out;
 }
 
-Tensor softmax_impl(OpId id, const Tensor& x_in, int64_t dim, std::optional<DType> dtype_in) {
+Tensor softmax_impl(OpId id, const Tensor& x_in, int64_t dim, std::optional<DType> dtype_in, int64_t causal_rows = 0) {
   Tensor x = x_in;
   std::optional<DType> dtype = dtype_in;
   const bool log = id == OpId::log_softmax;
@@ -112,7 +112,7 @@ Tensor softmax_impl(OpId id, const Tensor& x_in, int64_t dim, std::optional<DTyp
   for (int64_t k = d + 1; k < x.dim(); ++k) inner *= x.size(k);
   const int64_t n = x.dim() == 0 ? 1 : x.size(d);
   Tensor out = new_empty(x.shape(), x);
-  backend_for(x).softmax(xc, outer, n, inner, log, out);
+  backend_for(x).softmax(xc, outer, n, inner, log, causal_rows, out);
   if (autograd::needs_grad({&x})) {
     Tensor y = autograd::saved(out);
     autograd::record(log ? "LogSoftmaxBackward" : "SoftmaxBackward", out, {&x}, [y, outer, n, inner, log](const TensorList& g) {
@@ -173,6 +173,13 @@ Tensor argmax(const Tensor& x_in, int64_t dim, bool keepdim) {
 Tensor softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype) { return softmax_impl(OpId::softmax, x, dim, dtype); }
 Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
   return softmax_impl(OpId::log_softmax, x, dim, dtype);
+}
+
+Tensor ops::causal_softmax(const Tensor& scores) {
+  MT_CHECK(scores.defined() && scores.dim() >= 2, "causal_softmax: expected scores [..., L, S], got ",
+           scores.defined() ? describe(scores) : std::string("an undefined tensor"));
+  // The backward is softmax's: masked entries have y = 0, so their gradient is 0 as well.
+  return softmax_impl(OpId::softmax, scores, -1, std::nullopt, scores.size(-2));
 }
 
 }  // namespace mixtrain

@@ -207,3 +207,31 @@ TEST(Attention, BadArgumentsRaiseErrorsNamingTheOp) {
                "either attn_mask or is_causal");
   expect_error([&] { F::scaled_dot_product_attention(q, k, v, {}, 1.0); }, "dropout_p must be in [0, 1)");
 }
+
+TEST(Attention, CausalKernelMaskEqualsAnExplicitMask) {
+  // is_causal masks inside the softmax kernel; a bool tril mask goes through where. Forward values
+  // agree bit for bit in every dtype (masked entries add exact zeros to the sums); fp32 gradients
+  // too, half ones within the dtype's tolerance (the kernel path keeps half probabilities).
+  for (mt::DType dt : float_types()) {
+    SCOPED_TRACE(mt::dtype_name(dt));
+    const int64_t l = 5, s = 8;
+    std::vector<mt::Tensor> a{random_tensor({2, 3, l, 4}, dt, 40, -1.5, 1.5), random_tensor({2, 3, s, 4}, dt, 41, -1.5, 1.5),
+                              random_tensor({2, 3, s, 6}, dt, 42)};
+    std::vector<mt::Tensor> b;
+    for (auto& t : a) {
+      t.set_requires_grad(true);
+      b.push_back(t.detach().clone().set_requires_grad(true));
+    }
+    const mt::Tensor tril = mt::ge(mt::arange(0, l).reshape({l, 1}), mt::arange(0, s).reshape({1, s}));
+    const mt::Tensor out_causal = F::scaled_dot_product_attention(a[0], a[1], a[2], {}, 0.0, true);
+    const mt::Tensor out_mask = F::scaled_dot_product_attention(b[0], b[1], b[2], tril);
+    EXPECT_EQ(to_doubles(out_causal), to_doubles(out_mask));
+    const mt::Tensor g = random_tensor(out_causal.shape(), dt, 43);
+    (out_causal * g).sum().backward();
+    (out_mask * g).sum().backward();
+    for (size_t i = 0; i < 3; ++i) {
+      if (dt == mt::kFloat32 || dt == mt::kFloat64) EXPECT_EQ(to_doubles(a[i].grad()), to_doubles(b[i].grad())) << i;
+      else EXPECT_TRUE(mt::testing::all_close(a[i].grad(), to_doubles(b[i].grad()), tolerance_for(dt))) << i;
+    }
+  }
+}

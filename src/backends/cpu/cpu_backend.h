@@ -23,7 +23,8 @@ class CpuBackend final : public Backend {
               const Tensor& indices) override;
   void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& out,
             const Tensor& bias) override;
-  void softmax(const Tensor& x, int64_t outer, int64_t n, int64_t inner, bool log, const Tensor& out) override;
+  void softmax(const Tensor& x, int64_t outer, int64_t n, int64_t inner, bool log, int64_t causal_rows,
+               const Tensor& out) override;
   void softmax_backward(const Tensor& y, const Tensor& grad_y, int64_t outer, int64_t n, int64_t inner, bool log,
                         const Tensor& grad_x) override;
   void nll_loss(const Tensor& logp, const Tensor& target, int64_t outer, int64_t classes, int64_t inner,

@@ -58,8 +58,10 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, 
   });
 }
 
-void CpuBackend::softmax(const Tensor& x, int64_t outer, int64_t n, int64_t inner, bool log, const Tensor& out) {
+void CpuBackend::softmax(const Tensor& x, int64_t outer, int64_t n, int64_t inner, bool log, int64_t causal_rows,
+                         const Tensor& out) {
   MT_CHECK(x.is_contiguous() && out.dtype() == x.dtype(), "softmax: expected a contiguous input of the output dtype");
+  MT_CHECK(causal_rows == 0 || (inner == 1 && !log), "softmax: a causal mask needs rows (inner == 1), not log");
   dispatch_floating(x.dtype(), log ? "log_softmax" : "softmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -70,17 +72,19 @@ void CpuBackend::softmax(const Tensor& x, int64_t outer, int64_t n, int64_t inne
         const int64_t o = r / inner, i = r % inner;
         const T* row = px + o * n * inner + i;
         T* orow = po + o * n * inner + i;
+        const int64_t kept = causal_rows > 0 ? std::min(n, o % causal_rows + 1) : n;
         A mx = -std::numeric_limits<A>::infinity();
-        for (int64_t j = 0; j < n; ++j) mx = std::max(mx, static_cast<A>(row[j * inner]));
+        for (int64_t j = 0; j < kept; ++j) mx = std::max(mx, static_cast<A>(row[j * inner]));
         if (std::isinf(mx) && mx < 0) mx = 0;  // all -inf: keep exp finite so the row becomes NaN/0 as torch
         A total = 0;
-        for (int64_t j = 0; j < n; ++j) total += std::exp(static_cast<A>(row[j * inner]) - mx);
+        for (int64_t j = 0; j < kept; ++j) total += std::exp(static_cast<A>(row[j * inner]) - mx);
         if (log) {
           const A lse = mx + std::log(total);
           for (int64_t j = 0; j < n; ++j) orow[j * inner] = static_cast<T>(static_cast<A>(row[j * inner]) - lse);
         } else {
           const A inv = A(1) / total;
-          for (int64_t j = 0; j < n; ++j) orow[j * inner] = static_cast<T>(std::exp(static_cast<A>(row[j * inner]) - mx) * inv);
+          for (int64_t j = 0; j < kept; ++j) orow[j * inner] = static_cast<T>(std::exp(static_cast<A>(row[j * inner]) - mx) * inv);
+          for (int64_t j = kept; j < n; ++j) orow[j * inner] = T(0);
         }
       }
     });

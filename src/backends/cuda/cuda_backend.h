@@ -30,7 +30,8 @@ class CudaBackend final : public Backend {
   // reduce_softmax_loss.cpp
   void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t reduce, int64_t inner, const Tensor& out,
               const Tensor& indices) override;
-  void softmax(const Tensor& x, int64_t outer, int64_t n, int64_t inner, bool log, const Tensor& out) override;
+  void softmax(const Tensor& x, int64_t outer, int64_t n, int64_t inner, bool log, int64_t causal_rows,
+               const Tensor& out) override;
   void softmax_backward(const Tensor& y, const Tensor& grad_y, int64_t outer, int64_t n, int64_t inner, bool log,
                         const Tensor& grad_x) override;
   void nll_loss(const Tensor& logp, const Tensor& target, int64_t outer, int64_t classes, int64_t inner,

@@ -19,11 +19,13 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x_in, int64_t outer, int64_t
                   indices.defined() ? indices.data_ptr<int64_t>() : nullptr, outer, n, inner, ptr(ws), ctx.stream);
 }
 
-void CudaBackend::softmax(const Tensor& x_in, int64_t outer, int64_t n, int64_t inner, bool log, const Tensor& out) {
+void CudaBackend::softmax(const Tensor& x_in, int64_t outer, int64_t n, int64_t inner, bool log, int64_t causal_rows,
+                          const Tensor& out) {
   check_device("softmax", out.device(), {&x_in});
   MT_CHECK(out.is_contiguous() && out.dtype() == x_in.dtype(), "softmax: expected a contiguous output of the input's dtype");
+  MT_CHECK(causal_rows == 0 || (inner == 1 && !log), "softmax: a causal mask needs rows (inner == 1), not log");
   const Tensor x = as_contiguous(x_in, x_in.dtype());
-  kernels::softmax(x.dtype(), x.raw_data(), out.raw_data(), outer, n, inner, log, context(out).stream);
+  kernels::softmax(x.dtype(), x.raw_data(), out.raw_data(), outer, n, inner, log, causal_rows, context(out).stream);
 }
 
 void CudaBackend::softmax_backward(const Tensor& y_in, const Tensor& grad_y_in, int64_t outer, int64_t n, int64_t inner,
