@@ -1,5 +1,6 @@
 #include "mixtrain/core/shape.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "mixtrain/core/error.h"
@@ -20,6 +21,30 @@ Shape contiguous_strides(const Shape& shape) {
     s *= shape[i] > 0 ? shape[i] : 1;
   }
   return strides;
+}
+
+Shape channels_last_strides(const Shape& shape) {
+  MT_CHECK(shape.size() == 4, "channels_last: expected a 4-D [N, C, H, W] shape, got ", shape_str(shape));
+  auto at_least_1 = [](int64_t v) { return v > 0 ? v : 1; };
+  const int64_t c = at_least_1(shape[1]), w = at_least_1(shape[3]), h = at_least_1(shape[2]);
+  return {h * w * c, 1, w * c, c};
+}
+
+Shape strides_for(const Shape& shape, MemoryFormat format) {
+  return format == MemoryFormat::ChannelsLast ? channels_last_strides(shape) : contiguous_strides(shape);
+}
+
+bool strides_match(const Shape& shape, const Shape& strides, const Shape& expected) {
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] != 1 && strides[i] != expected[i]) return false;
+  return true;
+}
+
+std::vector<int> dims_in_memory_order(const Shape& shape, const Shape& strides) {
+  std::vector<int> order(shape.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return strides[a] > strides[b]; });
+  return order;
 }
 
 std::string shape_str(const Shape& shape) {

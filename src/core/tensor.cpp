@@ -18,6 +18,12 @@ const TensorImpl& checked(const std::shared_ptr<TensorImpl>& impl) {
 }
 }  // namespace
 
+Tensor Tensor::empty(const Shape& shape, const TensorOptions& options, MemoryFormat format) {
+  Tensor t = empty(shape, options);
+  if (format == MemoryFormat::ChannelsLast) t.impl()->strides = channels_last_strides(shape);
+  return t;
+}
+
 Tensor Tensor::empty(const Shape& shape, const TensorOptions& options) {
   for (int64_t s : shape) MT_CHECK(s >= 0, "empty: negative size in shape ", shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
@@ -43,6 +49,17 @@ TensorOptions Tensor::options() const { return TensorOptions().dtype(dtype()).de
 
 int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "size")]; }
 int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+
+bool Tensor::is_contiguous(MemoryFormat format) const {
+  if (format == MemoryFormat::Contiguous) return is_contiguous();
+  const auto& t = checked(impl_);
+  return t.shape.size() == 4 && strides_match(t.shape, t.strides, channels_last_strides(t.shape));
+}
+
+MemoryFormat Tensor::suggest_memory_format() const {
+  return !is_contiguous() && is_contiguous(MemoryFormat::ChannelsLast) ? MemoryFormat::ChannelsLast
+                                                                       : MemoryFormat::Contiguous;
+}
 
 bool Tensor::is_contiguous() const {
   const auto& t = checked(impl_);

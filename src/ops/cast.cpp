@@ -20,7 +20,7 @@ Tensor to(const Tensor& x_in, DType dtype) {
   if (x.dtype() == dtype) return x;
   MT_CHECK(!x.requires_grad() || is_floating(dtype), "to: cannot cast ", describe(x),
            ", which requires grad, to the non-floating dtype ", dtype);
-  Tensor out = new_empty(x.shape(), x, dtype);
+  Tensor out = new_empty_preserving(x.shape(), x, dtype);
   copy_into(x, out);
   const DType src = x.dtype();
   autograd::record("ToDtypeBackward", out, {&x}, [src](const TensorList& g) { return TensorList{g[0].to(src)}; });
@@ -40,20 +40,32 @@ Tensor to(const Tensor& x_in, Device device) {
   return out;
 }
 
-Tensor contiguous(const Tensor& x) {
-  check_defined("contiguous", x, "input");
-  if (x.is_contiguous()) return x;
-  return clone(x);
-}
-
-Tensor clone(const Tensor& x_in) {
+namespace {
+Tensor copy_as(const Tensor& x_in, MemoryFormat format) {
   Tensor x = x_in;
   OpScope scope(OpId::clone, {&x});
   check_defined("clone", x, "input");
-  Tensor out = new_empty(x.shape(), x);
+  Tensor out = Tensor::empty(x.shape(), TensorOptions().dtype(x.dtype()).device(x.device()), format);
   copy_into(x, out);
   autograd::record("CloneBackward", out, {&x}, [](const TensorList& g) { return TensorList{g[0]}; });
   return out;
+}
+}  // namespace
+
+Tensor contiguous(const Tensor& x, MemoryFormat format) {
+  check_defined("contiguous", x, "input");
+  MT_CHECK(format == MemoryFormat::Contiguous || x.dim() == 4, "contiguous: channels-last needs a 4-D [N, C, H, W] ",
+           "tensor, got ", describe(x));
+  if (x.is_contiguous(format)) return x;
+  return copy_as(x, format);
+}
+
+Tensor contiguous(const Tensor& x) { return contiguous(x, MemoryFormat::Contiguous); }
+
+// Keeps a channels-last layout, as PyTorch's clone keeps a dense one.
+Tensor clone(const Tensor& x) {
+  check_defined("clone", x, "input");
+  return copy_as(x, x.suggest_memory_format());
 }
 
 Tensor Tensor::to(DType dtype) const { return mixtrain::to(*this, dtype); }
@@ -64,6 +76,7 @@ Tensor Tensor::to(Device device, DType dtype) const {
   return mixtrain::to(mixtrain::to(*this, dtype), device);
 }
 Tensor Tensor::contiguous() const { return mixtrain::contiguous(*this); }
+Tensor Tensor::contiguous(MemoryFormat format) const { return mixtrain::contiguous(*this, format); }
 Tensor Tensor::clone() const { return mixtrain::clone(*this); }
 
 Tensor& Tensor::copy_(const Tensor& src) {

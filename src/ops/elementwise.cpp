@@ -38,7 +38,7 @@ Promoted promote(const char* op, const Tensor& a, const Tensor& b) {
 }
 
 Tensor binary_forward(BinaryOp kop, const Promoted& p) {
-  Tensor out = new_empty(p.shape, p.a);
+  Tensor out = new_empty_preserving(p.shape, p.a.shape() == p.shape ? p.a : p.b, p.a.dtype());
   backend_for(out).binary(kop, broadcast_for_kernel(p.a, p.shape), broadcast_for_kernel(p.b, p.shape), out);
   return out;
 }
@@ -111,7 +111,7 @@ Tensor scalar_op(OpId id, BinaryOp kop, const Tensor& a_in, double s, bool scala
   const char* name = op_name(id);
   check_defined(name, a, "input");
   check_floating(name, a);
-  Tensor out = new_empty(a.shape(), a);
+  Tensor out = new_empty_preserving(a.shape(), a);
   backend_for(a).binary_scalar(kop, a, s, scalar_first, out);
   if (!autograd::needs_grad({&a})) return out;
   Tensor a_s = (kop == BinaryOp::Div && scalar_first) || kop == BinaryOp::Pow ? autograd::saved(a) : Tensor();
@@ -146,13 +146,13 @@ Tensor unary_op(OpId id, UnaryOp kop, const Tensor& x_in, double alpha = 0.0) {
   const char* name = op_name(id);
   check_defined(name, x, "input");
   check_floating(name, x);
-  Tensor out = new_empty(x.shape(), x);
+  Tensor out = new_empty_preserving(x.shape(), x);
   backend_for(x).unary(kop, x, out, alpha);
   if (!autograd::needs_grad({&x})) return out;
   Tensor x_s = backward_reads_input(kop) ? autograd::saved(x) : Tensor();
   Tensor y_s = backward_reads_output(kop) ? autograd::saved(out) : Tensor();
   autograd::record(name, out, {&x}, [kop, alpha, x_s, y_s](const TensorList& g) {
-    Tensor gx = new_empty(g[0].shape(), g[0]);
+    Tensor gx = new_empty_preserving(g[0].shape(), g[0]);
     backend_for(g[0]).unary_backward(kop, x_s, y_s, g[0], gx, alpha);
     return TensorList{gx};
   });
@@ -236,7 +236,7 @@ Tensor where(const Tensor& cond_in, const Tensor& a_in, const Tensor& b_in) {
   check_same_device("where", cond, a);
   Promoted p = promote("where", a, b);
   const Shape shape = broadcast_shapes(cond.shape(), p.shape, "where");
-  Tensor out = new_empty(shape, p.a);
+  Tensor out = new_empty_preserving(shape, p.a);
   backend_for(out).where(broadcast_for_kernel(cond, shape), broadcast_for_kernel(p.a, shape),
                          broadcast_for_kernel(p.b, shape), out);
   if (autograd::needs_grad({&p.a, &p.b})) {

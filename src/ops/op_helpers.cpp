@@ -30,6 +30,14 @@ Tensor new_empty(const Shape& shape, const Tensor& like, DType dtype) {
   return Tensor::empty(shape, TensorOptions().dtype(dtype).device(like.device()));
 }
 
+Tensor new_empty_preserving(const Shape& shape, const Tensor& like, DType dtype) {
+  const MemoryFormat f = like.shape() == shape ? like.suggest_memory_format() : MemoryFormat::Contiguous;
+  return Tensor::empty(shape, TensorOptions().dtype(dtype).device(like.device()), f);
+}
+Tensor new_empty_preserving(const Shape& shape, const Tensor& like) {
+  return new_empty_preserving(shape, like, like.dtype());
+}
+
 Tensor sum_to(const Tensor& g, const Shape& shape) {
   if (g.shape() == shape) return g;
   const int64_t lead = g.dim() - static_cast<int64_t>(shape.size());

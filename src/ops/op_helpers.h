@@ -27,6 +27,10 @@ void check_same_device(const char* op, const Tensor& a, const Tensor& b);
 // A new contiguous tensor of `shape` with like's dtype and device.
 Tensor new_empty(const Shape& shape, const Tensor& like);
 Tensor new_empty(const Shape& shape, const Tensor& like, DType dtype);
+// The output of an elementwise op: in like's layout when like has `shape` and is channels-last
+// (PyTorch's preserve_format, for the one other layout mixtrain has), else contiguous.
+Tensor new_empty_preserving(const Shape& shape, const Tensor& like, DType dtype);
+Tensor new_empty_preserving(const Shape& shape, const Tensor& like);
 
 // Sums g over the dimensions that broadcasting expanded, giving a tensor of `shape`.
 Tensor sum_to(const Tensor& g, const Shape& shape);

@@ -10,8 +10,21 @@ namespace mixtrain {
 
 using Shape = std::vector<int64_t>;
 
+// How a 4-D [N, C, H, W] tensor lies in memory: row-major (Contiguous, NCHW) or ChannelsLast
+// (NHWC: the channels of one pixel are adjacent), the layout tensor-core convolutions read.
+enum class MemoryFormat { Contiguous, ChannelsLast };
+
 int64_t shape_numel(const Shape& shape);
 Shape contiguous_strides(const Shape& shape);
+// NHWC strides of a 4-D shape (throws for another rank).
+Shape channels_last_strides(const Shape& shape);
+Shape strides_for(const Shape& shape, MemoryFormat format);
+// Whether strides equal `expected`, ignoring size-1 dimensions (whose stride is never used).
+bool strides_match(const Shape& shape, const Shape& strides, const Shape& expected);
+// The dimensions ordered by stride, largest first (stable): the order in which an elementwise
+// loop walks an output so that it moves through memory forwards in any dense layout, and
+// operands sharing a permuted layout (channels-last) coalesce into one contiguous run.
+std::vector<int> dims_in_memory_order(const Shape& shape, const Shape& strides);
 std::string shape_str(const Shape& shape);  // "[2, 3]"
 
 // PyTorch's broadcasting: align from the right; sizes must match or be 1. Throws naming op.

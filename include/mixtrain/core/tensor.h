@@ -43,6 +43,8 @@ class Tensor {
 
   // Uninitialised tensor of a shape; all factories build on this.
   static Tensor empty(const Shape& shape, const TensorOptions& options = {});
+  // In a given layout (ChannelsLast: 4-D shapes only).
+  static Tensor empty(const Shape& shape, const TensorOptions& options, MemoryFormat format);
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const;
@@ -57,6 +59,10 @@ class Tensor {
   TensorOptions options() const;
   int64_t storage_offset() const;
   bool is_contiguous() const;
+  bool is_contiguous(MemoryFormat format) const;
+  // ChannelsLast for a 4-D tensor laid out NHWC (and not also NCHW, as when C == 1), else
+  // Contiguous: the layout an op's output keeps.
+  MemoryFormat suggest_memory_format() const;
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(dtype()); }
   std::string str() const;  // "Tensor[2, 3] float32 cpu"
 
@@ -86,6 +92,7 @@ class Tensor {
   Tensor half() const { return to(DType::Float16); }
   Tensor bfloat16() const { return to(DType::BFloat16); }
   Tensor contiguous() const;
+  Tensor contiguous(MemoryFormat format) const;  // a copy in that layout unless already in it
 
   // Views (share storage; differentiable).
   Tensor reshape(const Shape& shape) const;

@@ -13,6 +13,7 @@ namespace mixtrain {
 Tensor to(const Tensor& x, DType dtype);
 Tensor to(const Tensor& x, Device device);
 Tensor contiguous(const Tensor& x);
+Tensor contiguous(const Tensor& x, MemoryFormat format);
 Tensor clone(const Tensor& x);
 
 // Matrix products.

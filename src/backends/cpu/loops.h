@@ -54,7 +54,8 @@ void strided_loop(const Shape& shape, std::array<char*, N> base, std::array<cons
   int64_t sizes[16];
   int64_t strides[N][16];
   int nd = 0;
-  for (int d = 0; d < nd_in; ++d) {
+  const Shape out_strides(elem_strides[0], elem_strides[0] + nd_in);
+  for (int d : dims_in_memory_order(shape, out_strides)) {
     if (shape[d] == 1) continue;
     bool merge = nd > 0;
     for (int k = 0; k < N && merge; ++k) merge = strides[k][nd - 1] == elem_strides[k][d] * shape[d];

@@ -34,7 +34,7 @@ kernels::ElemIter<N> make_iter(const char* op, const std::array<const Tensor*, N
   const Shape& shape = out.shape();
   // Merge neighbouring dimensions that are contiguous with each other in every operand.
   int nd = 0;
-  for (size_t d = 0; d < shape.size(); ++d) {
+  for (int d : dims_in_memory_order(shape, out.strides())) {
     if (shape[d] == 1) continue;
     bool merge = nd > 0;
     for (int k = 0; k < N && merge; ++k) merge = it.strides[k][nd - 1] == operands[k]->stride(d) * shape[d];
