@@ -1,5 +1,8 @@
 // Batch norm over x [n, c, s]: per-channel statistics from fp64 partial sums over blocks that
-// split each channel (grid (c, splits)), the per-element normalization, and the backward.
+// split each channel (grid (c, splits)), the per-element normalization, and the backward. With
+// s == 1 ([rows, c]: channels-last images, or [N, C] inputs) a channel's values are c apart, so
+// the partials come from blocks that tile 32 channels by a chunk of rows instead (row_partials),
+// reading rows coalesced.
 #include <algorithm>
 
 #include "common.cuh"
@@ -14,10 +17,19 @@ struct Split {
   int64_t splits, chunk;  // elements of one channel ([n * s]) per block
 };
 
+constexpr int64_t kRowTile = 32;  // channels per row_partials block: one warp's lanes
+
 Split split_for(int64_t n, int64_t c, int64_t s) {
   const int64_t per_channel = n * s;
-  int64_t splits = std::max<int64_t>(1, 4 * sm_count() / std::max<int64_t>(c, 1));
-  splits = std::min<int64_t>({splits, std::max<int64_t>(1, per_channel / 4096), 256});
+  int64_t splits;
+  if (s == 1) {  // row_partials: blocks of kRowTile channels; keep ~4 blocks per SM busy
+    const int64_t tiles = (c + kRowTile - 1) / kRowTile;
+    splits = std::max<int64_t>(1, 4 * sm_count() / std::max<int64_t>(tiles, 1));
+    splits = std::min<int64_t>({splits, std::max<int64_t>(1, per_channel / 64), 1024});
+  } else {
+    splits = std::max<int64_t>(1, 4 * sm_count() / std::max<int64_t>(c, 1));
+    splits = std::min<int64_t>({splits, std::max<int64_t>(1, per_channel / 4096), 256});
+  }
   const int64_t chunk = (per_channel + splits - 1) / splits;
   return {std::max<int64_t>(1, (per_channel + chunk - 1) / std::max<int64_t>(chunk, 1)), std::max<int64_t>(chunk, 1)};
 }
@@ -63,6 +75,56 @@ __global__ void channel_partials(const T* __restrict__ x, const T* __restrict__ 
   a = block_reduce(a, SumOp{}, shared);
   b = block_reduce(b, SumOp{}, shared);
   if (threadIdx.x == 0) partial[ch * gridDim.y + k] = make_double2(a, b);
+}
+
+// channel_partials for [rows, c] (s == 1): lane = channel, so a warp reads kRowTile adjacent
+// channels of one row; the block's 8 warps take rows in turn and combine in shared memory.
+template <class T, bool Backward>
+__global__ void row_partials(const T* __restrict__ x, const T* __restrict__ g, int64_t rows, int64_t c, int64_t chunk,
+                             const stat_t<T>* mean, const stat_t<T>* invstd, double2* partial) {
+  constexpr int kWarps = 8;  // blockDim.x == 256
+  __shared__ double sa[kWarps][kRowTile + 1], sb[kWarps][kRowTile + 1];
+  const int lane = static_cast<int>(threadIdx.x % kRowTile), warp = static_cast<int>(threadIdx.x / kRowTile);
+  const int64_t ch = static_cast<int64_t>(blockIdx.x) * kRowTile + lane, k = blockIdx.y;
+  const int64_t begin = k * chunk, end = min64(rows, begin + chunk);
+  double a = 0, b = 0;
+  if (ch < c) {
+    const double mu = Backward ? static_cast<double>(mean[ch]) : 0.0;
+    const double is = Backward ? static_cast<double>(invstd[ch]) : 0.0;
+    for (int64_t r = begin + warp; r < end; r += kWarps) {
+      const double xv = static_cast<double>(convert<acc_t<T>>(x[r * c + ch]));
+      if (Backward) {
+        const double dy = static_cast<double>(convert<acc_t<T>>(g[r * c + ch]));
+        a += dy;
+        b += dy * (xv - mu) * is;
+      } else {
+        a += xv;
+        b += xv * xv;
+      }
+    }
+  }
+  sa[warp][lane] = a;
+  sb[warp][lane] = b;
+  __syncthreads();
+  if (warp != 0 || ch >= c) return;
+  for (int w = 1; w < kWarps; ++w) a += sa[w][lane], b += sb[w][lane];
+  partial[ch * gridDim.y + k] = make_double2(a, b);
+}
+
+// Launches the partial sums of one pass (statistics, or the backward's two sums).
+template <class T, bool Backward>
+void launch_partials(const T* x, const T* g, int64_t n, int64_t c, int64_t s, const Split& sp, const stat_t<T>* mean,
+                     const stat_t<T>* invstd, double2* partial, cudaStream_t stream) {
+  if (s == 1) {
+    const dim3 grid(static_cast<unsigned>((c + kRowTile - 1) / kRowTile), static_cast<unsigned>(sp.splits));
+    row_partials<T, Backward><<<grid, 256, 0, stream>>>(x, g, n, c, sp.chunk, mean, invstd, partial);
+    return;
+  }
+  with_divider(n * c * s, [&](auto dt) {
+    using D = typename decltype(dt)::type;
+    channel_partials<T, Backward, D><<<dim3(static_cast<unsigned>(c), static_cast<unsigned>(sp.splits)), 512, 0,
+                                        stream>>>(x, g, n, c, s, sp.chunk, mean, invstd, partial, D(s));
+  });
 }
 
 template <class S>
@@ -147,11 +209,7 @@ void batch_norm_stats(DType dtype, const void* x, int64_t n, int64_t c, int64_t 
   dispatch_floating(dtype, "batch_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using S = stat_t<T>;
-    with_divider(n * c * s, [&](auto dt) {
-      using D = typename decltype(dt)::type;
-      channel_partials<T, false, D><<<dim3(static_cast<unsigned>(c), static_cast<unsigned>(sp.splits)), 512, 0, stream>>>(
-          static_cast<const T*>(x), nullptr, n, c, s, sp.chunk, nullptr, nullptr, partial, D(s));
-    });
+    launch_partials<T, false>(static_cast<const T*>(x), nullptr, n, c, s, sp, nullptr, nullptr, partial, stream);
     check_launch("batch_norm_partials");
     stats_finish<S><<<channel_blocks(c), 256, 0, stream>>>(partial, sp.splits, c, static_cast<double>(n * s), eps,
                                                            static_cast<S*>(mean), static_cast<S*>(invstd),
@@ -193,12 +251,11 @@ void batch_norm_backward(DType dtype, const void* x, const void* grad_y, int64_t
     const T* pg = static_cast<const T*>(grad_y);
     const S* pm = static_cast<const S*>(mean);
     const S* pi = static_cast<const S*>(invstd);
+    launch_partials<T, true>(px, pg, n, c, s, sp, pm, pi, partial, stream);
+    check_launch("batch_norm_backward_partials");
+    sums_finish<<<channel_blocks(c), 256, 0, stream>>>(partial, sp.splits, c, sums);
     with_divider(total, [&](auto dt) {
       using D = typename decltype(dt)::type;
-      channel_partials<T, true, D><<<dim3(static_cast<unsigned>(c), static_cast<unsigned>(sp.splits)), 512, 0, stream>>>(
-          px, pg, n, c, s, sp.chunk, pm, pi, partial, D(s));
-      check_launch("batch_norm_backward_partials");
-      sums_finish<<<channel_blocks(c), 256, 0, stream>>>(partial, sp.splits, c, sums);
       if (grad_x && total > 0)
         grad_input_kernel<T, D><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
             px, pg, total, c, D(s), D(c), static_cast<double>(n * s), pm, pi, static_cast<const S*>(weight),

@@ -95,6 +95,7 @@ void batch_norm_backward(DType dtype, const void* x, const void* grad_y, int64_t
 // ---- pool_upsample.cu. NCHW planes.
 struct Planes {
   int64_t planes, h, w, ho, wo;  // N * C, input and output plane sizes
+  int64_t channels_last = 0;     // C when the tensors are channels-last (max_pool2d only), else 0
 };
 void max_pool2d(DType dtype, const void* x, const Planes& p, const backends::Pool2dParams& q, void* out,
                 int64_t* indices, cudaStream_t stream);

@@ -13,14 +13,31 @@ using backends::UpsampleMode;
 
 namespace {
 
+// Output element k (in memory order) as output pixel (i, j) of a plane whose input pixel
+// ih * w + iw lies at in_base + (ih * w + iw) * step: NCHW planes are contiguous; channels-last
+// planes interleave, C apart, so neighbouring threads read neighbouring channels.
+struct PoolSite {
+  int64_t i, j, in_base, step;
+};
+
+__device__ __forceinline__ PoolSite pool_site(const Planes& p, int64_t k) {
+  if (p.channels_last > 0) {
+    const int64_t c = k % p.channels_last, pixel = k / p.channels_last;
+    const int64_t n = pixel / (p.wo * p.ho);
+    return {(pixel / p.wo) % p.ho, pixel % p.wo, n * p.h * p.w * p.channels_last + c, p.channels_last};
+  }
+  return {(k / p.wo) % p.ho, k % p.wo, (k / (p.wo * p.ho)) * p.h * p.w, 1};
+}
+
 template <class T>
 __global__ void max_pool_kernel(const T* __restrict__ x, Planes p, Pool2dParams q, T* __restrict__ out,
                                 int64_t* __restrict__ indices) {
   using W = acc_t<T>;
   const int64_t total = p.planes * p.ho * p.wo, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += stride) {
-    const int64_t j = k % p.wo, i = (k / p.wo) % p.ho, pl = k / (p.wo * p.ho);
-    const T* src = x + pl * p.h * p.w;
+    const PoolSite site = pool_site(p, k);
+    const int64_t i = site.i, j = site.j;
+    const T* src = x + site.in_base;
     W best = -INFINITY;
     int64_t arg = -1;
     for (int64_t ki = 0; ki < q.kernel_h; ++ki) {
@@ -29,7 +46,7 @@ __global__ void max_pool_kernel(const T* __restrict__ x, Planes p, Pool2dParams 
       for (int64_t kj = 0; kj < q.kernel_w; ++kj) {
         const int64_t iw = j * q.stride_w - q.pad_w + kj * q.dilation_w;
         if (iw < 0 || iw >= p.w) continue;
-        const W v = convert<W>(src[ih * p.w + iw]);
+        const W v = convert<W>(src[(ih * p.w + iw) * site.step]);
         // NaN wins and stays; the first of equal maxima wins (as the CPU backend).
         if (arg < 0 || v > best || (v != v && best == best)) {
           best = v;
@@ -49,7 +66,9 @@ __global__ void max_pool_backward_kernel(const T* __restrict__ grad_out, const i
   const int64_t total = p.planes * p.ho * p.wo, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += stride) {
     const int64_t idx = indices[k];
-    if (idx >= 0) atomicAdd(accum + (k / (p.ho * p.wo)) * p.h * p.w + idx, static_cast<B>(convert<acc_t<T>>(grad_out[k])));
+    if (idx < 0) continue;
+    const PoolSite site = pool_site(p, k);
+    atomicAdd(accum + site.in_base + idx * site.step, static_cast<B>(convert<acc_t<T>>(grad_out[k])));
   }
 }
 

@@ -81,7 +81,7 @@ nlohmann::json bench_one(const TaskSpec& spec, examples::Precision precision, in
 
 int run_bench(const std::vector<std::string>& argv) {
   const Args args(argv, {"models", "precisions", "device", "steps", "warmup", "size", "out", "reference", "fp32-math"},
-                  {});
+                  {"channels-last"});
   if (!args.positional().empty()) throw std::runtime_error("unexpected argument '" + args.positional()[0] + "'");
   const std::vector<std::string> models = args.list("models", {"mlp", "unet", "transformer"});
   for (const auto& m : models) check_model_name(m);
@@ -102,6 +102,7 @@ int run_bench(const std::vector<std::string>& argv) {
   TaskSpec spec;
   spec.device = device_flag(args);
   spec.synthetic = true;
+  spec.channels_last = args.has("channels-last");
   spec.size = parse_task_size(args.str("size", "tiny"));
   const int64_t steps = args.integer("steps", 20, 1), warmup = args.integer("warmup", 3, 0);
   const std::string out_dir = args.str("out", "mixtrain-bench");
@@ -114,6 +115,7 @@ int run_bench(const std::vector<std::string>& argv) {
                         {"device_name", spec.device.is_cpu() ? cpu_name() : spec.device.str()},
                         {"size", task_size_name(spec.size)},
                         {"fp32_math", fp32_math},
+                        {"channels_last", spec.channels_last},
                         {"steps", steps},
                         {"warmup", warmup},
                         {"results", nlohmann::json::array()}};

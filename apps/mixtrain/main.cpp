@@ -11,8 +11,10 @@ const char* kUsage =
     "usage: mixtrain <command> [options]\n"
     "  train mlp|unet|transformer [--precision fp32|fp16|bf16] [--device cpu|cuda] [--steps N]\n"
     "        [--batch-size N] [--lr X] [--seed N] [--save DIR] [--resume DIR] [--log FILE] [--synthetic]\n"
-    "  bench [--models mlp,unet,transformer] [--device cpu|cuda] [--steps N] [--warmup N] [--size tiny|full]\n"
-    "        [--out DIR] [--reference FILE.json]\n"
+    "        [--channels-last]\n"
+    "  bench [--models mlp,unet,transformer] [--precisions fp32,fp16,bf16] [--device cpu|cuda] [--steps N]\n"
+    "        [--warmup N] [--size tiny|full] [--out DIR] [--reference FILE.json] [--fp32-math default|strict]\n"
+    "        [--channels-last]\n"
     "  policy [--json]\n";
 }
 

@@ -70,6 +70,7 @@ std::unique_ptr<examples::TrainTask> make_unet(const TaskSpec& s) {
   c.device = s.device;
   c.seed = s.seed;
   c.synthetic = s.synthetic || s.size != TaskSize::Default;
+  c.channels_last = s.channels_last;
   switch (s.size) {
     case TaskSize::Default:
       c.batch_size = pick(s.batch_size, 8);

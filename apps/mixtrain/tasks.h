@@ -22,6 +22,7 @@ struct TaskSpec {
   uint64_t seed = 0;
   bool synthetic = false;   // generated data, no dataset package needed (always for Tiny and Full)
   TaskSize size = TaskSize::Default;
+  bool channels_last = false;  // the UNet's images and activations in NHWC
 };
 
 std::unique_ptr<examples::TrainTask> make_task(const TaskSpec& spec);

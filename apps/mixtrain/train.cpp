@@ -42,7 +42,7 @@ Device device_flag(const Args& args) {
 
 int run_train(const std::vector<std::string>& argv) {
   const Args args(argv, {"precision", "device", "steps", "batch-size", "lr", "seed", "save", "resume", "log"},
-                  {"synthetic"});
+                  {"synthetic", "channels-last"});
   if (args.positional().size() != 1)
     throw std::runtime_error(std::string("train expects one model (") + known_models() + ")" +
                              (args.positional().empty() ? "" : ", got '" + args.positional()[0] + "'" +
@@ -54,6 +54,7 @@ int run_train(const std::vector<std::string>& argv) {
   spec.batch_size = args.integer("batch-size", 0, 1);
   spec.seed = static_cast<uint64_t>(args.integer("seed", 0, 0));
   spec.synthetic = args.has("synthetic");
+  spec.channels_last = args.has("channels-last");
 
   examples::TrainOptions options;
   options.precision = precision_flag(args);

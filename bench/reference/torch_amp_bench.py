@@ -107,7 +107,7 @@ class Gpt(nn.Module):
         return self.head(self.ln_f(x))
 
 
-def make_task(name, size, dev, gen):
+def make_task(name, size, dev, gen, channels_last=False):
     """(model, batches [(x, y)], loss_fn, batch_size): synthetic data as mixtrain's --synthetic."""
     s = SIZES[name][size]
     b = s["batch"]
@@ -124,7 +124,11 @@ def make_task(name, size, dev, gen):
         model = UNet(3, 9, s["width"])
         cmap = torch.randn(3, 9, generator=gen, device=dev)
         xs = [torch.randn(b, 3, s["image"], s["image"], generator=gen, device=dev) for _ in range(BATCHES)]
-        return model, [(x, (x.permute(0, 2, 3, 1) @ cmap).argmax(-1)) for x in xs], F.cross_entropy, b
+        ys = [(x.permute(0, 2, 3, 1) @ cmap).argmax(-1) for x in xs]
+        if channels_last:  # the whole network NHWC, as PyTorch's tuning guide recommends
+            model = model.to(memory_format=torch.channels_last)
+            xs = [x.contiguous(memory_format=torch.channels_last) for x in xs]
+        return model, list(zip(xs, ys)), F.cross_entropy, b
     model = Gpt(s["context"], s["width"], s["layers"], s["heads"])
     t = s["context"]
     steps = torch.arange(t + 1, device=dev, dtype=torch.float32).reshape(1, t + 1)
@@ -138,10 +142,10 @@ def make_task(name, size, dev, gen):
     return model, batches, loss, b
 
 
-def bench_one(name, size, precision, dev, steps, warmup, seed):
+def bench_one(name, size, precision, dev, steps, warmup, seed, channels_last=False):
     torch.manual_seed(seed)
     gen = torch.Generator(device=dev).manual_seed(seed)
-    model, batches, loss_fn, batch = make_task(name, size, dev, gen)
+    model, batches, loss_fn, batch = make_task(name, size, dev, gen, channels_last)
     model.to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
     scaler = torch.amp.GradScaler(dev.type, init_scale=65536.0, enabled=precision == "fp16")
@@ -186,6 +190,7 @@ def main():
     p.add_argument("--out", default="torch.json", help="the JSON file to write")
     p.add_argument("--fp32-math", choices=["default", "strict"], default="default",
                    help="default: cuDNN convolutions on TF32, matmuls strict (PyTorch's defaults); strict: no TF32")
+    p.add_argument("--channels-last", action="store_true", help="the UNet in NHWC (model and images)")
     a = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = a.fp32_math == "default"
@@ -199,13 +204,13 @@ def main():
     doc = {"framework": "pytorch", "framework_version": torch.__version__,
            "device": "cpu" if dev.type == "cpu" else f"cuda:{dev.index}",
            "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu",
-           "size": a.size, "fp32_math": a.fp32_math, "steps": a.steps, "warmup": a.warmup, "results": []}
+           "size": a.size, "fp32_math": a.fp32_math, "channels_last": a.channels_last, "steps": a.steps, "warmup": a.warmup, "results": []}
     for m in models:
         fp32_ms = None
         for prec in ["fp32", "fp16", "bf16"]:
             if dev.type == "cuda":
                 torch.cuda.empty_cache()  # reserved memory is then this run's own
-            row = bench_one(m, a.size, prec, dev, a.steps, a.warmup, a.seed)
+            row = bench_one(m, a.size, prec, dev, a.steps, a.warmup, a.seed, a.channels_last)
             fp32_ms = fp32_ms or row["median_step_ms"]
             row["speedup_vs_fp32"] = fp32_ms / row["median_step_ms"]
             doc["results"].append(row)

@@ -3,7 +3,7 @@
 //   unet                        Fashion-MNIST (Debian package dataset-fashion-mnist)
 //   unet --synthetic            generated images and labels, no files
 // Options: --precision fp32|fp16|bf16 (fp16) --device cpu|cuda (cuda when present) --steps N
-//          --batch-size N --lr X --seed N --image-size S --width W --log-every K --data-dir DIR
+//          --batch-size N --lr X --seed N --image-size S --width W --channels-last --log-every K --data-dir DIR
 #include <cstdlib>
 #include <iostream>
 
@@ -16,7 +16,7 @@ namespace {
 
 const char* kUsage =
     "usage: unet [--synthetic] [--data-dir DIR] [--precision fp32|fp16|bf16] [--device cpu|cuda]\n"
-    "            [--steps N] [--batch-size N] [--lr X] [--seed N] [--image-size S] [--width W] [--log-every K]\n";
+    "            [--steps N] [--batch-size N] [--lr X] [--seed N] [--image-size S] [--width W] [--channels-last] [--log-every K]\n";
 
 ex::UnetConfig parse_args(int argc, char** argv) {
   ex::UnetConfig c;
@@ -36,6 +36,8 @@ ex::UnetConfig parse_args(int argc, char** argv) {
       c.image_size = flags.number<int64_t>();
     } else if (f == "--width") {
       c.width = flags.number<int64_t>();
+    } else if (f == "--channels-last") {
+      c.channels_last = true;
     } else {
       flags.unknown();
     }

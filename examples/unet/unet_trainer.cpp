@@ -114,8 +114,13 @@ class UnetTrainTask : public TrainTask {
     const Tensor cls = (b.y.to(dev).to(kFloat32) + 1.0).reshape({n, 1, 1, 1});
     SegBatch out;
     out.labels = where(item, cls, scalar_tensor(0.0, TensorOptions(dev))).reshape({n, s, s}).to(kInt64);
-    out.image = (img - kPixelMean) / kPixelStd;
+    out.image = in_layout((img - kPixelMean) / kPixelStd);
     return out;
+  }
+
+  // The network keeps its input's layout, so the images decide it.
+  Tensor in_layout(const Tensor& image) const {
+    return config_.channels_last ? image.contiguous(MemoryFormat::ChannelsLast) : image;
   }
 
   // Images x ~ N(0, 1); each pixel's label is the argmax of a fixed random linear map of its
@@ -130,6 +135,7 @@ class UnetTrainTask : public TrainTask {
       const int64_t s = config_.image_size;
       b.image = randn({config_.batch_size, o.in_channels, s, s}, gen, on);
       b.labels = matmul(b.image.permute({0, 2, 3, 1}), map).argmax(-1);
+      b.image = in_layout(b.image);
       return b;
     };
     for (int64_t i = 0; i < config_.synthetic_batches; ++i) batches_.push_back(make());

@@ -57,6 +57,12 @@ bool Tensor::is_contiguous(MemoryFormat format) const {
 }
 
 MemoryFormat Tensor::suggest_memory_format() const {
+  const auto& t = checked(impl_);
+  if (t.shape.size() != 4) return MemoryFormat::Contiguous;
+  // Strides as a channels-last allocation sets them (size-1 dims included) settle a layout that
+  // both would fit, as a one-channel image's does; otherwise the memory order decides.
+  if (t.strides == channels_last_strides(t.shape) && t.strides != contiguous_strides(t.shape))
+    return MemoryFormat::ChannelsLast;
   return !is_contiguous() && is_contiguous(MemoryFormat::ChannelsLast) ? MemoryFormat::ChannelsLast
                                                                        : MemoryFormat::Contiguous;
 }

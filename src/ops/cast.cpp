@@ -32,8 +32,9 @@ Tensor to(const Tensor& x_in, Device device) {
   OpScope scope(OpId::to, {&x});
   check_defined("to", x, "input");
   if (x.device() == device) return x;
-  Tensor src = x.contiguous();
-  Tensor out = Tensor::empty(x.shape(), TensorOptions().dtype(x.dtype()).device(device));
+  const MemoryFormat format = x.suggest_memory_format();  // a channels-last tensor moves as one
+  Tensor src = x.contiguous(format);
+  Tensor out = Tensor::empty(x.shape(), TensorOptions().dtype(x.dtype()).device(device), format);
   copy_into(src, out);
   const Device from = x.device();
   autograd::record("ToDeviceBackward", out, {&x}, [from](const TensorList& g) { return TensorList{g[0].to(from)}; });
@@ -56,8 +57,9 @@ Tensor contiguous(const Tensor& x, MemoryFormat format) {
   check_defined("contiguous", x, "input");
   MT_CHECK(format == MemoryFormat::Contiguous || x.dim() == 4, "contiguous: channels-last needs a 4-D [N, C, H, W] ",
            "tensor, got ", describe(x));
-  if (x.is_contiguous(format)) return x;
-  return copy_as(x, format);
+  const bool in_format = format == MemoryFormat::ChannelsLast ? x.suggest_memory_format() == MemoryFormat::ChannelsLast
+                                                              : x.is_contiguous();
+  return in_format ? x : copy_as(x, format);
 }
 
 Tensor contiguous(const Tensor& x) { return contiguous(x, MemoryFormat::Contiguous); }

@@ -1,6 +1,11 @@
 // conv2d and conv_transpose2d. Both run on the three convolution kernels (forward, backward
 // w.r.t. input, backward w.r.t. weight): a transposed convolution's forward is a convolution's
 // input gradient and the other way round, so one set of kernels serves both ops and both passes.
+//
+// Layout: when the input or the weight is channels-last, the convolution runs channels-last
+// (PyTorch's rule): its operands are given to the kernels in that layout and its output and input
+// gradient keep it, so a channels-last network stays channels-last. The weight gradient is
+// returned in the weight's own layout.
 #include "mixtrain/nn/functional.h"
 #include "ops/op_helpers.h"
 
@@ -11,11 +16,24 @@ using backends::Conv2dParams;
 
 namespace {
 
-// The kernel's copy of an input: contiguous, no history (autograd is recorded by the op).
-Tensor kernel_input(const Tensor& t) {
+// The kernel's copy of an input: in the convolution's layout (a bias: contiguous), no history
+// (autograd is recorded by the op).
+Tensor kernel_input(const Tensor& t, MemoryFormat format = MemoryFormat::Contiguous) {
   if (!t.defined()) return t;
   NoGradGuard no_grad;
-  return t.detach().contiguous();
+  return t.detach().contiguous(t.dim() == 4 ? format : MemoryFormat::Contiguous);
+}
+
+MemoryFormat conv_layout(const Tensor& x, const Tensor& w) {
+  return x.suggest_memory_format() == MemoryFormat::ChannelsLast || w.suggest_memory_format() == MemoryFormat::ChannelsLast
+             ? MemoryFormat::ChannelsLast
+             : MemoryFormat::Contiguous;
+}
+
+// The weight gradient, computed in the convolution's layout, in the weight's own.
+Tensor in_weight_layout(const Tensor& grad_w, MemoryFormat weight_format) {
+  NoGradGuard no_grad;
+  return grad_w.contiguous(weight_format);
 }
 
 struct ConvArgs {
@@ -81,27 +99,30 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
   MT_CHECK(span_h >= 0 && span_w >= 0, op, ": input ", describe(x), " (padded by (", padding.h, ", ", padding.w,
            ")) is smaller than the dilated kernel of weight ", describe(w));
   const Conv2dParams p = params(stride, padding, dilation, groups);
-  const Tensor xc = kernel_input(x), wc = kernel_input(w), bc = kernel_input(b);
-  Tensor out = new_empty({n, co, span_h / stride.h + 1, span_w / stride.w + 1}, x);
+  const MemoryFormat f = conv_layout(x, w), wf = w.suggest_memory_format();
+  const Tensor xc = kernel_input(x, f), wc = kernel_input(w, f), bc = kernel_input(b);
+  Tensor out = Tensor::empty({n, co, span_h / stride.h + 1, span_w / stride.w + 1}, x.options(), f);
   backend_for(x).conv2d(xc, wc, bc, p, out);
   if (autograd::needs_grad({&x, &w, &b})) {
     const bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.defined() && b.requires_grad();
     const Tensor x_s = gw ? xc : Tensor(), w_s = gx ? wc : Tensor();
     const Shape xs = x.shape(), ws = w.shape();
-    autograd::record("Conv2dBackward", {&out}, {&x, &w, &b}, [x_s, w_s, xs, ws, p, gx, gw, gb](const TensorList& g) {
-      const Tensor go = g[0].contiguous();
-      TensorList r(3);
-      if (gx) {
-        r[0] = Tensor::empty(xs, go.options());
-        backend_for(go).conv2d_backward_input(go, w_s, p, r[0]);
-      }
-      if (gw) {
-        r[1] = Tensor::empty(ws, go.options());
-        backend_for(go).conv2d_backward_weight(go, x_s, p, r[1]);
-      }
-      if (gb) r[2] = sum(go, {0, 2, 3});
-      return r;
-    });
+    autograd::record("Conv2dBackward", {&out}, {&x, &w, &b},
+                     [x_s, w_s, xs, ws, p, f, wf, gx, gw, gb](const TensorList& g) {
+                       const Tensor go = g[0].contiguous(f);
+                       TensorList r(3);
+                       if (gx) {
+                         r[0] = Tensor::empty(xs, go.options(), f);
+                         backend_for(go).conv2d_backward_input(go, w_s, p, r[0]);
+                       }
+                       if (gw) {
+                         r[1] = Tensor::empty(ws, go.options(), f);
+                         backend_for(go).conv2d_backward_weight(go, x_s, p, r[1]);
+                         r[1] = in_weight_layout(r[1], wf);
+                       }
+                       if (gb) r[2] = sum(go, {0, 2, 3});
+                       return r;
+                     });
   }
   return out;
 }
@@ -132,8 +153,9 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
   MT_CHECK(ho >= 1 && wo >= 1, op, ": input ", describe(x), " with padding (", padding.h, ", ", padding.w,
            ") gives an empty output (", ho, ", ", wo, ")");
   const Conv2dParams p = params(stride, padding, dilation, groups);
-  const Tensor xc = kernel_input(x), wc = kernel_input(w);
-  Tensor out = new_empty({n, co, ho, wo}, x);
+  const MemoryFormat f = conv_layout(x, w), wf = w.suggest_memory_format();
+  const Tensor xc = kernel_input(x, f), wc = kernel_input(w, f);
+  Tensor out = Tensor::empty({n, co, ho, wo}, x.options(), f);
   backend_for(x).conv2d_backward_input(xc, wc, p, out);
   if (b.defined()) {
     NoGradGuard no_grad;
@@ -144,16 +166,17 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
     const Tensor x_s = gw ? xc : Tensor(), w_s = gx ? wc : Tensor();
     const Shape xs = x.shape(), ws = w.shape();
     autograd::record("ConvTranspose2dBackward", {&out}, {&x, &w, &b},
-                     [x_s, w_s, xs, ws, p, gx, gw, gb](const TensorList& g) {
-                       const Tensor go = g[0].contiguous();
+                     [x_s, w_s, xs, ws, p, f, wf, gx, gw, gb](const TensorList& g) {
+                       const Tensor go = g[0].contiguous(f);
                        TensorList r(3);
                        if (gx) {  // the adjoint of a transposed convolution is the convolution
-                         r[0] = Tensor::empty(xs, go.options());
+                         r[0] = Tensor::empty(xs, go.options(), f);
                          backend_for(go).conv2d(go, w_s, Tensor(), p, r[0]);
                        }
                        if (gw) {
-                         r[1] = Tensor::empty(ws, go.options());
+                         r[1] = Tensor::empty(ws, go.options(), f);
                          backend_for(go).conv2d_backward_weight(x_s, go, p, r[1]);
+                         r[1] = in_weight_layout(r[1], wf);
                        }
                        if (gb) r[2] = sum(go, {0, 2, 3});
                        return r;

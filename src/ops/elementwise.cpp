@@ -38,7 +38,7 @@ Promoted promote(const char* op, const Tensor& a, const Tensor& b) {
 }
 
 Tensor binary_forward(BinaryOp kop, const Promoted& p) {
-  Tensor out = new_empty_preserving(p.shape, p.a.shape() == p.shape ? p.a : p.b, p.a.dtype());
+  Tensor out = new_empty_preserving(p.shape, p.a, p.b, p.a.dtype());
   backend_for(out).binary(kop, broadcast_for_kernel(p.a, p.shape), broadcast_for_kernel(p.b, p.shape), out);
   return out;
 }

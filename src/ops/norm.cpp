@@ -49,7 +49,12 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   OpScope scope(OpId::batch_norm, {&x, &w, &b});
   const char* op = "batch_norm";
   check_input(op, x, 2, "[N, C, *]");
-  const int64_t n = x.size(0), c = x.size(1), s = x.numel() / std::max<int64_t>(1, n * c);
+  // Channels-last: the kernels see the memory as [N * H * W, C, 1] (the permuted, contiguous
+  // view), which is the same reduction per channel.
+  const MemoryFormat f = x.suggest_memory_format();
+  const bool nhwc = f == MemoryFormat::ChannelsLast;
+  const int64_t c = x.size(1), n = nhwc ? x.numel() / std::max<int64_t>(1, c) : x.size(0),
+                s = nhwc ? 1 : x.numel() / std::max<int64_t>(1, x.size(0) * c);
   check_affine(op, x, w, "weight", {c});
   check_affine(op, x, b, "bias", {c});
   for (const Tensor* r : {&running_mean, &running_var}) {
@@ -66,7 +71,12 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   MT_CHECK(eps >= 0, op, ": eps must be non-negative, got ", eps);
 
   const DType st = stat_dtype(x.dtype());
-  const Tensor xc = kernel_input(x), wc = kernel_input(w), bc = kernel_input(b);
+  auto kernel_view = [nhwc](const Tensor& t) {
+    NoGradGuard no_grad;
+    return nhwc ? t.detach().contiguous(MemoryFormat::ChannelsLast).permute({0, 2, 3, 1}) : kernel_input(t);
+  };
+  const Tensor xc = kernel_view(x);
+  const Tensor wc = kernel_input(w), bc = kernel_input(b);
   Tensor mean, invstd;
   if (training) {
     mean = new_empty({c}, x, st);
@@ -80,15 +90,16 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
     mean = running_mean.detach().to(st).clone();
     invstd = rsqrt(add(running_var.detach().to(st), eps)).contiguous();
   }
-  Tensor out = new_empty(x.shape(), x);
-  backend_for(x).batch_norm(xc, n, c, s, mean, invstd, wc, bc, out);
+  Tensor out = Tensor::empty(x.shape(), x.options(), f);
+  backend_for(x).batch_norm(xc, n, c, s, mean, invstd, wc, bc, kernel_view(out));
   if (autograd::needs_grad({&x, &w, &b})) {
     const bool gx = x.requires_grad(), gw = w.defined() && w.requires_grad(), gb = b.defined() && b.requires_grad();
     const Shape xs = x.shape();
     const TensorOptions wo = options_of(w), bo = options_of(b);
     autograd::record("BatchNormBackward", {&out}, {&x, &w, &b}, [=](const TensorList& g) {
-      TensorList r{grad_buffer(gx, xs, g[0].options()), grad_buffer(gw, {c}, wo), grad_buffer(gb, {c}, bo)};
-      backend_for(xc).batch_norm_backward(xc, g[0].contiguous(), n, c, s, mean, invstd, wc, training, r[0], r[1], r[2]);
+      TensorList r{gx ? Tensor::empty(xs, g[0].options(), f) : Tensor(), grad_buffer(gw, {c}, wo), grad_buffer(gb, {c}, bo)};
+      backend_for(xc).batch_norm_backward(xc, kernel_view(g[0]), n, c, s, mean, invstd, wc, training,
+                                          gx ? kernel_view(r[0]) : Tensor(), r[1], r[2]);
       return r;
     });
   }

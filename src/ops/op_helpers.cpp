@@ -30,12 +30,31 @@ Tensor new_empty(const Shape& shape, const Tensor& like, DType dtype) {
   return Tensor::empty(shape, TensorOptions().dtype(dtype).device(like.device()));
 }
 
+namespace {
+// Channels are the innermost dimension in memory: a channels-last tensor, dense or not (a narrow
+// of one, as cat's backward makes). PyTorch's elementwise outputs follow their inputs' stride
+// order, so such an input gives a channels-last output.
+bool channels_innermost(const Tensor& t) {
+  if (t.dim() != 4 || t.size(1) == 1 || t.numel() == 0) return false;
+  if (t.suggest_memory_format() == MemoryFormat::ChannelsLast) return true;
+  if (t.is_contiguous()) return false;
+  for (int64_t d : {0, 2, 3})
+    if (t.size(d) > 1 && t.stride(d) <= t.stride(1)) return false;
+  return t.size(2) > 1 || t.size(3) > 1;
+}
+}  // namespace
+
 Tensor new_empty_preserving(const Shape& shape, const Tensor& like, DType dtype) {
-  const MemoryFormat f = like.shape() == shape ? like.suggest_memory_format() : MemoryFormat::Contiguous;
+  const MemoryFormat f = like.shape() == shape && channels_innermost(like) ? MemoryFormat::ChannelsLast
+                                                                           : MemoryFormat::Contiguous;
   return Tensor::empty(shape, TensorOptions().dtype(dtype).device(like.device()), f);
 }
 Tensor new_empty_preserving(const Shape& shape, const Tensor& like) {
   return new_empty_preserving(shape, like, like.dtype());
+}
+Tensor new_empty_preserving(const Shape& shape, const Tensor& a, const Tensor& b, DType dtype) {
+  const bool b_leads = b.shape() == shape && channels_innermost(b);
+  return new_empty_preserving(shape, b_leads ? b : a, dtype);
 }
 
 Tensor sum_to(const Tensor& g, const Shape& shape) {

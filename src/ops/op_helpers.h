@@ -31,6 +31,8 @@ Tensor new_empty(const Shape& shape, const Tensor& like, DType dtype);
 // (PyTorch's preserve_format, for the one other layout mixtrain has), else contiguous.
 Tensor new_empty_preserving(const Shape& shape, const Tensor& like, DType dtype);
 Tensor new_empty_preserving(const Shape& shape, const Tensor& like);
+// Of two operands: channels-last when either has `shape` and is channels-last.
+Tensor new_empty_preserving(const Shape& shape, const Tensor& a, const Tensor& b, DType dtype);
 
 // Sums g over the dimensions that broadcasting expanded, giving a tensor of `shape`.
 Tensor sum_to(const Tensor& g, const Shape& shape);

@@ -62,14 +62,20 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, IntPair k
   p.kernel_h = k.h, p.kernel_w = k.w, p.stride_h = stride.h, p.stride_w = stride.w;
   p.pad_h = padding.h, p.pad_w = padding.w, p.dilation_h = dilation.h, p.dilation_w = dilation.w;
   const Shape out_shape{x.size(0), x.size(1), ho, wo};
-  Tensor out = new_empty(out_shape, x);
-  Tensor indices = new_empty(out_shape, x, kInt64);
-  backend_for(x).max_pool2d(kernel_input(x), p, out, indices);
+  // A channels-last input is pooled channels-last: output, indices (each a position in its
+  // [H, W] plane, as in PyTorch) and input gradient keep the layout.
+  const MemoryFormat f = x.suggest_memory_format();
+  Tensor out = Tensor::empty(out_shape, x.options(), f);
+  Tensor indices = Tensor::empty(out_shape, TensorOptions(kInt64).device(x.device()), f);
+  {
+    NoGradGuard no_grad;
+    backend_for(x).max_pool2d(x.detach().contiguous(f), p, out, indices);
+  }
   if (autograd::needs_grad({&x})) {
     const Shape xs = x.shape();
-    autograd::record("MaxPool2dBackward", out, {&x}, [indices, xs](const TensorList& g) {
-      Tensor gx = Tensor::empty(xs, g[0].options());
-      backend_for(gx).max_pool2d_backward(g[0].contiguous(), indices, gx);
+    autograd::record("MaxPool2dBackward", out, {&x}, [indices, xs, f](const TensorList& g) {
+      Tensor gx = Tensor::empty(xs, g[0].options(), f);
+      backend_for(gx).max_pool2d_backward(g[0].contiguous(f), indices, gx);
       return TensorList{gx};
     });
   }

@@ -37,6 +37,26 @@ ReducePlan plan_reduce(const char* op, const Tensor& x, const std::vector<int64_
 // Runs a reduce kernel; x is permuted so the reduced dims form one block when they do not.
 void run_reduce(ReduceOp op, const Tensor& x_in, const ReducePlan& p, const Tensor& out, const Tensor& indices) {
   Tensor x = x_in;
+  // A channels-last sum runs in memory order when that keeps the kept dims in their order (a
+  // convolution's bias gradient, dims {0, 2, 3}): no transposing copy. Not for max/min, whose
+  // index is the first in logical order.
+  if (op == ReduceOp::Sum && x.dim() == 4 && x.suggest_memory_format() == MemoryFormat::ChannelsLast) {
+    constexpr int64_t kNhwcPosition[4] = {0, 3, 1, 2};  // where logical dim d sits in N, H, W, C
+    int64_t last_kept = -1;
+    bool in_order = true;
+    ReducePlan q = p;
+    q.dims.clear();
+    for (int64_t d = 0; d < 4; ++d) {
+      const bool reduced = std::binary_search(p.dims.begin(), p.dims.end(), d);
+      if (reduced) q.dims.push_back(kNhwcPosition[d]);
+      else in_order = in_order && kNhwcPosition[d] > last_kept, last_kept = kNhwcPosition[d];
+    }
+    if (in_order) {
+      std::sort(q.dims.begin(), q.dims.end());
+      NoGradGuard no_grad;
+      return run_reduce(op, x.detach().permute({0, 2, 3, 1}), q, out, indices);
+    }
+  }
   const bool block = p.dims.empty() || p.dims.back() - p.dims.front() + 1 == static_cast<int64_t>(p.dims.size());
   int64_t first = p.dims.empty() ? x.dim() : p.dims.front();
   if (!block) {

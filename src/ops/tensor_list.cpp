@@ -36,7 +36,11 @@ Tensor cat_impl(const char* op, std::vector<Tensor>& ts, int64_t dim) {
              " in every dimension but ", d);
     shape[d] += t.size(d);
   }
-  Tensor out = new_empty(shape, *ref, dtype);
+  // Channels-last inputs (a UNet's skip connections) give a channels-last result.
+  const MemoryFormat format = shape.size() == 4 && ref->suggest_memory_format() == MemoryFormat::ChannelsLast
+                                  ? MemoryFormat::ChannelsLast
+                                  : MemoryFormat::Contiguous;
+  Tensor out = Tensor::empty(shape, TensorOptions(dtype).device(ref->device()), format);
   std::vector<int64_t> offsets(ts.size(), -1), lengths(ts.size(), 0);
   {
     NoGradGuard no_grad;

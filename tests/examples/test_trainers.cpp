@@ -78,6 +78,31 @@ TEST(AmpParity, Unet) {
       0.5, 0.05);
 }
 
+TEST(UnetExample, ChannelsLastTrainsLikeNchw) {
+  // The same run with NHWC images: every op keeps the layout, and the losses agree step by step
+  // (fp16: batch norm sums its pixels in another order, so to rounding, not bit for bit).
+  for (ex::Precision p : {ex::Precision::Fp32, ex::Precision::Fp16}) {
+    std::vector<double> losses[2];
+    for (bool channels_last : {false, true}) {
+      ex::UnetConfig c;
+      c.synthetic = true;
+      c.width = 8;
+      c.image_size = 16;
+      c.batch_size = 4;
+      c.steps = 8;
+      c.seed = 3;
+      c.precision = p;
+      c.channels_last = channels_last;
+      c.device = mt::Device::cpu();
+      losses[channels_last] = ex::run_unet(c).losses;
+    }
+    ASSERT_EQ(losses[0].size(), losses[1].size());
+    for (size_t i = 0; i < losses[0].size(); ++i)
+      EXPECT_NEAR(losses[1][i], losses[0][i], (p == ex::Precision::Fp32 ? 1e-5 : 2e-3) * losses[0][i])
+          << ex::precision_name(p) << " step " << i;
+  }
+}
+
 TEST(AmpParity, Transformer) {
   expect_parity(
       [](ex::Precision p) {
@@ -120,6 +145,12 @@ TEST(UnetExample, OutputMatchesInputSizeAndNamesBuffers) {
   EXPECT_TRUE(sd.count("upsamplers.0.weight"));
   EXPECT_TRUE(sd.count("head.bias"));
   EXPECT_THROW(net(mt::randn({1, 1, 20, 20})), mt::Error);  // not a multiple of 8
+  // A one-channel image made channels-last carries the layout through every level to the output.
+  net->eval();
+  const mt::Tensor x = mt::randn({2, 1, 24, 16});
+  const mt::Tensor y_cl = net(x.contiguous(mt::MemoryFormat::ChannelsLast));
+  EXPECT_EQ(y_cl.suggest_memory_format(), mt::MemoryFormat::ChannelsLast);
+  EXPECT_TRUE(mt::testing::all_close(y_cl, mt::testing::to_doubles(net(x)), mt::testing::tolerance_for(mt::kFloat32)));
 }
 
 TEST(TransformerExample, BertBaseSizes) {

@@ -60,8 +60,9 @@ class Tensor {
   int64_t storage_offset() const;
   bool is_contiguous() const;
   bool is_contiguous(MemoryFormat format) const;
-  // ChannelsLast for a 4-D tensor laid out NHWC (and not also NCHW, as when C == 1), else
-  // Contiguous: the layout an op's output keeps.
+  // ChannelsLast for a 4-D tensor laid out NHWC: in NHWC memory order and not also NCHW, or, when
+  // both fit (one channel, a 1x1 image), allocated channels-last. Else Contiguous. The layout an
+  // op's output keeps.
   MemoryFormat suggest_memory_format() const;
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(dtype()); }
   std::string str() const;  // "Tensor[2, 3] float32 cpu"
@@ -92,7 +93,8 @@ class Tensor {
   Tensor half() const { return to(DType::Float16); }
   Tensor bfloat16() const { return to(DType::BFloat16); }
   Tensor contiguous() const;
-  Tensor contiguous(MemoryFormat format) const;  // a copy in that layout unless already in it
+  // A copy in that layout unless already in it (ChannelsLast: unless suggest_memory_format says so).
+  Tensor contiguous(MemoryFormat format) const;
 
   // Views (share storage; differentiable).
   Tensor reshape(const Shape& shape) const;

@@ -170,24 +170,33 @@ void backward_weight(const Tensor& grad_out, const Tensor& x, const Geometry& g,
 
 }  // namespace
 
-void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
-                        const Tensor& out) {
-  const Geometry g = geometry(x, w, out, p);
-  dispatch_floating(x.dtype(), "conv2d", [&](auto tag) { forward<typename decltype(tag)::type>(x, w, bias, g, out); });
+void CpuBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const Conv2dParams& p,
+                        const Tensor& out_in) {
+  const Tensor x = as_nchw(x_in), w = as_nchw(w_in);
+  write_nchw(out_in, [&](const Tensor& out) {
+    const Geometry g = geometry(x, w, out, p);
+    dispatch_floating(x.dtype(), "conv2d", [&](auto tag) { forward<typename decltype(tag)::type>(x, w, bias, g, out); });
+  });
 }
 
-void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p,
-                                       const Tensor& grad_x) {
-  const Geometry g = geometry(grad_x, w, grad_out, p);
-  dispatch_floating(w.dtype(), "conv2d_backward_input",
-                    [&](auto tag) { backward_input<typename decltype(tag)::type>(grad_out, w, g, grad_x); });
+void CpuBackend::conv2d_backward_input(const Tensor& grad_out_in, const Tensor& w_in, const Conv2dParams& p,
+                                       const Tensor& grad_x_in) {
+  const Tensor grad_out = as_nchw(grad_out_in), w = as_nchw(w_in);
+  write_nchw(grad_x_in, [&](const Tensor& grad_x) {
+    const Geometry g = geometry(grad_x, w, grad_out, p);
+    dispatch_floating(w.dtype(), "conv2d_backward_input",
+                      [&](auto tag) { backward_input<typename decltype(tag)::type>(grad_out, w, g, grad_x); });
+  });
 }
 
-void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
-                                        const Tensor& grad_w) {
-  const Geometry g = geometry(x, grad_w, grad_out, p);
-  dispatch_floating(x.dtype(), "conv2d_backward_weight",
-                    [&](auto tag) { backward_weight<typename decltype(tag)::type>(grad_out, x, g, grad_w); });
+void CpuBackend::conv2d_backward_weight(const Tensor& grad_out_in, const Tensor& x_in, const Conv2dParams& p,
+                                        const Tensor& grad_w_in) {
+  const Tensor grad_out = as_nchw(grad_out_in), x = as_nchw(x_in);
+  write_nchw(grad_w_in, [&](const Tensor& grad_w) {
+    const Geometry g = geometry(x, grad_w, grad_out, p);
+    dispatch_floating(x.dtype(), "conv2d_backward_weight",
+                      [&](auto tag) { backward_weight<typename decltype(tag)::type>(grad_out, x, g, grad_w); });
+  });
 }
 
 }  // namespace mixtrain::backends::cpu

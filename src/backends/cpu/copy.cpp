@@ -119,4 +119,11 @@ void CpuBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t offs
   });
 }
 
+Tensor as_nchw(const Tensor& t) {
+  if (!t.defined() || t.is_contiguous()) return t;
+  Tensor c = Tensor::empty(t.shape(), t.options());
+  cpu_backend().copy(t, c);
+  return c;
+}
+
 }  // namespace mixtrain::backends::cpu

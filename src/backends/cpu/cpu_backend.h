@@ -81,4 +81,17 @@ class CpuBackend final : public Backend {
 
 Backend& cpu_backend();
 
+// The image kernels (convolution, pooling) compute NCHW; channels-last operands are copied
+// around them (on the CPU the layout is a matter of agreement with the GPU, not of speed).
+// as_nchw: t, or its contiguous copy. write_nchw: runs compute(out) on out itself when it is
+// contiguous, else on a contiguous buffer that is then copied into out.
+Tensor as_nchw(const Tensor& t);
+template <class Compute>
+void write_nchw(const Tensor& out, Compute&& compute) {
+  if (out.is_contiguous()) return compute(out);
+  const Tensor tmp = Tensor::empty(out.shape(), out.options());
+  compute(tmp);
+  cpu_backend().copy(tmp, out);
+}
+
 }  // namespace mixtrain::backends::cpu

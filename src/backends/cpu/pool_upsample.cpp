@@ -135,7 +135,15 @@ void upsample_backward(const Tensor& grad_out, const Upsample2dParams& p, const 
 
 }  // namespace
 
-void CpuBackend::max_pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) {
+void CpuBackend::max_pool2d(const Tensor& x_in, const Pool2dParams& p, const Tensor& out_in,
+                            const Tensor& indices_in) {
+  if (!out_in.is_contiguous() || !indices_in.is_contiguous()) {
+    const Tensor x = as_nchw(x_in);
+    return write_nchw(out_in, [&](const Tensor& out) {
+      write_nchw(indices_in, [&](const Tensor& indices) { max_pool2d(x, p, out, indices); });
+    });
+  }
+  const Tensor x = as_nchw(x_in), &out = out_in, &indices = indices_in;
   MT_CHECK(x.is_contiguous() && out.is_contiguous() && indices.is_contiguous(), "max_pool2d: expected contiguous tensors");
   const int64_t planes = x.size(0) * x.size(1), h = x.size(2), w = x.size(3), ho = out.size(2), wo = out.size(3);
   int64_t* pi = indices.data_ptr<int64_t>();
@@ -176,7 +184,11 @@ void CpuBackend::max_pool2d(const Tensor& x, const Pool2dParams& p, const Tensor
   });
 }
 
-void CpuBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Tensor& grad_x) {
+void CpuBackend::max_pool2d_backward(const Tensor& grad_out_in, const Tensor& indices_in, const Tensor& grad_x_in) {
+  if (!grad_x_in.is_contiguous()) {
+    return write_nchw(grad_x_in, [&](const Tensor& grad_x) { max_pool2d_backward(grad_out_in, indices_in, grad_x); });
+  }
+  const Tensor grad_out = as_nchw(grad_out_in), indices = as_nchw(indices_in), &grad_x = grad_x_in;
   MT_CHECK(grad_out.is_contiguous() && indices.is_contiguous() && grad_x.is_contiguous(),
            "max_pool2d_backward: expected contiguous tensors");
   const int64_t out_plane = grad_out.size(2) * grad_out.size(3);

@@ -1,5 +1,7 @@
 // 2-D convolutions through cuDNN: forward, backward data (also conv_transpose2d's forward) and
-// backward filter, NCHW, any stride / padding / dilation / groups. fp16/bf16 run on tensor cores
+// backward filter, NCHW or channels-last (NHWC, the layout of cuDNN's tensor-core kernels, which
+// otherwise transpose NCHW operands around them), any stride / padding / dilation / groups. The
+// layout of a call is its output's; the other operands are brought to it. fp16/bf16 run on tensor cores
 // with fp32 accumulation; fp32 uses TF32 only when mixtrain::cuda::cudnn_allow_tf32() (on by
 // default, as in PyTorch). Algorithms come from cuDNN's heuristics, or from timing them once per
 // shape in benchmark mode (mixtrain::cuda::set_cudnn_benchmark), and are cached per shape.
@@ -60,6 +62,7 @@ struct Geometry {
   DType dt;
   int64_t n, c, h, w, cout, kh, kw, ho, wo;
   Conv2dParams p;
+  bool nhwc;
 };
 
 ConvPlan make_plan(const Geometry& g) {
@@ -69,11 +72,12 @@ ConvPlan make_plan(const Geometry& g) {
   MT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan.y));
   MT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&plan.w));
   MT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&plan.conv));
-  MT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan.x, CUDNN_TENSOR_NCHW, type, as_int(g.n, "batch"),
-                                            as_int(g.c, "channels"), as_int(g.h, "height"), as_int(g.w, "width")));
-  MT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan.y, CUDNN_TENSOR_NCHW, type, as_int(g.n, "batch"),
-                                            as_int(g.cout, "channels"), as_int(g.ho, "height"), as_int(g.wo, "width")));
-  MT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan.w, type, CUDNN_TENSOR_NCHW, as_int(g.cout, "channels"),
+  const cudnnTensorFormat_t format = g.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  MT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan.x, format, type, as_int(g.n, "batch"), as_int(g.c, "channels"),
+                                            as_int(g.h, "height"), as_int(g.w, "width")));
+  MT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan.y, format, type, as_int(g.n, "batch"), as_int(g.cout, "channels"),
+                                            as_int(g.ho, "height"), as_int(g.wo, "width")));
+  MT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan.w, type, format, as_int(g.cout, "channels"),
                                             as_int(g.c / g.p.groups, "channels"), as_int(g.kh, "kernel"),
                                             as_int(g.kw, "kernel")));
   MT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
@@ -146,7 +150,7 @@ void with_plan(const Geometry& g, Direction d, DeviceContext& ctx, Body&& body) 
   const Conv2dParams& p = g.p;
   const ConvKey key{static_cast<int64_t>(g.dt), ctx.index, g.n, g.c, g.h, g.w, g.cout, g.kh, g.kw, g.ho, g.wo,
                     p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups,
-                    mixtrain::cuda::cudnn_allow_tf32(), mixtrain::cuda::cudnn_benchmark()};
+                    mixtrain::cuda::cudnn_allow_tf32(), mixtrain::cuda::cudnn_benchmark(), g.nhwc};
   std::lock_guard<std::mutex> lock(cache->mutex);
   auto it = cache->plans.find(key);
   if (it == cache->plans.end()) it = cache->plans.emplace(key, make_plan(g)).first;
@@ -163,9 +167,11 @@ void with_plan(const Geometry& g, Direction d, DeviceContext& ctx, Body&& body) 
        fp64 ? static_cast<const void*>(&a64) : &a32, fp64 ? static_cast<const void*>(&b64) : &b32);
 }
 
-Geometry geometry(const Tensor& x_shape_of, const Tensor& w, const Tensor& y_shape_of, const Conv2dParams& p) {
+Geometry geometry(const Tensor& x_shape_of, const Tensor& w, const Tensor& y_shape_of, const Conv2dParams& p,
+                  MemoryFormat layout) {
   return Geometry{x_shape_of.dtype(), x_shape_of.size(0), x_shape_of.size(1), x_shape_of.size(2), x_shape_of.size(3),
-                  w.size(0), w.size(2), w.size(3), y_shape_of.size(2), y_shape_of.size(3), p};
+                  w.size(0), w.size(2), w.size(3), y_shape_of.size(2), y_shape_of.size(3), p,
+                  layout == MemoryFormat::ChannelsLast};
 }
 
 }  // namespace
@@ -174,9 +180,10 @@ void CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b
                          const Tensor& out) {
   check_device("conv2d", out.device(), {&x_in, &w_in, &bias});
   DeviceContext& ctx = context(out);
-  const Tensor x = as_contiguous(x_in, out.dtype()), w = as_contiguous(w_in, out.dtype());
+  const MemoryFormat f = layout_of("conv2d", out, x_in);
+  const Tensor x = as_layout(x_in, out.dtype(), f), w = as_layout(w_in, out.dtype(), f);
   if (out.numel() == 0) return;
-  with_plan(geometry(x, w, out, p), Direction::Forward, ctx, [&](ConvPlan& plan, cudnnHandle_t h, void* ws,
+  with_plan(geometry(x, w, out, p, f), Direction::Forward, ctx, [&](ConvPlan& plan, cudnnHandle_t h, void* ws,
                                                                  size_t ws_bytes, const void* alpha, const void* beta) {
     MT_CUDNN_CHECK(cudnnConvolutionForward(h, alpha, plan.x, x.raw_data(), plan.w, w.raw_data(), plan.conv,
                                            static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo[0]), ws, ws_bytes, beta,
@@ -192,10 +199,11 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w_
                                         const Tensor& grad_x) {
   check_device("conv2d_backward_input", grad_x.device(), {&grad_out, &w_in});
   DeviceContext& ctx = context(grad_x);
-  const Tensor dy = as_contiguous(grad_out, grad_x.dtype()), w = as_contiguous(w_in, grad_x.dtype());
+  const MemoryFormat f = layout_of("conv2d", grad_x, grad_out);
+  const Tensor dy = as_layout(grad_out, grad_x.dtype(), f), w = as_layout(w_in, grad_x.dtype(), f);
   if (grad_x.numel() == 0) return;
   if (dy.numel() == 0) return fill(grad_x, 0.0);
-  with_plan(geometry(grad_x, w, dy, p), Direction::BackwardData, ctx,
+  with_plan(geometry(grad_x, w, dy, p, f), Direction::BackwardData, ctx,
             [&](ConvPlan& plan, cudnnHandle_t h, void* ws, size_t ws_bytes, const void* alpha, const void* beta) {
               MT_CUDNN_CHECK(cudnnConvolutionBackwardData(h, alpha, plan.w, w.raw_data(), plan.y, dy.raw_data(),
                                                           plan.conv,
@@ -208,10 +216,11 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x
                                          const Tensor& grad_w) {
   check_device("conv2d_backward_weight", grad_w.device(), {&grad_out, &x_in});
   DeviceContext& ctx = context(grad_w);
-  const Tensor dy = as_contiguous(grad_out, grad_w.dtype()), x = as_contiguous(x_in, grad_w.dtype());
+  const MemoryFormat f = layout_of("conv2d", grad_w, x_in);
+  const Tensor dy = as_layout(grad_out, grad_w.dtype(), f), x = as_layout(x_in, grad_w.dtype(), f);
   if (grad_w.numel() == 0) return;
   if (dy.numel() == 0) return fill(grad_w, 0.0);
-  with_plan(geometry(x, grad_w, dy, p), Direction::BackwardFilter, ctx,
+  with_plan(geometry(x, grad_w, dy, p, f), Direction::BackwardFilter, ctx,
             [&](ConvPlan& plan, cudnnHandle_t h, void* ws, size_t ws_bytes, const void* alpha, const void* beta) {
               MT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, alpha, plan.x, x.raw_data(), plan.y, dy.raw_data(),
                                                             plan.conv,

@@ -69,12 +69,24 @@ template kernels::ElemIter<2> make_iter<2>(const char*, const std::array<const T
 template kernels::ElemIter<3> make_iter<3>(const char*, const std::array<const Tensor*, 3>&);
 template kernels::ElemIter<4> make_iter<4>(const char*, const std::array<const Tensor*, 4>&);
 
-Tensor as_contiguous(const Tensor& t, DType dt) {
-  if (!t.defined() || (t.dtype() == dt && t.is_contiguous())) return t;
-  Tensor c = Tensor::empty(t.shape(), TensorOptions(dt).device(t.device()));
+Tensor as_layout(const Tensor& t, DType dt, MemoryFormat format) {
+  if (!t.defined() || (t.dtype() == dt && t.is_contiguous(format))) return t;
+  Tensor c = Tensor::empty(t.shape(), TensorOptions(dt).device(t.device()), format);
   cuda_backend()->copy(t, c);
   return c;
 }
+
+Tensor as_contiguous(const Tensor& t, DType dt) { return as_layout(t, dt, MemoryFormat::Contiguous); }
+
+// The layout of a call: its output's (written in place, so it cannot be converted), or, when
+// the output fits both (a 1x1 filter, a 1x1 image), that of the activation operand.
+MemoryFormat layout_of(const char* op, const Tensor& out, const Tensor& activation) {
+  const bool nchw = out.is_contiguous(), nhwc = out.is_contiguous(MemoryFormat::ChannelsLast);
+  MT_CHECK(nchw || nhwc, op, ": the output ", out.str(), " must be contiguous or channels-last");
+  if (nchw && nhwc) return activation.suggest_memory_format();
+  return nhwc ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+}
+
 
 // ---- copies
 

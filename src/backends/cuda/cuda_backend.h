@@ -98,6 +98,10 @@ inline void* ptr(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr;
 // t as a contiguous tensor of dtype `dt` on its device: itself when it already is one, else a
 // converted copy (undefined stays undefined).
 Tensor as_contiguous(const Tensor& t, DType dt);
+Tensor as_layout(const Tensor& t, DType dt, MemoryFormat format);  // 4-D for ChannelsLast
+// The layout of an image kernel's call: its output's (written in place, so it cannot be
+// converted), or, when the output fits both layouts (1x1 planes), that of the activation operand.
+MemoryFormat layout_of(const char* op, const Tensor& out, const Tensor& activation);
 
 Backend* cuda_backend();
 

@@ -20,19 +20,27 @@ Tensor accumulator(const Tensor& grad) {
 
 }  // namespace
 
+// In the output's layout (layout_of); indices share it.
 void CudaBackend::max_pool2d(const Tensor& x_in, const Pool2dParams& p, const Tensor& out, const Tensor& indices) {
   check_device("max_pool2d", out.device(), {&x_in, &indices});
-  const Tensor x = as_contiguous(x_in, out.dtype());
-  kernels::max_pool2d(x.dtype(), x.raw_data(), planes_of(x, out), p, out.raw_data(), indices.data_ptr<int64_t>(),
+  const MemoryFormat f = layout_of("max_pool2d", out, x_in);
+  MT_CHECK(indices.is_contiguous(f), "max_pool2d: indices ", indices.str(), " must share the output's layout");
+  const Tensor x = as_layout(x_in, out.dtype(), f);
+  kernels::Planes planes = planes_of(x, out);
+  if (f == MemoryFormat::ChannelsLast) planes.channels_last = x.size(1);
+  kernels::max_pool2d(x.dtype(), x.raw_data(), planes, p, out.raw_data(), indices.data_ptr<int64_t>(),
                       context(out).stream);
 }
 
 void CudaBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Tensor& grad_x) {
   check_device("max_pool2d_backward", grad_x.device(), {&grad_out, &indices});
-  const Tensor g = as_contiguous(grad_out, grad_x.dtype()), idx = as_contiguous(indices, kInt64);
+  const MemoryFormat f = layout_of("max_pool2d_backward", grad_x, grad_out);
+  const Tensor g = as_layout(grad_out, grad_x.dtype(), f), idx = as_layout(indices, kInt64, f);
   const Tensor acc = accumulator(grad_x);
-  kernels::max_pool2d_backward(grad_x.dtype(), g.raw_data(), idx.data_ptr<int64_t>(), planes_of(grad_x, g),
-                               grad_x.raw_data(), ptr(acc), context(grad_x).stream);
+  kernels::Planes planes = planes_of(grad_x, g);
+  if (f == MemoryFormat::ChannelsLast) planes.channels_last = grad_x.size(1);
+  kernels::max_pool2d_backward(grad_x.dtype(), g.raw_data(), idx.data_ptr<int64_t>(), planes, grad_x.raw_data(),
+                               ptr(acc), context(grad_x).stream);
 }
 
 void CudaBackend::upsample2d(const Tensor& x_in, const Upsample2dParams& p, const Tensor& out) {
