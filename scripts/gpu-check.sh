@@ -3,7 +3,8 @@
 # tests included), compute-sanitizer's memcheck over the CUDA backend tests, the GPU benchmarks
 # (GEMM, bandwidth, the scaler; fp32 vs AMP training steps with PyTorch beside us when the
 # mixtrain command and PyTorch are there), and prints a short table at the end.
-# The model benchmarks run twice: fp32 with PyTorch's defaults (cuDNN on TF32), then strict fp32.
+# The model benchmarks run with PyTorch's fp32 defaults (cuDNN on TF32), then the UNet in strict
+# fp32, then the UNet channels-last.
 #   scripts/gpu-check.sh [--quick] [--torch-reference FILE]
 #     --quick: skip the model benchmarks
 #     --torch-reference FILE: show PyTorch's numbers from FILE (an earlier torch_amp_bench.py run on
@@ -72,6 +73,15 @@ if [ $quick -eq 0 ] && [ -x "$build/apps/mixtrain/mixtrain" ]; then
   timeout 300 "$build/apps/mixtrain/mixtrain" bench --device cuda --size full --models unet \
     --fp32-math strict --out "$out/mixtrain-strict" > "$out/mixtrain_bench_strict.log" 2>&1
   tail -6 "$out/mixtrain_bench_strict.log" | tee -a "$out/summary.txt"
+  # The UNet channels-last (NHWC activations: cuDNN's tensor-core layout), PyTorch beside it.
+  cl_ref=""
+  if [ -z "$torch_ref" ] && [ -n "$py" ]; then
+    PYTHONUNBUFFERED=1 timeout 200 $py bench/reference/torch_amp_bench.py --device cuda --size full --models unet \
+      --channels-last --out "$out/torch_cl.json" > "$out/torch_bench_cl.log" 2>&1 && cl_ref="--reference $out/torch_cl.json"
+  fi
+  timeout 200 "$build/apps/mixtrain/mixtrain" bench --device cuda --size full --models unet --channels-last \
+    --out "$out/mixtrain-cl" $cl_ref > "$out/mixtrain_bench_cl.log" 2>&1
+  tail -6 "$out/mixtrain_bench_cl.log" | tee -a "$out/summary.txt"
 fi
 
 if [ -n "${OUT:-}" ]; then
