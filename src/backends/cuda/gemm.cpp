@@ -106,10 +106,11 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
   return l;
 }
 
-// Builds the descriptors and asks the heuristic for the best algorithm with epilogue `epi`;
-// false if it has none.
-bool build_plan(DeviceContext& ctx, DType dt, const Operand& x, const Operand& y, int64_t m, int64_t n, int64_t k,
-                int64_t batch, cublasLtEpilogue_t epi, const int (&align)[4], Plan& plan) {
+// Builds the descriptors and asks the heuristic for the best algorithm with epilogue `epi`.
+// Returns the heuristic's status, NOT_SUPPORTED when it found no algorithm; the plan is only
+// valid on SUCCESS.
+cublasStatus_t build_plan(DeviceContext& ctx, DType dt, const Operand& x, const Operand& y, int64_t m, int64_t n,
+                          int64_t k, int64_t batch, cublasLtEpilogue_t epi, const int (&align)[4], Plan& plan) {
   const cudaDataType_t type = cuda_type(dt);
   const bool fp64 = dt == DType::Float64;
   const cublasComputeType_t compute =
@@ -140,17 +141,15 @@ bool build_plan(DeviceContext& ctx, DType dt, const Operand& x, const Operand& y
   const cublasStatus_t st =
       cublasLtMatmulAlgoGetHeuristic(ctx.lt, plan.desc, plan.a, plan.b, plan.c, plan.c, pref, 1, &result, &found);
   MT_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-  // NOT_SUPPORTED is the heuristic's "no algorithm for this case"; any other failure is an error.
-  if (st != CUBLAS_STATUS_NOT_SUPPORTED) MT_CUBLAS_CHECK(st);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
     MT_CUBLAS_CHECK(cublasLtMatmulDescDestroy(plan.desc));
     MT_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan.a));
     MT_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan.b));
     MT_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan.c));
-    return false;
+    return st != CUBLAS_STATUS_SUCCESS ? st : CUBLAS_STATUS_NOT_SUPPORTED;
   }
   plan.algo = result.algo;
-  return true;
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 }  // namespace
@@ -202,13 +201,13 @@ void CudaBackend::gemm(const Tensor& a_in, bool trans_a, const Tensor& b_in, boo
   if (it == cache.plans.end()) {
     Plan p;
     const cublasLtEpilogue_t epi = lt_epilogue(bias.defined(), epilogue);
+    cublasStatus_t st = build_plan(ctx, dt, x, y, m, n, k, batch, epi, align, p);
     // No algorithm with the fused epilogue for this case (e.g. fp64): plain product, then
     // unfused_epilogue.
-    const bool built = build_plan(ctx, dt, x, y, m, n, k, batch, epi, align, p) ||
-                       (epi != CUBLASLT_EPILOGUE_DEFAULT &&
-                        build_plan(ctx, dt, x, y, m, n, k, batch, CUBLASLT_EPILOGUE_DEFAULT, align, p));
-    MT_CHECK(built, "gemm: cuBLASLt has no algorithm for ", dt, " [", m, ", ", k, "] x [", k, ", ", n, "] (batch ",
-             batch, ")");
+    if (st != CUBLAS_STATUS_SUCCESS && epi != CUBLASLT_EPILOGUE_DEFAULT)
+      st = build_plan(ctx, dt, x, y, m, n, k, batch, CUBLASLT_EPILOGUE_DEFAULT, align, p);
+    MT_CHECK(st == CUBLAS_STATUS_SUCCESS, "gemm: cuBLASLt has no algorithm for ", dt, " [", m, ", ", k, "] x [", k,
+             ", ", n, "] (batch ", batch, "): cublasLtMatmulAlgoGetHeuristic gave ", cublasLtGetStatusName(st));
     it = cache.plans.emplace(key, p).first;
   }
   const Plan& plan = it->second;
