@@ -64,10 +64,11 @@ class Backend {
   virtual void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t reduce, int64_t inner,
                       const Tensor& out, const Tensor& indices) = 0;
 
-  // out = op(a) @ op(b) (+ bias broadcast over rows). a, b: [batch?, m, k] matrices whose last
-  // two dims have one unit stride (either order). Half inputs: fp32 accumulate, round once.
+  // out = epilogue(op(a) @ op(b) (+ bias broadcast over rows)). a, b: [batch?, m, k] matrices
+  // whose last two dims have one unit stride (either order). Half inputs: fp32 accumulate, bias
+  // and epilogue in fp32, round once. Relu matches unary(Relu): x <= 0 ? 0 : x.
   virtual void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& out,
-                    const Tensor& bias) = 0;
+                    const Tensor& bias, GemmEpilogue epilogue = GemmEpilogue::None) = 0;
 
   // Softmax over the middle axis of x viewed as [outer, n, inner] (contiguous); out has x's dtype
   // (half: fp32 arithmetic, rounded once). causal_rows > 0 (softmax over rows, inner == 1): row r

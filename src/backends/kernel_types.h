@@ -11,6 +11,11 @@ enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Pow, Maximum, Minimum };
 enum class CompareOp : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
 enum class ReduceOp : uint8_t { Sum, Max, Min };
 
+// What Backend::gemm applies to out after the bias, in the same pass. Only ReLU: GELU would need
+// the pre-activation saved for its backward (so no pass saved), and cuBLASLt's GELU epilogue is
+// the tanh approximation, not our exact erf form.
+enum class GemmEpilogue : uint8_t { None, Relu };
+
 const char* unary_op_name(UnaryOp op);
 const char* binary_op_name(BinaryOp op);
 

@@ -29,11 +29,20 @@ void LinearImpl::reset_parameters() {
   }
 }
 
-Tensor LinearImpl::forward(const Tensor& input) {
+void LinearImpl::check_input(const Tensor& input) const {
   MT_CHECK(input.defined() && input.dim() >= 1 && input.size(-1) == options_.in_features(),
            "Linear: expected an input whose last dim is in_features = ", options_.in_features(), ", got ",
            input.defined() ? input.str() : std::string("an undefined tensor"));
+}
+
+Tensor LinearImpl::forward(const Tensor& input) {
+  check_input(input);
   return linear(input, weight, bias);
+}
+
+Tensor LinearImpl::forward_relu(const Tensor& input) {
+  check_input(input);
+  return linear_relu(input, weight, bias);
 }
 
 Tensor FlattenImpl::forward(const Tensor& input) {

@@ -1,10 +1,14 @@
-// Matrix products: matmul (PyTorch's 1-D/2-D/batched rules), bmm and linear. All reduce to one
-// recorded primitive, mm over 2-D or 3-D operands, whose backward is two more products.
+// Matrix products: matmul (PyTorch's 1-D/2-D/batched rules), bmm, linear and linear_relu. All
+// but the linears reduce to one recorded primitive, mm over 2-D or 3-D operands, whose backward
+// is two more products; the linears record their own node, with the bias and the ReLU in the
+// GEMM's epilogue.
 #include "ops/op_helpers.h"
 
 namespace mixtrain {
 
 using namespace ops;
+using backends::GemmEpilogue;
+using backends::UnaryOp;
 
 namespace {
 
@@ -34,6 +38,55 @@ Tensor mm(const char* op, const Tensor& a, const Tensor& b) {
     });
   }
   return out;
+}
+
+// grad_out masked where the ReLU clamped. The derivative is read from the saved output: out > 0
+// exactly where the pre-activation is > 0 (NaN in both), so relu's own backward kernel gives the
+// same bits as on the unfused path.
+Tensor relu_backward_from_output(const Tensor& out, const Tensor& grad_out) {
+  Tensor grad = new_empty(grad_out.shape(), grad_out);
+  backend_for(grad_out).unary_backward(UnaryOp::Relu, out, Tensor(), grad_out, grad, 0.0);
+  return grad;
+}
+
+// linear and linear_relu: x [..., in] @ w^T (+ b), the activation in the GEMM's epilogue, one
+// recorded node whose backward undoes the activation first, then the product.
+Tensor linear_with_epilogue(const char* op, const Tensor& x_in, const Tensor& w_in, const Tensor& b_in,
+                            GemmEpilogue epilogue) {
+  Tensor x = x_in, w = w_in, b = b_in;
+  // linear_relu is linear to autocast: one policy entry decides both, and relu (Passthrough)
+  // would not cast what linear returns.
+  OpScope scope(OpId::linear, {&x, &w, &b});
+  check_pair(op, x, w);
+  MT_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), op, ": input ", describe(x),
+           " does not match weight ", describe(w), " (expected input [..., ", w.dim() == 2 ? w.size(1) : -1, "])");
+  if (b.defined()) {
+    check_same_device(op, x, b);
+    MT_CHECK(b.dim() == 1 && b.size(0) == w.size(0) && b.dtype() == x.dtype(), op, ": bias ", describe(b),
+             " does not match weight ", describe(w));
+  }
+  const int64_t in = w.size(1), out_features = w.size(0);
+  Tensor x2 = x.reshape({-1, in});
+  Shape out_shape = x.shape();
+  out_shape.back() = out_features;
+  Tensor out = new_empty({x2.size(0), out_features}, x);
+  backend_for(x).gemm(gemm_ready(x2), false, gemm_ready(w), true, out, b, epilogue);
+  if (autograd::needs_grad({&x2, &w, &b})) {
+    Tensor x_s = w.requires_grad() ? autograd::saved(x2) : Tensor();
+    Tensor w_s = x2.requires_grad() ? autograd::saved(w) : Tensor();
+    Tensor y_s = epilogue == GemmEpilogue::Relu ? autograd::saved(out) : Tensor();
+    const bool gb = b.defined() && b.requires_grad();
+    const char* node = epilogue == GemmEpilogue::Relu ? "LinearReluBackward" : "LinearBackward";
+    autograd::record(node, {&out}, {&x2, &w, &b}, [x_s, w_s, y_s, gb, op](const TensorList& g) {
+      const Tensor go = y_s.defined() ? relu_backward_from_output(y_s, g[0]) : g[0];
+      TensorList r(3);
+      if (w_s.defined()) r[0] = mm(op, go, w_s);
+      if (x_s.defined()) r[1] = mm(op, go.transpose(0, 1), x_s);
+      if (gb) r[2] = sum(go, {0});
+      return r;
+    });
+  }
+  return out.reshape(out_shape);
 }
 
 }  // namespace
@@ -80,37 +133,12 @@ Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
   return mm("bmm", a, b);
 }
 
-Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
-  Tensor x = x_in, w = w_in, b = b_in;
-  OpScope scope(OpId::linear, {&x, &w, &b});
-  check_pair("linear", x, w);
-  MT_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input ", describe(x),
-           " does not match weight ", describe(w), " (expected input [..., ", w.dim() == 2 ? w.size(1) : -1, "])");
-  if (b.defined()) {
-    check_same_device("linear", x, b);
-    MT_CHECK(b.dim() == 1 && b.size(0) == w.size(0) && b.dtype() == x.dtype(), "linear: bias ", describe(b),
-             " does not match weight ", describe(w));
-  }
-  const int64_t in = w.size(1), out_features = w.size(0);
-  Tensor x2 = x.reshape({-1, in});
-  Shape out_shape = x.shape();
-  out_shape.back() = out_features;
-  Tensor out = new_empty({x2.size(0), out_features}, x);
-  backend_for(x).gemm(gemm_ready(x2), false, gemm_ready(w), true, out, b);
-  if (autograd::needs_grad({&x2, &w, &b})) {
-    Tensor x_s = w.requires_grad() ? autograd::saved(x2) : Tensor();
-    Tensor w_s = x2.requires_grad() ? autograd::saved(w) : Tensor();
-    const bool gb = b.defined() && b.requires_grad();
-    autograd::record("LinearBackward", {&out}, {&x2, &w, &b}, [x_s, w_s, gb](const TensorList& g) {
-      const Tensor& go = g[0];
-      TensorList r(3);
-      if (w_s.defined()) r[0] = mm("linear", go, w_s);
-      if (x_s.defined()) r[1] = mm("linear", go.transpose(0, 1), x_s);
-      if (gb) r[2] = sum(go, {0});
-      return r;
-    });
-  }
-  return out.reshape(out_shape);
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_with_epilogue("linear", x, weight, bias, GemmEpilogue::None);
+}
+
+Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_with_epilogue("linear_relu", x, weight, bias, GemmEpilogue::Relu);
 }
 
 Tensor dot(const Tensor& a_in, const Tensor& b_in) {

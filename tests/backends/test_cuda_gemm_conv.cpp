@@ -1,6 +1,7 @@
 // cuBLASLt GEMMs and cuDNN convolutions against the CPU backend: every dtype, both operand
-// orders, transposed views, batches, the bias epilogue, odd sizes; the TF32 switch; conv2d with
-// stride, padding, dilation and groups in all three directions.
+// orders, transposed views, batches, the bias and ReLU epilogues (and linear_relu's backward),
+// odd sizes; the TF32 switch; conv2d with stride, padding, dilation and groups in all three
+// directions.
 #include "backends/cuda_test_util.h"
 
 namespace mixtrain::testing {
@@ -49,6 +50,54 @@ TEST_F(CudaGemm, TransposedViewsAreReadInPlace) {
   const Tensor a = random_tensor({48, 20}, kFloat16, 34), b = random_tensor({36, 48}, kFloat16, 35);
   compare_backends("gemm on views", {a, b}, {{{20, 36}, kFloat16, "out", tolerance_for(kFloat16)}},
                    [](auto& bk, const auto& in, const auto& out) { bk.gemm(in[0].t(), false, in[1].t(), false, out[0], Tensor()); });
+}
+
+TEST_F(CudaGemm, ReluEpilogueMatchesTheCpu) {
+  // linear's layout (x [m, k] times w^T, w [n, k]), with and without bias. Where cuBLASLt has no
+  // algorithm with the fused epilogue (fp64 may not), the plain product and elementwise passes run.
+  struct Case {
+    int64_t m, k, n;
+  };
+  const Case cases[] = {{64, 128, 32}, {33, 70, 19}, {512, 215, 1000}, {1, 300, 7}};
+  for (DType dt : float_dtypes()) {
+    for (const Case& c : cases) {
+      for (bool with_bias : {true, false}) {
+        const Tensor x = random_tensor({c.m, c.k}, dt, 51), w = random_tensor({c.n, c.k}, dt, 52);
+        const Tensor bias = random_tensor({c.n}, dt, 53);
+        compare_backends(std::string("gemm relu ") + dtype_name(dt) + " m=" + std::to_string(c.m) +
+                             (with_bias ? " bias" : ""),
+                         {x, w, bias}, {{{c.m, c.n}, dt, "out", gemm_tolerance(dt, c.k)}},
+                         [with_bias](auto& bk, const auto& in, const auto& out) {
+                           bk.gemm(in[0], false, in[1], true, out[0], with_bias ? in[2] : Tensor(),
+                                   backends::GemmEpilogue::Relu);
+                         });
+      }
+    }
+  }
+}
+
+TEST_F(CudaGemm, LinearReluForwardAndBackwardMatchTheCpu) {
+  for (DType dt : float_dtypes()) {
+    for (bool with_bias : {true, false}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (with_bias ? " bias" : " no bias"));
+      const Tensor x = random_tensor({48, 64}, dt, 54), w = random_tensor({40, 64}, dt, 55);
+      const Tensor b = random_tensor({40}, dt, 56), gy = random_tensor({48, 40}, dt, 57);
+      auto run = [&](Device d) {
+        Tensor xd = on(x, d).set_requires_grad(true), wd = on(w, d).set_requires_grad(true);
+        Tensor bd = with_bias ? on(b, d).set_requires_grad(true) : Tensor();
+        Tensor y = linear_relu(xd, wd, bd);
+        y.backward(on(gy, d));
+        std::vector<Tensor> r{y, xd.grad(), wd.grad()};
+        if (with_bias) r.push_back(bd.grad());
+        return r;
+      };
+      const std::vector<Tensor> cpu = run(Device::cpu()), gpu = run(gpu_device());
+      // grad_x sums over 40 outputs, grad_w and grad_b over 48 rows: within the k = 64 product's tolerance.
+      const char* names[] = {"y", "grad x", "grad w", "grad b"};
+      for (size_t i = 0; i < cpu.size(); ++i)
+        EXPECT_TRUE(all_close(gpu[i], to_doubles(cpu[i]), gemm_tolerance(dt, 64))) << names[i];
+    }
+  }
 }
 
 TEST_F(CudaGemm, Tf32IsOptInAndWithinItsTolerance) {

@@ -121,6 +121,20 @@ TEST(ModelOpPolicies, LowerPrecisionOpsRunInFp16AndLeavesGetFp32Gradients) {
     a.sum().backward();
   }
   EXPECT_EQ(q.grad().dtype(), mt::kFloat32);
+
+  // linear_relu is linear to autocast: offered once, as linear, with the result of casting by hand.
+  mt::Tensor xl = leaf({3, 4}, 9), wl = leaf({2, 4}, 10), bl = leaf({2}, 11);
+  mt::Tensor r;
+  {
+    HookScope hook;
+    r = mt::linear_relu(xl, wl, bl);
+    EXPECT_TRUE(offered_once(ops::OpId::linear, 3));
+  }
+  EXPECT_EQ(r.dtype(), mt::kFloat16);
+  const mt::Tensor by_hand = mt::relu(mt::linear(xl.to(mt::kFloat16), wl.to(mt::kFloat16), bl.to(mt::kFloat16)));
+  EXPECT_EQ(to_doubles(r), to_doubles(by_hand));
+  r.sum().backward();
+  for (const mt::Tensor* t : {&xl, &wl, &bl}) EXPECT_EQ(t->grad().dtype(), mt::kFloat32);
 }
 
 TEST(ModelOpPolicies, Float32OpsUpcastHalfInputsAndPassthroughOpsKeepThem) {

@@ -32,6 +32,9 @@ class LinearImpl : public Module {
   // Re-draws weight and bias from the default generator.
   void reset_parameters();
   Tensor forward(const Tensor& input) override;
+  // relu(forward(input)) as one fused op (linear_relu): what Sequential runs for this module
+  // followed by a ReLU.
+  Tensor forward_relu(const Tensor& input);
 
   const LinearOptions& options() const { return options_; }
 
@@ -39,6 +42,8 @@ class LinearImpl : public Module {
   Tensor bias;  // undefined when options.bias() is false
 
  private:
+  void check_input(const Tensor& input) const;
+
   LinearOptions options_;
 };
 MT_MODULE(Linear);

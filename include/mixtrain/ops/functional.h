@@ -20,6 +20,10 @@ Tensor clone(const Tensor& x);
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor bmm(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// relu(linear(x, weight, bias)) with the ReLU in the GEMM's epilogue: no separate pass over the
+// output and no pre-activation kept for backward. The same values and gradients, bit for bit on
+// the CPU; autocast treats it as linear. nn::Sequential uses it for a Linear followed by a ReLU.
+Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 // Inner product of two 1-D tensors of the same length and dtype (a 0-dim tensor).
 Tensor dot(const Tensor& a, const Tensor& b);
 

@@ -22,7 +22,7 @@ class CpuBackend final : public Backend {
   void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t reduce, int64_t inner, const Tensor& out,
               const Tensor& indices) override;
   void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& out,
-            const Tensor& bias) override;
+            const Tensor& bias, GemmEpilogue epilogue = GemmEpilogue::None) override;
   void softmax(const Tensor& x, int64_t outer, int64_t n, int64_t inner, bool log, int64_t causal_rows,
                const Tensor& out) override;
   void softmax_backward(const Tensor& y, const Tensor& grad_y, int64_t outer, int64_t n, int64_t inner, bool log,

@@ -24,7 +24,7 @@ A apply_unary(UnaryOp op, A x, A alpha) {
     case UnaryOp::Rsqrt: return A(1) / std::sqrt(x);
     case UnaryOp::Tanh: return std::tanh(x);
     case UnaryOp::Sigmoid: return A(1) / (A(1) + std::exp(-x));
-    case UnaryOp::Relu: return x <= A(0) ? A(0) : x;  // NaN stays NaN
+    case UnaryOp::Relu: return relu_value(x);
     case UnaryOp::Gelu: return x * gelu_cdf(x);
     case UnaryOp::Abs: return std::abs(x);
     case UnaryOp::Pow: return std::pow(x, alpha);

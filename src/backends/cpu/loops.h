@@ -146,6 +146,13 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
   }
 }
 
+// One definition for unary(Relu) and the GEMM's ReLU epilogue, so the fused linear + ReLU agrees
+// with the two ops bit for bit. NaN stays NaN.
+template <class A>
+inline A relu_value(A x) {
+  return x <= A(0) ? A(0) : x;
+}
+
 template <class T>
 inline acc_t<T> load(const char* p) {
   return static_cast<acc_t<T>>(*reinterpret_cast<const T*>(p));

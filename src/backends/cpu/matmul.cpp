@@ -1,6 +1,8 @@
 // Matrix products on Eigen. Half inputs are widened to fp32 blocks, multiplied in fp32 and the
 // result rounded once: Eigen's own half GEMM is hundreds of times slower, and this is exactly
 // the tensor-core contract (fp32 accumulation, one rounding).
+#include <algorithm>
+
 #include <Eigen/Core>
 
 #include "backends/cpu/cpu_backend.h"
@@ -61,29 +63,58 @@ void multiply(const MatrixView& a, const MatrixView& b, int64_t batch, Out& emit
   }
 }
 
+// Bias and activation in one sweep over a freshly written [m, n] product. The flags are template
+// parameters so each combination is a branch-free loop the compiler vectorizes.
+template <bool kBias, bool kRelu, class S>
+void epilogue_rows(S* out, int64_t m, int64_t n, const S* bias) {
+  parallel_for(m, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      S* row = out + r * n;
+      for (int64_t j = 0; j < n; ++j) {
+        S v = row[j];
+        if constexpr (kBias) v += bias[j];
+        if constexpr (kRelu) v = relu_value(v);
+        row[j] = v;
+      }
+    }
+  });
+}
+
 template <class S>
-void gemm_typed(const MatrixView& a, const MatrixView& b, S* out, int64_t batch, const S* bias) {
+void apply_epilogue(S* out, int64_t m, int64_t n, const S* bias, GemmEpilogue epilogue) {
+  const bool relu = epilogue == GemmEpilogue::Relu;
+  if (bias && relu) epilogue_rows<true, true>(out, m, n, bias);
+  else if (bias) epilogue_rows<true, false>(out, m, n, bias);
+  else if (relu) epilogue_rows<false, true>(out, m, n, bias);
+}
+
+template <class S>
+void gemm_typed(const MatrixView& a, const MatrixView& b, S* out, int64_t batch, const S* bias,
+                GemmEpilogue epilogue) {
   const int64_t m = a.rows, n = b.cols;
   auto emit = [&](int64_t bi, const auto& ma, const auto& mb) {
     Eigen::Map<RowMat<S>> mo(out + bi * m * n, m, n);
     mo.noalias() = ma * mb;
-    if (bias) mo.rowwise() += Eigen::Map<const Eigen::Matrix<S, 1, Eigen::Dynamic>>(bias, n);
   };
   multiply<S>(a, b, batch, emit);
+  // After the batch loop, not inside it: its parallel region would serialize this sweep.
+  apply_epilogue(out, batch * m, n, bias, epilogue);
 }
 
 }  // namespace
 
 void CpuBackend::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& out,
-                      const Tensor& bias) {
+                      const Tensor& bias, GemmEpilogue epilogue) {
   MT_CHECK(out.is_contiguous(), "gemm: output must be contiguous");
   const int64_t batch = out.dim() == 3 ? out.size(0) : 1;
   if (a.dtype() == kFloat32 || a.dtype() == kFloat64) {
     const MatrixView va = view_of(a, trans_a), vb = view_of(b, trans_b);
     if (a.dtype() == kFloat32)
-      gemm_typed<float>(va, vb, out.data_ptr<float>(), batch, bias.defined() ? bias.data_ptr<float>() : nullptr);
+      gemm_typed<float>(va, vb, out.data_ptr<float>(), batch, bias.defined() ? bias.data_ptr<float>() : nullptr,
+                        epilogue);
     else
-      gemm_typed<double>(va, vb, out.data_ptr<double>(), batch, bias.defined() ? bias.data_ptr<double>() : nullptr);
+      gemm_typed<double>(va, vb, out.data_ptr<double>(), batch, bias.defined() ? bias.data_ptr<double>() : nullptr,
+                         epilogue);
     return;
   }
   MT_CHECK(is_half(a.dtype()), "gemm: not implemented for dtype ", a.dtype());
@@ -96,7 +127,7 @@ void CpuBackend::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans
   const Tensor bias32 = bias.defined() ? widen(bias) : Tensor();
   Tensor out32 = Tensor::empty(out.shape(), TensorOptions(kFloat32));
   gemm_typed<float>(view_of(a32, trans_a), view_of(b32, trans_b), out32.data_ptr<float>(), batch,
-                    bias32.defined() ? bias32.data_ptr<float>() : nullptr);
+                    bias32.defined() ? bias32.data_ptr<float>() : nullptr, epilogue);
   copy(out32, out);
 }
 

@@ -26,7 +26,7 @@ class CudaBackend final : public Backend {
   void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override;
   // gemm.cpp
   void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& out,
-            const Tensor& bias) override;
+            const Tensor& bias, GemmEpilogue epilogue = GemmEpilogue::None) override;
   // reduce_softmax_loss.cpp
   void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t reduce, int64_t inner, const Tensor& out,
               const Tensor& indices) override;

@@ -1,7 +1,7 @@
 // Matrix products through cuBLASLt: fp16/bf16 on tensor cores with fp32 accumulation, fp32 in
 // strict fp32 unless mixtrain::cuda::set_allow_tf32(true), fp64 in fp64; strided batches; the
-// bias folded into the GEMM's epilogue. A plan (descriptors and the heuristic's algorithm) is
-// built once per shape and layout and cached.
+// bias and ReLU folded into the GEMM's epilogue. A plan (descriptors and the heuristic's
+// algorithm) is built once per shape, layout and epilogue and cached.
 //
 // Our tensors are row-major, cuBLAS is column-major: out = A.B is computed as out^T = B^T.A^T,
 // and a row-major operand is its own transpose read column-major, so no data moves.
@@ -67,14 +67,21 @@ int alignment(const void* p) {
 }
 
 using PlanKey = std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                           int64_t, int, int, int, int>;
+                           int64_t, int, int, int, int, int>;
 
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  bool bias_epilogue = false;
+  bool fused_epilogue = false;  // the GEMM itself adds the bias and applies the activation
 };
+
+// cuBLASLt's epilogue for a bias and our activation. Its RELU is max(x, 0), ours x <= 0 ? 0 : x:
+// the same for every number (a NaN pre-activation is the one case they may differ).
+cublasLtEpilogue_t lt_epilogue(bool bias, GemmEpilogue epilogue) {
+  if (epilogue == GemmEpilogue::Relu) return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+  return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
 
 struct PlanCache {
   std::mutex mutex;
@@ -99,9 +106,11 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
   return l;
 }
 
-// Builds the descriptors and asks the heuristic for the best algorithm; false if it has none.
-bool build_plan(DeviceContext& ctx, DType dt, const Operand& x, const Operand& y, int64_t m, int64_t n, int64_t k,
-                int64_t batch, bool bias, const int (&align)[4], Plan& plan) {
+// Builds the descriptors and asks the heuristic for the best algorithm with epilogue `epi`.
+// Returns the heuristic's status, NOT_SUPPORTED when it found no algorithm; the plan is only
+// valid on SUCCESS.
+cublasStatus_t build_plan(DeviceContext& ctx, DType dt, const Operand& x, const Operand& y, int64_t m, int64_t n,
+                          int64_t k, int64_t batch, cublasLtEpilogue_t epi, const int (&align)[4], Plan& plan) {
   const cudaDataType_t type = cuda_type(dt);
   const bool fp64 = dt == DType::Float64;
   const cublasComputeType_t compute =
@@ -110,11 +119,9 @@ bool build_plan(DeviceContext& ctx, DType dt, const Operand& x, const Operand& y
   MT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, compute, fp64 ? CUDA_R_64F : CUDA_R_32F));
   MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &x.op, sizeof(x.op)));
   MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &y.op, sizeof(y.op)));
-  if (bias) {
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+  if (epi != CUBLASLT_EPILOGUE_DEFAULT)
     MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-  }
-  plan.bias_epilogue = bias;
+  plan.fused_epilogue = epi != CUBLASLT_EPILOGUE_DEFAULT;
   plan.a = make_layout(type, x.rows, x.cols, x.ld, batch, x.batch_stride);
   plan.b = make_layout(type, y.rows, y.cols, y.ld, batch, y.batch_stride);
   plan.c = make_layout(type, n, m, n, batch, m * n);
@@ -135,20 +142,20 @@ bool build_plan(DeviceContext& ctx, DType dt, const Operand& x, const Operand& y
       cublasLtMatmulAlgoGetHeuristic(ctx.lt, plan.desc, plan.a, plan.b, plan.c, plan.c, pref, 1, &result, &found);
   MT_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    cublasLtMatmulDescDestroy(plan.desc);
-    cublasLtMatrixLayoutDestroy(plan.a);
-    cublasLtMatrixLayoutDestroy(plan.b);
-    cublasLtMatrixLayoutDestroy(plan.c);
-    return false;
+    MT_CUBLAS_CHECK(cublasLtMatmulDescDestroy(plan.desc));
+    MT_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan.a));
+    MT_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan.b));
+    MT_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan.c));
+    return st != CUBLAS_STATUS_SUCCESS ? st : CUBLAS_STATUS_NOT_SUPPORTED;
   }
   plan.algo = result.algo;
-  return true;
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 }  // namespace
 
 void CudaBackend::gemm(const Tensor& a_in, bool trans_a, const Tensor& b_in, bool trans_b, const Tensor& out,
-                       const Tensor& bias) {
+                       const Tensor& bias, GemmEpilogue epilogue) {
   check_device("gemm", out.device(), {&a_in, &b_in, &bias});
   MT_CHECK(out.is_contiguous(), "gemm: output must be contiguous");
   DeviceContext& ctx = context(out);
@@ -168,34 +175,43 @@ void CudaBackend::gemm(const Tensor& a_in, bool trans_a, const Tensor& b_in, boo
   }
   const int64_t k = x.op == CUBLAS_OP_N ? x.cols : x.rows;
   if (m * n == 0) return;
-  if (k == 0) {  // an empty sum: zeros (plus the bias)
+  const Tensor bias_c = as_contiguous(bias, dt);
+  // What a plan without the fused epilogue leaves to elementwise passes: the bias, then the
+  // activation, in place.
+  auto unfused_epilogue = [&] {
+    if (bias.defined()) binary(BinaryOp::Add, out, bias_c.expand(out.shape()), out);
+    if (epilogue == GemmEpilogue::Relu) unary(UnaryOp::Relu, out, out, 0.0);
+  };
+  if (k == 0) {  // an empty sum: zeros, then the epilogue
     fill(out, 0.0);
-    if (bias.defined()) binary(BinaryOp::Add, out, bias.expand(out.shape()), out);
+    unfused_epilogue();
     return;
   }
 
-  const Tensor bias_c = as_contiguous(bias, dt);
   const int align[4] = {alignment(b.raw_data()), alignment(a.raw_data()), alignment(out.raw_data()),
                         alignment(out.raw_data())};
   const bool tf32 = dt == DType::Float32 && mixtrain::cuda::allow_tf32();
   PlanKey key{static_cast<int>(dt), static_cast<int>(x.op), static_cast<int>(y.op), m, n, k, batch, x.ld, y.ld,
-              x.batch_stride, y.batch_stride, ctx.index, bias.defined() ? 1 : 0, tf32 ? 1 : 0,
-              std::min(align[0], 16), std::min(align[1], 16), std::min(align[2], 16)};
+              x.batch_stride, y.batch_stride, ctx.index, bias.defined() ? 1 : 0, static_cast<int>(epilogue),
+              tf32 ? 1 : 0, std::min(align[0], 16), std::min(align[1], 16), std::min(align[2], 16)};
   // Held through the launch: the bias pointer is an attribute of the shared descriptor.
   PlanCache& cache = plan_cache();
   std::lock_guard<std::mutex> lock(cache.mutex);
   auto it = cache.plans.find(key);
   if (it == cache.plans.end()) {
     Plan p;
-    if (!build_plan(ctx, dt, x, y, m, n, k, batch, bias.defined(), align, p)) {
-      // No fused-bias algorithm for this case (e.g. fp64): plain product, then the bias.
-      MT_CHECK(bias.defined() && build_plan(ctx, dt, x, y, m, n, k, batch, false, align, p), "gemm: cuBLASLt has ",
-               "no algorithm for ", dt, " [", m, ", ", k, "] x [", k, ", ", n, "] (batch ", batch, ")");
-    }
+    const cublasLtEpilogue_t epi = lt_epilogue(bias.defined(), epilogue);
+    cublasStatus_t st = build_plan(ctx, dt, x, y, m, n, k, batch, epi, align, p);
+    // No algorithm with the fused epilogue for this case (e.g. fp64): plain product, then
+    // unfused_epilogue.
+    if (st != CUBLAS_STATUS_SUCCESS && epi != CUBLASLT_EPILOGUE_DEFAULT)
+      st = build_plan(ctx, dt, x, y, m, n, k, batch, CUBLASLT_EPILOGUE_DEFAULT, align, p);
+    MT_CHECK(st == CUBLAS_STATUS_SUCCESS, "gemm: cuBLASLt has no algorithm for ", dt, " [", m, ", ", k, "] x [", k,
+             ", ", n, "] (batch ", batch, "): cublasLtMatmulAlgoGetHeuristic gave ", cublasLtGetStatusName(st));
     it = cache.plans.emplace(key, p).first;
   }
   const Plan& plan = it->second;
-  if (plan.bias_epilogue) {
+  if (plan.fused_epilogue && bias.defined()) {
     const void* bp = bias_c.raw_data();
     MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof(bp)));
   }
@@ -206,7 +222,7 @@ void CudaBackend::gemm(const Tensor& a_in, bool trans_a, const Tensor& b_in, boo
                                  plan.a, a.raw_data(), plan.b, fp64 ? static_cast<const void*>(&beta64) : &beta32,
                                  out.raw_data(), plan.c, out.raw_data(), plan.c, &plan.algo, ctx.gemm_workspace,
                                  ctx.gemm_workspace_bytes, ctx.stream));
-  if (bias.defined() && !plan.bias_epilogue) binary(BinaryOp::Add, out, bias_c.expand(out.shape()), out);
+  if (!plan.fused_epilogue) unfused_epilogue();
 }
 
 }  // namespace mixtrain::backends::cuda
