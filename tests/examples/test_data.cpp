@@ -14,6 +14,7 @@
 
 namespace mt = mixtrain;
 namespace ex = mixtrain::examples;
+using mixtrain::testing::error_of;
 
 namespace {
 
@@ -52,16 +53,6 @@ std::vector<uint8_t> counting(size_t n, uint8_t mul = 7) {
   std::vector<uint8_t> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * mul + 3);
   return v;
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  return "<no error>";
 }
 
 #define EXPECT_ERROR_HAS(expr, text)                                   \

@@ -7,18 +7,9 @@ namespace mt = mixtrain;
 using mt::Tensor;
 using mt::testing::random_tensor;
 using mt::testing::to_doubles;
+using mt::testing::error_of;
 
 namespace {
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 mt::nn::Sequential small_mlp() {
   return mt::nn::Sequential(mt::nn::Linear(6, 8), mt::nn::ReLU(), mt::nn::Linear(8, 3));

@@ -12,6 +12,7 @@ using mt::testing::all_close;
 using mt::testing::gradcheck;
 using mt::testing::random_tensor;
 using mt::testing::to_doubles;
+using mt::testing::error_of;
 using mt::testing::tolerance_for;
 
 namespace {
@@ -67,16 +68,6 @@ Moments moments(const Tensor& t) {
   const double mean = s / static_cast<double>(v.size());
   for (double x : v) s2 += (x - mean) * (x - mean);
   return {mean, std::sqrt(s2 / static_cast<double>(v.size() - 1)), m};
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  return "<no error>";
 }
 
 }  // namespace

@@ -28,16 +28,6 @@ Values linear_ref(const Values& x, const Values& w, const Values& b, int64_t in,
 
 std::string case_name(mt::DType dt, bool bias) { return std::string(mt::dtype_name(dt)) + (bias ? " bias" : " no bias"); }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
 }  // namespace
 
 TEST(LinearRelu, ForwardAndGradientsMatchReferenceInEveryDtype) {

@@ -39,4 +39,15 @@ void poison(Tensor& t);
 
 std::vector<double> to_doubles(const Tensor& t);
 
+// The message of the mixtrain::Error that f throws, or "<no error>".
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
 }  // namespace mixtrain::testing
