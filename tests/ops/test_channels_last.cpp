@@ -153,3 +153,38 @@ TEST(ChannelsLast, BatchNormAndMaxPool) {
   EXPECT_TRUE(is_nhwc(idx));
   EXPECT_EQ(to_doubles(idx), to_doubles(idx_ref)) << "indices are positions in the [H, W] plane in both layouts";
 }
+
+TEST(ChannelsLast, EveryOtherOpReadsItsValuesNotItsLayout) {
+  // Ops that do not keep the layout must still read a channels-last input correctly (their
+  // kernels take contiguous tensors, so they convert): each gives the values it gives on NCHW.
+  using Op = std::function<Tensor(const Tensor&)>;
+  const Tensor w = random_tensor({6}, mt::kFloat32, 41), b = random_tensor({6}, mt::kFloat32, 42);
+  const Tensor target = mt::randint(0, 6, {2, 4, 5}, mt::TensorOptions(mt::kInt64));
+  const Tensor other = random_tensor({2, 6, 5, 3}, mt::kFloat32, 43);
+  const std::vector<std::pair<std::string, Op>> ops = {
+      {"group_norm", [&](const Tensor& x) { return F::group_norm(x, 3, w, b); }},
+      {"layer_norm", [](const Tensor& x) { return F::layer_norm(x, {4, 5}); }},
+      {"interpolate nearest", [](const Tensor& x) {
+         return F::interpolate(x, F::InterpolateOptions().size(7).mode(F::InterpolateMode::Nearest)); }},
+      {"interpolate bilinear", [](const Tensor& x) {
+         return F::interpolate(x, F::InterpolateOptions().size(9).mode(F::InterpolateMode::Bilinear)); }},
+      {"softmax dim 1", [](const Tensor& x) { return mt::softmax(x, 1); }},
+      {"log_softmax dim 3", [](const Tensor& x) { return mt::log_softmax(x, 3); }},
+      {"mean over image", [](const Tensor& x) { return mt::mean(x, {2, 3}); }},
+      {"max over channels", [](const Tensor& x) { return x.max(1); }},
+      {"argmax over channels", [](const Tensor& x) { return x.argmax(1).to(mt::kFloat32); }},
+      {"cross_entropy", [&](const Tensor& x) { return F::cross_entropy(x, target); }},
+      {"mse_loss", [](const Tensor& x) { return F::mse_loss(x, mt::zeros_like(x)); }},
+      {"reshape", [](const Tensor& x) { return x.reshape({2, -1}); }},
+      {"flatten", [](const Tensor& x) { return x.flatten(1); }},
+      {"batched matmul", [&](const Tensor& x) { return mt::matmul(x, other); }},
+      {"linear over the last dim", [](const Tensor& x) { return F::linear(x, mt::ones({3, 5})); }},
+      {"narrow channels", [](const Tensor& x) { return x.narrow(1, 1, 3) * 2.0; }},
+      {"dropout, eval", [](const Tensor& x) { return F::dropout(x, 0.5, false); }},
+  };
+  const Tensor x = random_tensor({2, 6, 4, 5}, mt::kFloat32, 40), cl = x.contiguous(MemoryFormat::ChannelsLast);
+  for (const auto& [name, op] : ops) {
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(all_close(op(cl), to_doubles(op(x)), tolerance_for(mt::kFloat32)));
+  }
+}
