@@ -138,4 +138,13 @@ Batch BatchIterator::gather(int64_t begin, int64_t end) const {
   return b;
 }
 
+void skip_batches(BatchIterator* loader, size_t& next_pregenerated, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (loader)
+      loader->next_batch();
+    else
+      ++next_pregenerated;
+  }
+}
+
 }  // namespace mixtrain::examples

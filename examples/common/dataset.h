@@ -74,4 +74,8 @@ class BatchIterator {
   bool started_ = false;
 };
 
+// Skips n batches of a trainer's data: the loader's when it has one, else the index into its
+// pre-generated batches (for resuming at a checkpoint's step).
+void skip_batches(BatchIterator* loader, size_t& next_pregenerated, int64_t n);
+
 }  // namespace mixtrain::examples

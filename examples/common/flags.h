@@ -1,6 +1,9 @@
 #pragma once
 // Strict command-line reading for the example programs: `--flag value` pairs walked in order,
 // numbers parsed whole ("12x" is an error), every error a mixtrain::Error naming the flag.
+#include <cstdlib>
+#include <exception>
+#include <iostream>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -13,13 +16,19 @@ namespace mixtrain::examples {
 
 class FlagReader {
  public:
-  FlagReader(std::string program, int argc, char** argv) : program_(std::move(program)), argc_(argc), argv_(argv) {}
+  FlagReader(std::string program, const char* usage, int argc, char** argv)
+      : program_(std::move(program)), usage_(usage), argc_(argc), argv_(argv) {}
 
-  // The next flag, or false at the end. Anything not starting with "--" is an error.
+  // The next flag, or false at the end. Anything not starting with "--" is an error; --help (-h)
+  // prints the usage and exits.
   bool next(std::string& flag) {
     if (++i_ >= argc_) return false;
     flag_ = flag = argv_[i_];
-    MT_CHECK(flag.rfind("--", 0) == 0 || flag == "-h", program_, ": unexpected argument '", flag, "' (see --help)");
+    if (flag == "--help" || flag == "-h") {
+      std::cout << usage_;
+      std::exit(0);
+    }
+    MT_CHECK(flag.rfind("--", 0) == 0, program_, ": unexpected argument '", flag, "' (see --help)");
     return true;
   }
   std::string value() {
@@ -43,6 +52,7 @@ class FlagReader {
 
  private:
   std::string program_;
+  const char* usage_;
   int argc_;
   char** argv_;
   int i_ = 0;
@@ -62,6 +72,18 @@ bool read_run_flag(FlagReader& flags, const std::string& flag, Config& c) {
   else if (flag == "--log-every") c.log_every = flags.number<int64_t>();
   else return false;
   return true;
+}
+
+// An example program's main: runs it, and turns an exception into its message and exit code 1.
+template <class Program>
+int run_program(Program&& program) {
+  try {
+    program();
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  }
 }
 
 }  // namespace mixtrain::examples

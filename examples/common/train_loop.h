@@ -97,4 +97,24 @@ struct RunOutcome {
 // train_with_log, evaluates it and logs "<evaluation>; trained in S s, K skipped steps".
 RunOutcome run_task(TrainTask& task, const RunSettings& settings);
 
+// What every example's result holds (MlpResult, UnetResult, TransformerResult add their own).
+struct RunSummary {
+  std::vector<double> losses;  // training loss of every step
+  int64_t parameters = 0;
+  int64_t skipped_steps = 0;   // optimizer steps the GradScaler skipped (inf/NaN gradients)
+  double seconds = 0;          // training loop wall time (data loading excluded)
+  std::string description;     // the task's describe()
+};
+
+// run_task with an example config's run settings, filling the summary part of its result.
+template <class Config>
+void run_into(TrainTask& task, const Config& c, RunSummary& out) {
+  out.description = task.describe();
+  out.parameters = parameter_count(task.model());
+  const RunOutcome run = run_task(task, {c.precision, c.device, c.steps, c.batch_size, c.lr, c.log, c.log_every});
+  out.losses = run.losses;
+  out.seconds = run.seconds;
+  out.skipped_steps = run.skipped_steps;
+}
+
 }  // namespace mixtrain::examples

@@ -4,7 +4,6 @@
 //   mlp --synthetic                       215 -> 1 regressor on generated data (no files needed)
 // Options: --precision fp32|fp16|bf16 (fp16) --device cpu|cuda (cuda when present) --steps N
 //          --batch-size N --lr X --seed N --hidden W1,W2,... --log-every K --data-dir DIR
-#include <cstdlib>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -24,14 +23,11 @@ const char* kUsage =
 ex::MlpConfig parse_args(int argc, char** argv) {
   ex::MlpConfig c;
   c.log = &std::cout;
-  ex::FlagReader flags("mlp", argc, argv);
+  ex::FlagReader flags("mlp", kUsage, argc, argv);
   std::string f;
   while (flags.next(f)) {
     if (ex::read_run_flag(flags, f, c)) continue;
-    if (f == "--help" || f == "-h") {
-      std::cout << kUsage;
-      std::exit(0);
-    } else if (f == "--synthetic") {
+    if (f == "--synthetic") {
       c.task = ex::MlpTask::Synthetic;
     } else if (f == "--csv") {
       c.task = ex::MlpTask::Csv;
@@ -57,11 +53,5 @@ ex::MlpConfig parse_args(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    ex::run_mlp(parse_args(argc, argv));
-    return 0;
-  } catch (const std::exception& e) {
-    std::cerr << e.what() << "\n";
-    return 1;
-  }
+  return ex::run_program([&] { ex::run_mlp(parse_args(argc, argv)); });
 }

@@ -111,14 +111,7 @@ class MlpTrainTask : public TrainTask {
     return loss_of(model_(x), y, classification_);
   }
 
-  void skip_batches(int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) {
-      if (loader_)
-        loader_->next_batch();
-      else
-        ++next_;
-    }
-  }
+  void skip_batches(int64_t n) override { examples::skip_batches(loader_.get(), next_, n); }
 
   // Mean loss (and accuracy) over the test set, in eval mode without autograd or autocast.
   std::string evaluate() override {
@@ -208,13 +201,7 @@ MlpResult run_mlp(const MlpConfig& config) {
   MT_CHECK(config.lr > 0 && std::isfinite(config.lr), "mlp: --lr must be a positive number, got ", config.lr);
   MlpTrainTask task(config);
   MlpResult r;
-  r.description = task.describe();
-  r.parameters = parameter_count(task.model());
-  const RunOutcome run = run_task(task, {config.precision, config.device, config.steps, config.batch_size, config.lr,
-                                         config.log, config.log_every});
-  r.losses = run.losses;
-  r.seconds = run.seconds;
-  r.skipped_steps = run.skipped_steps;
+  run_into(task, config, r);
   MT_CHECK(std::isfinite(r.losses.back()), "mlp: the loss became ", r.losses.back(), " at the last step; try a smaller --lr");
   r.test_loss = task.test_loss;
   r.test_accuracy = task.test_accuracy;

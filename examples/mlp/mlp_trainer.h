@@ -37,15 +37,10 @@ struct MlpConfig {
   std::ostream* log = nullptr;  // where progress lines go; nullptr: silent
 };
 
-struct MlpResult {
-  std::vector<double> losses;  // training loss of every step
-  double test_loss = 0;        // mean over the test set (regression: MSE on standardised targets)
-  double test_accuracy = -1;   // classification only; -1 otherwise
+struct MlpResult : RunSummary {  // description e.g. "fashion-mnist 784-256-128-10"
+  double test_loss = 0;       // mean over the test set (regression: MSE on standardised targets)
+  double test_accuracy = -1;  // classification only; -1 otherwise
   int64_t test_size = 0;
-  int64_t parameters = 0;
-  int64_t skipped_steps = 0;   // optimizer steps the GradScaler skipped (inf/NaN gradients)
-  double seconds = 0;          // training loop wall time (data loading excluded)
-  std::string description;     // e.g. "fashion-mnist 784-256-128-10"
 };
 
 // The task for the shared loop; evaluate() fills nothing in a result, see run_mlp for that.

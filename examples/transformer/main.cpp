@@ -5,7 +5,6 @@
 // Options: --precision fp32|fp16|bf16 (fp16) --device cpu|cuda (cuda when present) --steps N
 //          --batch-size N --lr X --seed N --preset tiny|small|bert-base --layers N --width N
 //          --heads N --context N --log-every K
-#include <cstdlib>
 #include <iostream>
 
 #include "common/flags.h"
@@ -23,16 +22,13 @@ const char* kUsage =
 ex::TransformerConfig parse_args(int argc, char** argv) {
   ex::TransformerConfig c;
   c.log = &std::cout;
-  ex::FlagReader flags("transformer", argc, argv);
+  ex::FlagReader flags("transformer", kUsage, argc, argv);
   std::string f;
   // Size flags apply on top of the preset, whatever their order.
   int64_t layers = 0, width = 0, heads = 0, context = 0;
   while (flags.next(f)) {
     if (ex::read_run_flag(flags, f, c)) continue;
-    if (f == "--help" || f == "-h") {
-      std::cout << kUsage;
-      std::exit(0);
-    } else if (f == "--synthetic") {
+    if (f == "--synthetic") {
       c.synthetic = true;
     } else if (f == "--text") {
       c.text_path = flags.value();
@@ -60,11 +56,5 @@ ex::TransformerConfig parse_args(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    ex::run_transformer(parse_args(argc, argv));
-    return 0;
-  } catch (const std::exception& e) {
-    std::cerr << e.what() << "\n";
-    return 1;
-  }
+  return ex::run_program([&] { ex::run_transformer(parse_args(argc, argv)); });
 }

@@ -143,14 +143,8 @@ TransformerResult run_transformer(const TransformerConfig& config) {
   MT_CHECK(config.steps > 0, "transformer: --steps must be positive, got ", config.steps);
   TransformerTrainTask task(config);
   TransformerResult r;
-  r.description = task.describe();
-  r.parameters = parameter_count(task.model());
   r.non_embedding_parameters = task.non_embedding_parameters();
-  const RunOutcome run = run_task(task, {config.precision, config.device, config.steps, config.batch_size, config.lr,
-                                         config.log, config.log_every});
-  r.losses = run.losses;
-  r.seconds = run.seconds;
-  r.skipped_steps = run.skipped_steps;
+  run_into(task, config, r);
   r.held_out_loss = task.held_out_loss;
   return r;
 }

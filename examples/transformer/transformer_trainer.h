@@ -35,14 +35,9 @@ struct TransformerConfig {
 // context 64) and "bert-base" (GptOptions::bert_base()). Throws mixtrain::Error for others.
 GptOptions gpt_preset(const std::string& name);
 
-struct TransformerResult {
-  std::vector<double> losses;  // mean cross-entropy per byte (nats)
+struct TransformerResult : RunSummary {  // losses: mean cross-entropy per byte (nats)
   double held_out_loss = 0;
-  int64_t parameters = 0;
   int64_t non_embedding_parameters = 0;
-  int64_t skipped_steps = 0;
-  double seconds = 0;
-  std::string description;
 };
 
 std::unique_ptr<TrainTask> make_transformer_task(const TransformerConfig& config);

@@ -4,7 +4,6 @@
 //   unet --synthetic            generated images and labels, no files
 // Options: --precision fp32|fp16|bf16 (fp16) --device cpu|cuda (cuda when present) --steps N
 //          --batch-size N --lr X --seed N --image-size S --width W --channels-last --log-every K --data-dir DIR
-#include <cstdlib>
 #include <iostream>
 
 #include "common/flags.h"
@@ -21,14 +20,11 @@ const char* kUsage =
 ex::UnetConfig parse_args(int argc, char** argv) {
   ex::UnetConfig c;
   c.log = &std::cout;
-  ex::FlagReader flags("unet", argc, argv);
+  ex::FlagReader flags("unet", kUsage, argc, argv);
   std::string f;
   while (flags.next(f)) {
     if (ex::read_run_flag(flags, f, c)) continue;
-    if (f == "--help" || f == "-h") {
-      std::cout << kUsage;
-      std::exit(0);
-    } else if (f == "--synthetic") {
+    if (f == "--synthetic") {
       c.synthetic = true;
     } else if (f == "--data-dir") {
       c.data_dir = flags.value();
@@ -48,11 +44,5 @@ ex::UnetConfig parse_args(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    ex::run_unet(parse_args(argc, argv));
-    return 0;
-  } catch (const std::exception& e) {
-    std::cerr << e.what() << "\n";
-    return 1;
-  }
+  return ex::run_program([&] { ex::run_unet(parse_args(argc, argv)); });
 }

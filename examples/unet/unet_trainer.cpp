@@ -64,14 +64,7 @@ class UnetTrainTask : public TrainTask {
     return F::cross_entropy(model_(b.image), b.labels);
   }
 
-  void skip_batches(int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) {
-      if (loader_)
-        loader_->next_batch();
-      else
-        ++next_;
-    }
-  }
+  void skip_batches(int64_t n) override { examples::skip_batches(loader_.get(), next_, n); }
 
   // Pixel accuracy on held-out images (up to 512 test images, or the held-out synthetic batch).
   std::string evaluate() override {
@@ -160,13 +153,7 @@ UnetResult run_unet(const UnetConfig& config) {
   MT_CHECK(config.steps > 0, "unet: --steps must be positive, got ", config.steps);
   UnetTrainTask task(config);
   UnetResult r;
-  r.description = task.describe();
-  r.parameters = parameter_count(task.model());
-  const RunOutcome run = run_task(task, {config.precision, config.device, config.steps, config.batch_size, config.lr,
-                                         config.log, config.log_every});
-  r.losses = run.losses;
-  r.seconds = run.seconds;
-  r.skipped_steps = run.skipped_steps;
+  run_into(task, config, r);
   r.pixel_accuracy = task.pixel_accuracy;
   return r;
 }

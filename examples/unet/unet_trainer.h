@@ -34,13 +34,8 @@ struct UnetConfig {
   std::ostream* log = nullptr;
 };
 
-struct UnetResult {
-  std::vector<double> losses;
+struct UnetResult : RunSummary {
   double pixel_accuracy = 0;  // on held-out images
-  int64_t parameters = 0;
-  int64_t skipped_steps = 0;
-  double seconds = 0;
-  std::string description;
 };
 
 // Throws mixtrain::Error for bad configuration or missing data (naming the Debian package).
