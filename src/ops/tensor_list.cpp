@@ -37,10 +37,7 @@ Tensor cat_impl(const char* op, std::vector<Tensor>& ts, int64_t dim) {
     shape[d] += t.size(d);
   }
   // Channels-last inputs (a UNet's skip connections) give a channels-last result.
-  const MemoryFormat format = shape.size() == 4 && ref->suggest_memory_format() == MemoryFormat::ChannelsLast
-                                  ? MemoryFormat::ChannelsLast
-                                  : MemoryFormat::Contiguous;
-  Tensor out = Tensor::empty(shape, TensorOptions(dtype).device(ref->device()), format);
+  Tensor out = Tensor::empty(shape, TensorOptions(dtype).device(ref->device()), ref->suggest_memory_format());
   std::vector<int64_t> offsets(ts.size(), -1), lengths(ts.size(), 0);
   {
     NoGradGuard no_grad;

@@ -78,8 +78,6 @@ Tensor as_layout(const Tensor& t, DType dt, MemoryFormat format) {
 
 Tensor as_contiguous(const Tensor& t, DType dt) { return as_layout(t, dt, MemoryFormat::Contiguous); }
 
-// The layout of a call: its output's (written in place, so it cannot be converted), or, when
-// the output fits both (a 1x1 filter, a 1x1 image), that of the activation operand.
 MemoryFormat layout_of(const char* op, const Tensor& out, const Tensor& activation) {
   const bool nchw = out.is_contiguous(), nhwc = out.is_contiguous(MemoryFormat::ChannelsLast);
   MT_CHECK(nchw || nhwc, op, ": the output ", out.str(), " must be contiguous or channels-last");

@@ -9,8 +9,9 @@ namespace mixtrain::backends::cuda {
 
 namespace {
 
-kernels::Planes planes_of(const Tensor& in, const Tensor& out) {
-  return {in.size(0) * in.size(1), in.size(2), in.size(3), out.size(2), out.size(3)};
+kernels::Planes planes_of(const Tensor& in, const Tensor& out, MemoryFormat layout = MemoryFormat::Contiguous) {
+  return {in.size(0) * in.size(1), in.size(2), in.size(3), out.size(2), out.size(3),
+          layout == MemoryFormat::ChannelsLast ? in.size(1) : 0};
 }
 
 // The fp32 accumulation buffer a half gradient's scatter-add needs (none for fp32/fp64).
@@ -26,9 +27,7 @@ void CudaBackend::max_pool2d(const Tensor& x_in, const Pool2dParams& p, const Te
   const MemoryFormat f = layout_of("max_pool2d", out, x_in);
   MT_CHECK(indices.is_contiguous(f), "max_pool2d: indices ", indices.str(), " must share the output's layout");
   const Tensor x = as_layout(x_in, out.dtype(), f);
-  kernels::Planes planes = planes_of(x, out);
-  if (f == MemoryFormat::ChannelsLast) planes.channels_last = x.size(1);
-  kernels::max_pool2d(x.dtype(), x.raw_data(), planes, p, out.raw_data(), indices.data_ptr<int64_t>(),
+  kernels::max_pool2d(x.dtype(), x.raw_data(), planes_of(x, out, f), p, out.raw_data(), indices.data_ptr<int64_t>(),
                       context(out).stream);
 }
 
@@ -37,10 +36,8 @@ void CudaBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor& indi
   const MemoryFormat f = layout_of("max_pool2d_backward", grad_x, grad_out);
   const Tensor g = as_layout(grad_out, grad_x.dtype(), f), idx = as_layout(indices, kInt64, f);
   const Tensor acc = accumulator(grad_x);
-  kernels::Planes planes = planes_of(grad_x, g);
-  if (f == MemoryFormat::ChannelsLast) planes.channels_last = grad_x.size(1);
-  kernels::max_pool2d_backward(grad_x.dtype(), g.raw_data(), idx.data_ptr<int64_t>(), planes, grad_x.raw_data(),
-                               ptr(acc), context(grad_x).stream);
+  kernels::max_pool2d_backward(grad_x.dtype(), g.raw_data(), idx.data_ptr<int64_t>(), planes_of(grad_x, g, f),
+                               grad_x.raw_data(), ptr(acc), context(grad_x).stream);
 }
 
 void CudaBackend::upsample2d(const Tensor& x_in, const Upsample2dParams& p, const Tensor& out) {
