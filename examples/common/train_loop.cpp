@@ -94,10 +94,12 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     }
     scaler.scale(loss).backward();
     scaler.unscale_(opt);
-    if (options.clip_norm > 0) rec.grad_norm = nn::utils::clip_grad_norm_(model.parameters(), options.clip_norm);
+    Tensor grad_norm;
+    if (options.clip_norm > 0) grad_norm = nn::utils::clip_grad_norm_(model.parameters(), options.clip_norm);
     const amp::StepOutcome stepped = scaler.step(opt);
     scaler.update();
     rec.loss = loss.item<double>();  // waits for the device, after the update is queued
+    if (grad_norm.defined()) rec.grad_norm = grad_norm.item<double>();
     rec.skipped = !stepped;          // decided on the device; known by now
     rec.seconds = std::chrono::duration<double>(clock::now() - t0).count();
     result.skipped_steps += rec.skipped;

@@ -7,6 +7,7 @@
 #include "backends/cpu/loops.h"
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/core/factories.h"
 #include "mixtrain/ops/functional.h"
 
 namespace mixtrain::nn::utils {
@@ -51,33 +52,45 @@ double grad_norm_part(const T* g, int64_t n, double p) {
 
 }  // namespace
 
-double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, double norm_type) {
+Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, double norm_type,
+                       bool error_if_nonfinite) {
   MT_CHECK(norm_type > 0.0 && !std::isnan(norm_type), "clip_grad_norm_: norm_type must be > 0 or inf, got ",
            norm_type);
   MT_CHECK(!std::isnan(max_norm) && max_norm >= 0.0, "clip_grad_norm_: max_norm must be >= 0, got ", max_norm);
   const bool inf = std::isinf(norm_type);
   std::vector<Tensor> grads;
+  DType norm_dtype = kFloat32;
   for (const Tensor& p : parameters) {
     MT_CHECK(p.defined(), "clip_grad_norm_: undefined parameter tensor");
     Tensor g = p.grad();
-    if (g.defined()) grads.push_back(g);
+    if (!g.defined()) continue;
+    if (g.dtype() == kFloat64) norm_dtype = kFloat64;
+    grads.push_back(g);
   }
-  if (grads.empty()) return 0.0;
+  if (grads.empty()) return zeros({}, kFloat32);
+  NoGradGuard no_grad;
 
-  double acc = 0.0;
   auto combine = [inf](double total, double part) {
     return inf ? ((part > total || part != part) ? part : total) : total + part;
   };
-  // Device gradients: partial sums stay on the device (one running scalar per device) and are
-  // read back once, instead of copying every gradient to the host.
+  auto finish = [&](double acc) {
+    return inf ? acc : (norm_type == 2.0 ? std::sqrt(acc) : std::pow(acc, 1.0 / norm_type));
+  };
+  auto nonfinite_error = [&](double total) {
+    MT_CHECK(std::isfinite(total), "clip_grad_norm_: the total norm of order ", norm_type, " of ", grads.size(),
+             " gradients is ", total, "; nothing was clipped (error_if_nonfinite=true)");
+  };
+  // Host gradients are summed here in fp64; device gradients keep their partial sums on their
+  // device (one running scalar per device), so nothing waits for the device.
+  double host_acc = 0.0;
+  bool any_host = false;
   std::vector<Tensor> device_parts;
   for (const Tensor& g_in : grads) {
     if (!g_in.device().is_cpu()) {
-      NoGradGuard no_grad;
-      const Tensor g = g_in.dtype() == kFloat64 ? g_in : g_in.to(kFloat32);
+      const Tensor g = g_in.dtype() == norm_dtype ? g_in : g_in.to(norm_dtype);
       const Tensor part = inf ? max(abs(g)) : norm_type == 2.0 ? sum(square(g)) : sum(pow(abs(g), norm_type));
       auto it = std::find_if(device_parts.begin(), device_parts.end(),
-                             [&](const Tensor& t) { return t.device() == g.device() && t.dtype() == part.dtype(); });
+                             [&](const Tensor& t) { return t.device() == g.device(); });
       if (it == device_parts.end()) device_parts.push_back(part);
       else *it = inf ? maximum(*it, part) : add(*it, part);
       continue;
@@ -88,23 +101,39 @@ double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
       using T = typename decltype(tag)::type;
       part = grad_norm_part(g.data_ptr<T>(), g.numel(), norm_type);
     });
-    acc = combine(acc, part);
+    host_acc = combine(host_acc, part);
+    any_host = true;
   }
-  for (const Tensor& t : device_parts) acc = combine(acc, t.item<double>());
-  const double total = inf ? acc : (norm_type == 2.0 ? std::sqrt(acc) : std::pow(acc, 1.0 / norm_type));
 
-  const double coef = max_norm / (total + 1e-6);
-  // PyTorch multiplies by min(coef, 1) always; multiplying by 1 changes nothing, so only a coef
-  // below 1, or a NaN one (non-finite norm), touches the gradients.
-  if (!(coef >= 1.0)) {
-    NoGradGuard no_grad;
-    for (Tensor& g : grads) g.mul_(coef);
+  if (device_parts.empty()) {
+    const double total = finish(host_acc);
+    if (error_if_nonfinite) nonfinite_error(total);
+    const double coef = max_norm / (total + 1e-6);
+    // PyTorch multiplies by min(coef, 1) always; multiplying by 1 changes nothing, so only a coef
+    // below 1, or a NaN one (non-finite norm), touches the gradients.
+    if (!(coef >= 1.0))
+      for (Tensor& g : grads) g.mul_(coef);
+    return full({}, total, norm_dtype);
   }
+
+  // The total and the clip factor are computed where the first device gradient lives, and every
+  // gradient is multiplied by min(factor, 1) there, as PyTorch does: no value is read back.
+  const Device home = device_parts.front().device();
+  const TensorOptions on_home = TensorOptions().dtype(norm_dtype).device(home);
+  Tensor acc = any_host ? full({}, host_acc, on_home) : device_parts.front();
+  for (size_t i = any_host ? 0 : 1; i < device_parts.size(); ++i) {
+    const Tensor part = device_parts[i].to(home);
+    acc = inf ? maximum(acc, part) : add(acc, part);
+  }
+  const Tensor total = inf ? acc : (norm_type == 2.0 ? sqrt(acc) : pow(acc, 1.0 / norm_type));
+  if (error_if_nonfinite) nonfinite_error(total.item<double>());
+  const Tensor coef = minimum(rdiv(add(total, 1e-6), max_norm), full({}, 1.0, on_home));
+  for (Tensor& g : grads) g.mul_(g.device() == home ? coef : coef.to(g.device()));
   return total;
 }
 
-double clip_grad_norm_(const Tensor& parameter, double max_norm, double norm_type) {
-  return clip_grad_norm_(std::vector<Tensor>{parameter}, max_norm, norm_type);
+Tensor clip_grad_norm_(const Tensor& parameter, double max_norm, double norm_type, bool error_if_nonfinite) {
+  return clip_grad_norm_(std::vector<Tensor>{parameter}, max_norm, norm_type, error_if_nonfinite);
 }
 
 }  // namespace mixtrain::nn::utils

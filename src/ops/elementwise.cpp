@@ -250,14 +250,22 @@ Tensor where(const Tensor& cond_in, const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
+namespace {
+// `self op= other`, other broadcast to self's shape and cast to its dtype.
+Tensor& binary_inplace(const char* name, BinaryOp op, Tensor& self, const Tensor& other) {
+  check_inplace(name, self);
+  check_same_device(name, self, other);
+  const Tensor o = other.dtype() == self.dtype() ? other : other.to(self.dtype());
+  backend_for(self).binary(op, self, broadcast_for_kernel(o, self.shape()), self);
+  ++self.impl()->version;
+  return self;
+}
+}  // namespace
+
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
-  check_inplace("add_", *this);
-  check_same_device("add_", *this, other);
-  Tensor o = other.dtype() == dtype() ? other : other.to(dtype());
-  if (alpha != 1.0) o = mul(o, alpha);
-  backend_for(*this).binary(BinaryOp::Add, *this, broadcast_for_kernel(o, shape()), *this);
-  ++impl()->version;
-  return *this;
+  if (alpha == 1.0) return binary_inplace("add_", BinaryOp::Add, *this, other);
+  const Tensor o = other.dtype() == dtype() ? other : other.to(dtype());  // scaled in this dtype
+  return binary_inplace("add_", BinaryOp::Add, *this, mul(o, alpha));
 }
 
 Tensor& Tensor::mul_(double value) {
@@ -266,5 +274,7 @@ Tensor& Tensor::mul_(double value) {
   ++impl()->version;
   return *this;
 }
+
+Tensor& Tensor::mul_(const Tensor& other) { return binary_inplace("mul_", BinaryOp::Mul, *this, other); }
 
 }  // namespace mixtrain

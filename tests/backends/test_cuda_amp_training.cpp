@@ -136,6 +136,34 @@ TEST_F(CudaAmp, FusedOptimizerUpdatesMatchTheCpu) {
   }
 }
 
+// Clipping device gradients computes the norm and the factor on the device (nothing is read back)
+// and gives the CPU's norm and clipped gradients, for every norm type and gradient dtype.
+TEST_F(CudaAmp, ClipGradNormOnTheDeviceMatchesTheCpu) {
+  for (DType dt : float_dtypes()) {
+    for (double p : {2.0, 1.0, 3.0, nn::utils::kInfNorm}) {
+      for (double max_norm : {1.0, 1e6}) {  // clipped, and left alone (the factor clamps to 1)
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " p=" + std::to_string(p) + " max_norm=" + std::to_string(max_norm));
+        std::vector<Tensor> params[2];
+        for (int d = 0; d < 2; ++d)
+          for (int i = 0; i < 3; ++i) {
+            const Device dev = d == 0 ? Device::cpu() : gpu_device();
+            Tensor w = zeros({7 + 5000 * i}, TensorOptions(dt).device(dev)).set_requires_grad(true);
+            w.set_grad(random_tensor(w.shape(), dt, 90 + i, -2.0, 2.0).to(dev));
+            params[d].push_back(w);
+          }
+        const Tensor cpu_norm = nn::utils::clip_grad_norm_(params[0], max_norm, p);
+        const Tensor gpu_norm = nn::utils::clip_grad_norm_(params[1], max_norm, p);
+        EXPECT_EQ(gpu_norm.device(), gpu_device());
+        EXPECT_EQ(gpu_norm.dtype(), cpu_norm.dtype());
+        EXPECT_TRUE(all_close(gpu_norm.to(Device::cpu()), cpu_norm, tolerance_for(kFloat32)));
+        for (int i = 0; i < 3; ++i)
+          EXPECT_TRUE(all_close(params[1][i].grad().to(Device::cpu()), params[0][i].grad(), tolerance_for(dt)))
+              << "gradient " << i;
+      }
+    }
+  }
+}
+
 TEST_F(CudaAmp, DeviceMemoryGoesThroughTheCachingAllocator) {
   const Device d = gpu_device();
   memory::empty_cache(d);

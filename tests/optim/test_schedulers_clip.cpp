@@ -148,8 +148,12 @@ TEST(ClipGradNorm, TotalNormAndScaling) {
       for (double v : all) ref = std::isinf(p) ? std::max(ref, std::fabs(v)) : ref + std::pow(std::fabs(v), p);
       if (!std::isinf(p)) ref = std::pow(ref, 1 / p);
       const double max_norm = ref / 4;
-      const double total = mt::nn::utils::clip_grad_norm_(params, max_norm, p);
-      EXPECT_NEAR(total, ref, 1e-12 * ref);
+      const Tensor total_t = mt::nn::utils::clip_grad_norm_(params, max_norm, p);
+      EXPECT_EQ(total_t.dim(), 0);
+      EXPECT_EQ(total_t.dtype(), dt == mt::kFloat64 ? mt::kFloat64 : mt::kFloat32);
+      const double total = total_t.item<double>();
+      // Summed in fp64 whatever the gradients' dtype; returned in the norm's dtype.
+      EXPECT_NEAR(total, ref, (dt == mt::kFloat64 ? 1e-12 : 1e-7) * ref);
       const double coef = max_norm / (ref + 1e-6);
       std::vector<double> want;
       for (double v : all) want.push_back(v * coef);
@@ -165,16 +169,22 @@ TEST(ClipGradNorm, TotalNormAndScaling) {
 TEST(ClipGradNorm, BelowTheLimitNothingChangesAndNonFiniteIsReturned) {
   Tensor w = mt::zeros({4}).set_requires_grad(true);
   w.set_grad(mt::from_vector(std::vector<float>{3, 0, -4, 0}, {4}));
-  EXPECT_DOUBLE_EQ(mt::nn::utils::clip_grad_norm_(w, 10.0), 5.0);
+  using mt::nn::utils::clip_grad_norm_;
+  EXPECT_DOUBLE_EQ(clip_grad_norm_(w, 10.0).item<double>(), 5.0);
   EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{3, 0, -4, 0}));
-  EXPECT_DOUBLE_EQ(mt::nn::utils::clip_grad_norm_(std::vector<Tensor>{}, 1.0), 0.0);
+  EXPECT_DOUBLE_EQ(clip_grad_norm_(std::vector<Tensor>{}, 1.0).item<double>(), 0.0);
 
   const float inf = std::numeric_limits<float>::infinity();
   w.set_grad(mt::from_vector(std::vector<float>{1, inf, 2, 0}, {4}));
-  EXPECT_TRUE(std::isinf(mt::nn::utils::clip_grad_norm_(w, 1.0)));
+  // error_if_nonfinite: a clear error, and the gradients are left as they were.
+  const std::string message = mt::testing::error_of([&] { clip_grad_norm_(w, 1.0, 2.0, true); });
+  EXPECT_NE(message.find("clip_grad_norm_"), std::string::npos) << message;
+  EXPECT_NE(message.find("inf"), std::string::npos) << message;
+  EXPECT_EQ(w.grad().to_vector<float>()[0], 1.0f);
+  EXPECT_TRUE(std::isinf(clip_grad_norm_(w, 1.0).item<double>()));
   // PyTorch (error_if_nonfinite=false) scales by max_norm / inf = 0: finite grads become 0.
   EXPECT_EQ(w.grad().to_vector<float>()[0], 0.0f);
   w.set_grad(mt::from_vector(std::vector<float>{1, std::nanf(""), 2, 0}, {4}));
-  EXPECT_TRUE(std::isnan(mt::nn::utils::clip_grad_norm_(w, 1.0)));
-  EXPECT_THROW(mt::nn::utils::clip_grad_norm_(w, 1.0, -1.0), mt::Error);
+  EXPECT_TRUE(std::isnan(clip_grad_norm_(w, 1.0).item<double>()));
+  EXPECT_THROW(clip_grad_norm_(w, 1.0, -1.0), mt::Error);
 }

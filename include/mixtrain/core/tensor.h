@@ -138,6 +138,7 @@ class Tensor {
   Tensor& copy_(const Tensor& src);
   Tensor& add_(const Tensor& other, double alpha = 1.0);
   Tensor& mul_(double value);
+  Tensor& mul_(const Tensor& other);  // other broadcast to this shape, cast to this dtype
 
   std::shared_ptr<TensorImpl>& impl() { return impl_; }
   const std::shared_ptr<TensorImpl>& impl() const { return impl_; }
