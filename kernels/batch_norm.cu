@@ -123,7 +123,8 @@ void launch_partials(const T* x, const T* g, int64_t n, int64_t c, int64_t s, co
   with_divider(n * c * s, [&](auto dt) {
     using D = typename decltype(dt)::type;
     channel_partials<T, Backward, D><<<dim3(static_cast<unsigned>(c), static_cast<unsigned>(sp.splits)), 512, 0,
-                                        stream>>>(x, g, n, c, s, sp.chunk, mean, invstd, partial, D(s));
+                                        stream>>>(x, g, n, c, s, sp.chunk, mean, invstd, partial,
+                                                  D(s > 0 ? s : 1));  // s == 0: no element, zero sums
   });
 }
 

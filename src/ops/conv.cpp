@@ -25,6 +25,8 @@ Tensor kernel_input(const Tensor& t, MemoryFormat format = MemoryFormat::Contigu
 }
 
 MemoryFormat conv_layout(const Tensor& x, const Tensor& w) {
+  // cuDNN has no fp64 channels-last kernels to count on (PyTorch makes the same exception).
+  if (x.device().is_cuda() && (x.dtype() == kFloat64 || w.dtype() == kFloat64)) return MemoryFormat::Contiguous;
   return x.suggest_memory_format() == MemoryFormat::ChannelsLast || w.suggest_memory_format() == MemoryFormat::ChannelsLast
              ? MemoryFormat::ChannelsLast
              : MemoryFormat::Contiguous;

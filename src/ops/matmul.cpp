@@ -41,8 +41,8 @@ Tensor mm(const char* op, const Tensor& a, const Tensor& b) {
 }
 
 // grad_out masked where the ReLU clamped. The derivative is read from the saved output: out > 0
-// exactly where the pre-activation is > 0 (NaN in both), so relu's own backward kernel gives the
-// same bits as on the unfused path.
+// exactly where the pre-activation is > 0, so relu's own backward kernel gives the same bits as on
+// the unfused path.
 Tensor relu_backward_from_output(const Tensor& out, const Tensor& grad_out) {
   Tensor grad = new_empty(grad_out.shape(), grad_out);
   backend_for(grad_out).unary_backward(UnaryOp::Relu, out, Tensor(), grad_out, grad, 0.0);

@@ -12,6 +12,7 @@
 
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/context.h"
@@ -24,14 +25,27 @@ namespace {
 
 enum class Direction { Forward, BackwardData, BackwardFilter };
 
+const char* direction_name(Direction d) {
+  return d == Direction::Forward ? "forward" : d == Direction::BackwardData ? "backward-data" : "backward-filter";
+}
+
+struct Candidate {
+  int algo;
+  cudnnMathType_t math;
+  size_t workspace;
+};
+
+// Per direction, the usable algorithms in cuDNN's order and the one in use: a candidate that
+// fails when it runs (a heuristic can rank one that this shape, layout or alignment does not
+// support) is dropped for the next, as PyTorch does.
 struct ConvPlan {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
-  bool has[3] = {false, false, false};
-  int algo[3] = {0, 0, 0};
-  cudnnMathType_t math[3] = {};
-  size_t workspace[3] = {0, 0, 0};
+  cudnnMathType_t wanted = CUDNN_DEFAULT_MATH;
+  bool chosen[3] = {false, false, false};
+  std::vector<Candidate> candidates[3];
+  size_t in_use[3] = {0, 0, 0};
 };
 
 // dtype, device, the shapes, the geometry, and the modes that change the algorithm choice.
@@ -85,29 +99,29 @@ ConvPlan make_plan(const Geometry& g) {
       as_int(g.p.stride_w, "stride"), as_int(g.p.dilation_h, "dilation"), as_int(g.p.dilation_w, "dilation"),
       CUDNN_CROSS_CORRELATION, g.dt == DType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
   MT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(plan.conv, as_int(g.p.groups, "groups")));
-  MT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, wanted_math(g.dt)));
+  plan.wanted = wanted_math(g.dt);
+  MT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, plan.wanted));
   return plan;
 }
 
-// The first usable algorithm of a ranked list (heuristic or timed).
+// The usable algorithms of a ranked list (heuristic or timed), best first.
 template <class Perf>
-void take_best(const Perf* perf, int count, int dir, const char* what, ConvPlan& plan) {
-  for (int i = 0; i < count; ++i) {
-    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-    plan.algo[dir] = static_cast<int>(perf[i].algo);
-    plan.math[dir] = perf[i].mathType;
-    plan.workspace[dir] = perf[i].memory;
-    plan.has[dir] = true;
-    return;
-  }
-  MT_ERROR("conv2d: cuDNN found no ", what, " algorithm for this shape");
+void take_ranked(const Perf* perf, int count, Direction d, ConvPlan& plan) {
+  const int dir = static_cast<int>(d);
+  for (int i = 0; i < count; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS)
+      plan.candidates[dir].push_back({static_cast<int>(perf[i].algo), perf[i].mathType, perf[i].memory});
+  MT_CHECK(!plan.candidates[dir].empty(), "conv2d: cuDNN found no ", direction_name(d), " algorithm for this shape");
+  plan.chosen[dir] = true;
 }
 
-// Chooses the algorithm of one direction (once per plan); benchmark mode times the candidates
-// on buffers cuDNN allocates itself.
+// Ranks the algorithms of one direction (once per plan); benchmark mode times the candidates
+// on buffers cuDNN allocates itself. The query runs under the dtype's math type, whatever an
+// earlier direction left on the shared descriptor.
 void choose(ConvPlan& plan, Direction d, cudnnHandle_t h) {
   const int dir = static_cast<int>(d);
-  if (plan.has[dir]) return;
+  if (plan.chosen[dir]) return;
+  MT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, plan.wanted));
   const bool bench = mixtrain::cuda::cudnn_benchmark();
   constexpr int kMax = 16;
   int count = 0;
@@ -117,14 +131,14 @@ void choose(ConvPlan& plan, Direction d, cudnnHandle_t h) {
       MT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(h, plan.x, plan.w, plan.conv, plan.y, kMax, &count, perf));
     else
       MT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, plan.x, plan.w, plan.conv, plan.y, kMax, &count, perf));
-    take_best(perf, count, dir, "forward", plan);
+    take_ranked(perf, count, d, plan);
   } else if (d == Direction::BackwardData) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
     if (bench)
       MT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(h, plan.w, plan.y, plan.conv, plan.x, kMax, &count, perf));
     else
       MT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, plan.w, plan.y, plan.conv, plan.x, kMax, &count, perf));
-    take_best(perf, count, dir, "backward-data", plan);
+    take_ranked(perf, count, d, plan);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
     if (bench)
@@ -133,7 +147,7 @@ void choose(ConvPlan& plan, Direction d, cudnnHandle_t h) {
     else
       MT_CUDNN_CHECK(
           cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, plan.x, plan.y, plan.conv, plan.w, kMax, &count, perf));
-    take_best(perf, count, dir, "backward-filter", plan);
+    take_ranked(perf, count, d, plan);
   }
 }
 
@@ -142,8 +156,9 @@ struct PlanCache {
   std::map<ConvKey, ConvPlan> plans;
 };
 
-// Runs `body(plan, handle, workspace, alpha, beta)` for one direction under the cache's lock
-// (the descriptors' math type is set per direction).
+// Runs `body(plan, algo, handle, workspace, workspace_bytes, alpha, beta)` -> cudnnStatus_t for one
+// direction under the cache's lock, with the direction's algorithm in use, moving on to the next
+// candidate while one fails.
 template <class Body>
 void with_plan(const Geometry& g, Direction d, DeviceContext& ctx, Body&& body) {
   static PlanCache* cache = new PlanCache();
@@ -158,13 +173,24 @@ void with_plan(const Geometry& g, Direction d, DeviceContext& ctx, Body&& body) 
   cudnnHandle_t h = ctx.cudnn();
   choose(plan, d, h);
   const int dir = static_cast<int>(d);
-  MT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, plan.math[dir]));
-  Tensor ws = plan.workspace[dir] ? scratch(plan.workspace[dir], Device::cuda(ctx.index)) : Tensor();
   const double a64 = 1.0, b64 = 0.0;
   const float a32 = 1.0f, b32 = 0.0f;
   const bool fp64 = g.dt == DType::Float64;
-  body(plan, h, ws.defined() ? ws.raw_data() : nullptr, plan.workspace[dir],
-       fp64 ? static_cast<const void*>(&a64) : &a32, fp64 ? static_cast<const void*>(&b64) : &b32);
+  std::string failures;
+  for (; plan.in_use[dir] < plan.candidates[dir].size(); ++plan.in_use[dir]) {
+    const Candidate& c = plan.candidates[dir][plan.in_use[dir]];
+    MT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, c.math));
+    Tensor ws = c.workspace ? scratch(c.workspace, Device::cuda(ctx.index)) : Tensor();
+    const cudnnStatus_t st = body(plan, c.algo, h, ws.defined() ? ws.raw_data() : nullptr, c.workspace,
+                                  fp64 ? static_cast<const void*>(&a64) : &a32,
+                                  fp64 ? static_cast<const void*>(&b64) : &b32);
+    if (st == CUDNN_STATUS_SUCCESS) return;
+    failures += std::string(failures.empty() ? "" : ", ") + "algorithm " + std::to_string(c.algo) + ": " +
+                cudnnGetErrorString(st);
+  }
+  MT_ERROR("conv2d: every cuDNN ", direction_name(d), " algorithm failed for ", g.dt, " input [", g.n, ", ", g.c,
+           ", ", g.h, ", ", g.w, "], weight [", g.cout, ", ", g.c / g.p.groups, ", ", g.kh, ", ", g.kw, "], ",
+           g.nhwc ? "channels-last" : "NCHW", " (", failures, ")");
 }
 
 Geometry geometry(const Tensor& x_shape_of, const Tensor& w, const Tensor& y_shape_of, const Conv2dParams& p,
@@ -183,12 +209,13 @@ void CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b
   const MemoryFormat f = layout_of("conv2d", out, x_in);
   const Tensor x = as_layout(x_in, out.dtype(), f), w = as_layout(w_in, out.dtype(), f);
   if (out.numel() == 0) return;
-  with_plan(geometry(x, w, out, p, f), Direction::Forward, ctx, [&](ConvPlan& plan, cudnnHandle_t h, void* ws,
-                                                                 size_t ws_bytes, const void* alpha, const void* beta) {
-    MT_CUDNN_CHECK(cudnnConvolutionForward(h, alpha, plan.x, x.raw_data(), plan.w, w.raw_data(), plan.conv,
-                                           static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo[0]), ws, ws_bytes, beta,
-                                           plan.y, out.raw_data()));
-  });
+  with_plan(geometry(x, w, out, p, f), Direction::Forward, ctx,
+            [&](ConvPlan& plan, int algo, cudnnHandle_t h, void* ws, size_t ws_bytes, const void* alpha,
+                const void* beta) {
+              return cudnnConvolutionForward(h, alpha, plan.x, x.raw_data(), plan.w, w.raw_data(), plan.conv,
+                                             static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws, ws_bytes, beta, plan.y,
+                                             out.raw_data());
+            });
   if (bias.defined()) {
     const Tensor b = as_contiguous(bias, out.dtype()).reshape({1, out.size(1), 1, 1}).expand(out.shape());
     binary(BinaryOp::Add, out, b, out);
@@ -204,11 +231,11 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w_
   if (grad_x.numel() == 0) return;
   if (dy.numel() == 0) return fill(grad_x, 0.0);
   with_plan(geometry(grad_x, w, dy, p, f), Direction::BackwardData, ctx,
-            [&](ConvPlan& plan, cudnnHandle_t h, void* ws, size_t ws_bytes, const void* alpha, const void* beta) {
-              MT_CUDNN_CHECK(cudnnConvolutionBackwardData(h, alpha, plan.w, w.raw_data(), plan.y, dy.raw_data(),
-                                                          plan.conv,
-                                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo[1]), ws,
-                                                          ws_bytes, beta, plan.x, grad_x.raw_data()));
+            [&](ConvPlan& plan, int algo, cudnnHandle_t h, void* ws, size_t ws_bytes, const void* alpha,
+                const void* beta) {
+              return cudnnConvolutionBackwardData(h, alpha, plan.w, w.raw_data(), plan.y, dy.raw_data(), plan.conv,
+                                                  static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), ws, ws_bytes, beta,
+                                                  plan.x, grad_x.raw_data());
             });
 }
 
@@ -221,11 +248,11 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x
   if (grad_w.numel() == 0) return;
   if (dy.numel() == 0) return fill(grad_w, 0.0);
   with_plan(geometry(x, grad_w, dy, p, f), Direction::BackwardFilter, ctx,
-            [&](ConvPlan& plan, cudnnHandle_t h, void* ws, size_t ws_bytes, const void* alpha, const void* beta) {
-              MT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, alpha, plan.x, x.raw_data(), plan.y, dy.raw_data(),
-                                                            plan.conv,
-                                                            static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo[2]),
-                                                            ws, ws_bytes, beta, plan.w, grad_w.raw_data()));
+            [&](ConvPlan& plan, int algo, cudnnHandle_t h, void* ws, size_t ws_bytes, const void* alpha,
+                const void* beta) {
+              return cudnnConvolutionBackwardFilter(h, alpha, plan.x, x.raw_data(), plan.y, dy.raw_data(), plan.conv,
+                                                    static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws, ws_bytes,
+                                                    beta, plan.w, grad_w.raw_data());
             });
 }
 

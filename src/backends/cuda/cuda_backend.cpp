@@ -90,8 +90,11 @@ MemoryFormat layout_of(const char* op, const Tensor& out, const Tensor& activati
 
 namespace {
 
+// One memcpy does: the same dtype and the same dense layout (both NCHW-order or both channels-last).
 bool plain_copy(const Tensor& src, const Tensor& dst) {
-  return src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous();
+  if (src.dtype() != dst.dtype()) return false;
+  if (src.is_contiguous() && dst.is_contiguous()) return true;
+  return src.is_contiguous(MemoryFormat::ChannelsLast) && dst.is_contiguous(MemoryFormat::ChannelsLast);
 }
 
 void host_to_device(const Tensor& src, const Tensor& dst) {

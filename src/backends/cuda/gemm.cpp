@@ -77,7 +77,8 @@ struct Plan {
 };
 
 // cuBLASLt's epilogue for a bias and our activation. Its RELU is max(x, 0), ours x <= 0 ? 0 : x:
-// the same for every number (a NaN pre-activation is the one case they may differ).
+// the same for every number; a NaN pre-activation may come out as 0 (a known cuBLASLt behaviour,
+// accepted: the fused pass is the point, and an overflow still reaches the gradients).
 cublasLtEpilogue_t lt_epilogue(bool bias, GemmEpilogue epilogue) {
   if (epilogue == GemmEpilogue::Relu) return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
   return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
@@ -106,11 +107,21 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
   return l;
 }
 
+bool epilogue_reads_bias(cublasLtEpilogue_t epi) {
+  return epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_RELU_BIAS;
+}
+
+void set_bias_pointer(cublasLtMatmulDesc_t desc, const void* bias) {
+  MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+}
+
 // Builds the descriptors and asks the heuristic for the best algorithm with epilogue `epi`.
 // Returns the heuristic's status, NOT_SUPPORTED when it found no algorithm; the plan is only
-// valid on SUCCESS.
+// valid on SUCCESS. The heuristic judges the bias's alignment from its pointer, so the real one is
+// set before it runs (and the bias's alignment is part of the plan key).
 cublasStatus_t build_plan(DeviceContext& ctx, DType dt, const Operand& x, const Operand& y, int64_t m, int64_t n,
-                          int64_t k, int64_t batch, cublasLtEpilogue_t epi, const int (&align)[4], Plan& plan) {
+                          int64_t k, int64_t batch, cublasLtEpilogue_t epi, const void* bias, const int (&align)[4],
+                          Plan& plan) {
   const cudaDataType_t type = cuda_type(dt);
   const bool fp64 = dt == DType::Float64;
   const cublasComputeType_t compute =
@@ -121,6 +132,7 @@ cublasStatus_t build_plan(DeviceContext& ctx, DType dt, const Operand& x, const 
   MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &y.op, sizeof(y.op)));
   if (epi != CUBLASLT_EPILOGUE_DEFAULT)
     MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  if (epilogue_reads_bias(epi)) set_bias_pointer(plan.desc, bias);
   plan.fused_epilogue = epi != CUBLASLT_EPILOGUE_DEFAULT;
   plan.a = make_layout(type, x.rows, x.cols, x.ld, batch, x.batch_stride);
   plan.b = make_layout(type, y.rows, y.cols, y.ld, batch, y.batch_stride);
@@ -192,7 +204,8 @@ void CudaBackend::gemm(const Tensor& a_in, bool trans_a, const Tensor& b_in, boo
                         alignment(out.raw_data())};
   const bool tf32 = dt == DType::Float32 && mixtrain::cuda::allow_tf32();
   PlanKey key{static_cast<int>(dt), static_cast<int>(x.op), static_cast<int>(y.op), m, n, k, batch, x.ld, y.ld,
-              x.batch_stride, y.batch_stride, ctx.index, bias.defined() ? 1 : 0, static_cast<int>(epilogue),
+              x.batch_stride, y.batch_stride, ctx.index,
+              bias.defined() ? std::min(alignment(bias_c.raw_data()), 16) : 0, static_cast<int>(epilogue),
               tf32 ? 1 : 0, std::min(align[0], 16), std::min(align[1], 16), std::min(align[2], 16)};
   // Held through the launch: the bias pointer is an attribute of the shared descriptor.
   PlanCache& cache = plan_cache();
@@ -201,20 +214,18 @@ void CudaBackend::gemm(const Tensor& a_in, bool trans_a, const Tensor& b_in, boo
   if (it == cache.plans.end()) {
     Plan p;
     const cublasLtEpilogue_t epi = lt_epilogue(bias.defined(), epilogue);
-    cublasStatus_t st = build_plan(ctx, dt, x, y, m, n, k, batch, epi, align, p);
+    const void* bias_ptr = bias.defined() ? bias_c.raw_data() : nullptr;
+    cublasStatus_t st = build_plan(ctx, dt, x, y, m, n, k, batch, epi, bias_ptr, align, p);
     // No algorithm with the fused epilogue for this case (e.g. fp64): plain product, then
     // unfused_epilogue.
     if (st != CUBLAS_STATUS_SUCCESS && epi != CUBLASLT_EPILOGUE_DEFAULT)
-      st = build_plan(ctx, dt, x, y, m, n, k, batch, CUBLASLT_EPILOGUE_DEFAULT, align, p);
+      st = build_plan(ctx, dt, x, y, m, n, k, batch, CUBLASLT_EPILOGUE_DEFAULT, nullptr, align, p);
     MT_CHECK(st == CUBLAS_STATUS_SUCCESS, "gemm: cuBLASLt has no algorithm for ", dt, " [", m, ", ", k, "] x [", k,
              ", ", n, "] (batch ", batch, "): cublasLtMatmulAlgoGetHeuristic gave ", cublasLtGetStatusName(st));
     it = cache.plans.emplace(key, p).first;
   }
   const Plan& plan = it->second;
-  if (plan.fused_epilogue && bias.defined()) {
-    const void* bp = bias_c.raw_data();
-    MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof(bp)));
-  }
+  if (plan.fused_epilogue && bias.defined()) set_bias_pointer(plan.desc, bias_c.raw_data());
   const double alpha64 = 1.0, beta64 = 0.0;
   const float alpha32 = 1.0f, beta32 = 0.0f;
   const bool fp64 = dt == DType::Float64;
