@@ -1,4 +1,5 @@
 // mixtrain: train the example models, benchmark fp32 against AMP, show the autocast policy.
+#include <algorithm>
 #include <iostream>
 #include <stdexcept>
 
@@ -25,6 +26,12 @@ int main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   const std::vector<std::string> rest(argv + 2, argv + argc);
+  // `mixtrain help` and `mixtrain <command> --help` print the usage too, with success.
+  if (command == "help" || std::find(rest.begin(), rest.end(), "--help") != rest.end() ||
+      std::find(rest.begin(), rest.end(), "-h") != rest.end()) {
+    std::cout << kUsage;
+    return 0;
+  }
   try {
     if (command == "train") return mixtrain::cli::run_train(rest);
     if (command == "bench") return mixtrain::cli::run_bench(rest);

@@ -146,3 +146,14 @@ TEST(MixtrainCli, UsageErrorsAreOneLineWithExitCode2) {
   EXPECT_NE(missing.code, 0);
   EXPECT_NE(missing.err.find("/nonexistent/ckpt"), std::string::npos) << missing.err;
 }
+
+TEST(MixtrainCli, HelpPrintsTheUsageWithSuccess) {
+  for (const std::string args : {"--help", "help", "bench --help", "train mlp --help", "policy -h"}) {
+    SCOPED_TRACE(args);
+    const CliRun r = run_mixtrain(args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("usage: mixtrain"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("--fp32-math"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(run_mixtrain("").code, 2);  // no command: the usage, as an error
+}
