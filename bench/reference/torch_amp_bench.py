@@ -62,6 +62,15 @@ class UNet(nn.Module):
         return self.head(x)
 
 
+def causal_attention(q, k, v):
+    if hasattr(F, "scaled_dot_product_attention"):  # PyTorch >= 2.0: fused kernels
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    t = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    mask = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+    return scores.masked_fill(mask, float("-inf")).softmax(-1) @ v
+
+
 class CausalSelfAttention(nn.Module):
     """nn.MultiheadAttention's parameters (in_proj_weight, in_proj_bias, out_proj) on
     scaled_dot_product_attention(is_causal=True), as mixtrain's MultiheadAttention."""
@@ -78,7 +87,7 @@ class CausalSelfAttention(nn.Module):
         n, t, e = x.shape
         q, k, v = F.linear(x, self.in_proj_weight, self.in_proj_bias).chunk(3, -1)
         heads = lambda y: y.reshape(n, t, self.heads, e // self.heads).transpose(1, 2)
-        y = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
+        y = causal_attention(heads(q), heads(k), heads(v))
         return self.out_proj(y.transpose(1, 2).reshape(n, t, e))
 
 
@@ -148,8 +157,11 @@ def bench_one(name, size, precision, dev, steps, warmup, seed, channels_last=Fal
     model, batches, loss_fn, batch = make_task(name, size, dev, gen, channels_last)
     model.to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
-    scaler = torch.amp.GradScaler(dev.type, init_scale=65536.0, enabled=precision == "fp16")
-    amp_dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    if hasattr(torch.amp, "GradScaler"):  # PyTorch >= 2.3
+        scaler = torch.amp.GradScaler(dev.type, init_scale=65536.0, enabled=precision == "fp16")
+    else:  # older releases: CUDA's scaler (fp16 autocast, hence the scaler, is CUDA-only there)
+        scaler = torch.cuda.amp.GradScaler(init_scale=65536.0, enabled=precision == "fp16")
+    amp_dtype = torch.float16 if precision == "fp16" else torch.bfloat16  # fp32: unused (old CPU autocast rejects fp16)
     if dev.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -191,10 +203,15 @@ def main():
     p.add_argument("--fp32-math", choices=["default", "strict"], default="default",
                    help="default: cuDNN convolutions on TF32, matmuls strict (PyTorch's defaults); strict: no TF32")
     p.add_argument("--channels-last", action="store_true", help="the UNet in NHWC (model and images)")
+    p.add_argument("--precisions", default="fp32,fp16,bf16",
+                   help="comma-separated; the first is the speedups' baseline (PyTorch < 2 has no fp16 autocast on the CPU)")
     a = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = a.fp32_math == "default"
     models = [m for m in a.models.split(",") if m]
+    for q in a.precisions.split(","):
+        if q and q not in ("fp32", "fp16", "bf16"):
+            p.error(f"unknown precision '{q}' (expected fp32, fp16, bf16)")
     for m in models:
         if m not in SIZES:
             p.error(f"unknown model '{m}' (expected mlp, unet, transformer)")
@@ -207,7 +224,7 @@ def main():
            "size": a.size, "fp32_math": a.fp32_math, "channels_last": a.channels_last, "steps": a.steps, "warmup": a.warmup, "results": []}
     for m in models:
         fp32_ms = None
-        for prec in ["fp32", "fp16", "bf16"]:
+        for prec in [q for q in a.precisions.split(",") if q]:
             if dev.type == "cuda":
                 torch.cuda.empty_cache()  # reserved memory is then this run's own
             row = bench_one(m, a.size, prec, dev, a.steps, a.warmup, a.seed, a.channels_last)

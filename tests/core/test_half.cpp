@@ -146,11 +146,18 @@ uint32_t expect_decoded(double v, uint32_t nan_bits) {
 TEST(Half, AllPatternsDecodeAndRoundTrip) {
   Mismatches decode("half_bits_to_float vs ldexp reference"), trip("half->float->half");
   Mismatches cls("Half class round trip");
+  Mismatches portable_decode("half_bits_to_float_portable vs ldexp reference"),
+      portable_trip("portable half->float->half");
   for (uint32_t h = 0; h < 65536; ++h) {
     const float f = half_bits_to_float(static_cast<uint16_t>(h));
     const uint32_t nan_bits = ((h & 0x8000u) << 16) | 0x7f800000u | ((h & 0x3ffu) << 13);
-    decode.check(h, bits_of(f), expect_decoded(ref_half_value(static_cast<uint16_t>(h)), nan_bits));
+    const uint32_t want = expect_decoded(ref_half_value(static_cast<uint16_t>(h)), nan_bits);
+    decode.check(h, bits_of(f), want);
     trip.check(h, float_to_half_bits(f), h);
+    // The portable code, which builds without F16C use for every value (and this one for NaNs).
+    const float pf = half_bits_to_float_portable(static_cast<uint16_t>(h));
+    portable_decode.check(h, bits_of(pf), want);
+    portable_trip.check(h, float_to_half_bits_portable(pf), h);
     cls.check(h, Half(static_cast<float>(Half::from_bits(static_cast<uint16_t>(h)))).bits, h);
   }
 }
@@ -170,6 +177,7 @@ TEST(BFloat16, AllPatternsDecodeAndRoundTrip) {
 
 TEST(Half, RandomFloatsMatchReference) {
   Mismatches mm("float_to_half_bits (random) vs reference");
+  Mismatches portable("float_to_half_bits_portable (random) vs reference");
   Rng rng(0x5eed1234);
   for (int64_t i = 0; i < kRandomCount; ++i) {
     uint32_t u = rng.u32();
@@ -178,6 +186,7 @@ TEST(Half, RandomFloatsMatchReference) {
     if (i & 1) u = (u & 0x807fffffu) | ((100u + (u >> 23 & 0xff) % 47u) << 23);
     const float f = float_of(u);
     mm.check(u, float_to_half_bits(f), ref_float_to_half(f));
+    portable.check(u, float_to_half_bits_portable(f), ref_float_to_half(f));
   }
 }
 
@@ -197,6 +206,7 @@ TEST(BFloat16, RandomFloatsMatchReference) {
 // combined with low bits that sit exactly on, just above and just below the rounding points.
 TEST(Half, BoundaryBinadesMatchReference) {
   Mismatches mm("float_to_half_bits (boundary binades) vs reference");
+  Mismatches portable("float_to_half_bits_portable (boundary binades) vs reference");
 #ifdef MT_HALF_SLOW
   const uint32_t step = 61;  // a prime stride keeps it quick under sanitizers
 #else
@@ -207,6 +217,7 @@ TEST(Half, BoundaryBinadesMatchReference) {
       for (uint32_t m = 0; m < (1u << 23); m += step) {
         const uint32_t u = sign | (exp << 23) | m;
         mm.check(u, float_to_half_bits(float_of(u)), ref_float_to_half(float_of(u)));
+        portable.check(u, float_to_half_bits_portable(float_of(u)), ref_float_to_half(float_of(u)));
       }
   const uint32_t lows[] = {0, 1, 2, 0x7ff, 0x800, 0x801, 0xfff, 0x1000, 0x1001, 0x1ffe, 0x1fff};
   for (uint32_t exp = 97; exp <= 144; ++exp)
@@ -215,6 +226,7 @@ TEST(Half, BoundaryBinadesMatchReference) {
         for (uint32_t low : lows) {
           const uint32_t u = sign | (exp << 23) | (top << 13) | low;
           mm.check(u, float_to_half_bits(float_of(u)), ref_float_to_half(float_of(u)));
+          portable.check(u, float_to_half_bits_portable(float_of(u)), ref_float_to_half(float_of(u)));
         }
 }
 
@@ -266,6 +278,7 @@ TEST(Half, HardCases) {
     impl.check(bits_of(c.in), float_to_half_bits(c.in), c.want);
     ref.check(bits_of(c.in), ref_float_to_half(c.in), c.want);
     impl.check(bits_of(c.in), Half(c.in).bits, c.want);
+    impl.check(bits_of(c.in), float_to_half_bits_portable(c.in), c.want);
   }
 }
 

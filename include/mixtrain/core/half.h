@@ -8,6 +8,15 @@
 #include <cstdint>
 #include <cstring>
 
+// Host code built with F16C converts one element in one instruction (vcvtph2ps / vcvtps2ph),
+// which gives the same bits as the portable code below for every input but NaNs; NaNs take the
+// portable path, so payloads are handled one way everywhere. (Not in nvcc's compilations: its
+// device code has its own half types.)
+#if defined(__F16C__) && !defined(__CUDACC__)
+#define MT_HOST_F16C 1
+#include <immintrin.h>
+#endif
+
 namespace mixtrain {
 
 inline uint32_t float_bits(float f) {
@@ -21,7 +30,8 @@ inline float bits_float(uint32_t u) {
   return f;
 }
 
-inline float half_bits_to_float(uint16_t h) {
+// The portable conversions; half_bits_to_float and float_to_half_bits below use F16C where built.
+inline float half_bits_to_float_portable(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exponent = (h >> 10) & 0x1fu;
   const uint32_t mantissa = h & 0x3ffu;
@@ -34,7 +44,7 @@ inline float half_bits_to_float(uint16_t h) {
   return bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
-inline uint16_t float_to_half_bits(float f) {
+inline uint16_t float_to_half_bits_portable(float f) {
   const uint32_t x = float_bits(f);
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   uint32_t ax = x & 0x7fffffffu;
@@ -54,6 +64,20 @@ inline uint16_t float_to_half_bits(float f) {
   const uint32_t odd = (ax >> 13) & 1u;
   ax += 0xc8000fffu + odd;  // rebias exponent by -112 and round to nearest even
   return sign | static_cast<uint16_t>(ax >> 13);
+}
+
+inline float half_bits_to_float(uint16_t h) {
+#ifdef MT_HOST_F16C
+  if ((h & 0x7c00u) != 0x7c00u) return _cvtsh_ss(h);  // finite: exact
+#endif
+  return half_bits_to_float_portable(h);
+}
+
+inline uint16_t float_to_half_bits(float f) {
+#ifdef MT_HOST_F16C
+  if (f == f) return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));  // not NaN
+#endif
+  return float_to_half_bits_portable(f);
 }
 
 inline float bf16_bits_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
@@ -100,5 +124,11 @@ void half_to_float_array(const Half* in, float* out, int64_t n);
 void float_to_half_array(const float* in, Half* out, int64_t n);
 void bf16_to_float_array(const BFloat16* in, float* out, int64_t n);
 void float_to_bf16_array(const float* in, BFloat16* out, int64_t n);
+
+// The same, by argument types, for templated kernels.
+inline void convert_array(const Half* in, float* out, int64_t n) { half_to_float_array(in, out, n); }
+inline void convert_array(const float* in, Half* out, int64_t n) { float_to_half_array(in, out, n); }
+inline void convert_array(const BFloat16* in, float* out, int64_t n) { bf16_to_float_array(in, out, n); }
+inline void convert_array(const float* in, BFloat16* out, int64_t n) { float_to_bf16_array(in, out, n); }
 
 }  // namespace mixtrain

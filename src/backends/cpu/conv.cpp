@@ -1,6 +1,6 @@
 // 2-D convolution as im2col + GEMM, one sample at a time (the column buffer of a whole batch of
 // UNet-sized images would not fit), groups as separate GEMMs over slices of the same buffers.
-// fp16/bf16 are widened to fp32 while they are unfolded, multiplied in fp32 and rounded once on
+// fp16/bf16 are widened to fp32 before they are unfolded, multiplied in fp32 and rounded once on
 // the way out, as cuDNN does with fp32 accumulation.
 #include <Eigen/Core>
 #include <vector>
@@ -36,13 +36,14 @@ Geometry geometry(const Tensor& x, const Tensor& w, const Tensor& out, const Con
 }
 
 // Unfolds one sample x [c, h, w] into cols [c * kh * kw, ho * wo]; taps in the padding read 0.
-template <class T, class W>
-void im2col(const T* x, const Geometry& g, W* cols) {
+// Half samples are widened first (one vectorized pass over c * h * w, not kh * kw per element).
+template <class W>
+void im2col(const W* x, const Geometry& g, W* cols) {
   const int64_t rows = g.c * g.kh * g.kw, l = g.l();
   parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, l)), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const int64_t ch = r / (g.kh * g.kw), ki = (r / g.kw) % g.kh, kj = r % g.kw;
-      const T* plane = x + ch * g.h * g.w;
+      const W* plane = x + ch * g.h * g.w;
       W* dst = cols + r * l;
       for (int64_t oh = 0; oh < g.ho; ++oh) {
         const int64_t ih = oh * g.p.stride_h - g.p.pad_h + ki * g.p.dilation_h;
@@ -53,7 +54,7 @@ void im2col(const T* x, const Geometry& g, W* cols) {
         }
         for (int64_t ow = 0; ow < g.wo; ++ow) {
           const int64_t iw = ow * g.p.stride_w - g.p.pad_w + kj * g.p.dilation_w;
-          row[ow] = (iw >= 0 && iw < g.w) ? static_cast<W>(plane[ih * g.w + iw]) : W(0);
+          row[ow] = (iw >= 0 && iw < g.w) ? plane[ih * g.w + iw] : W(0);
         }
       }
     }
@@ -91,7 +92,7 @@ const W* widened(const T* p, int64_t n, std::vector<W>& buffer) {
     return p;
   } else {
     buffer.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) buffer[i] = static_cast<W>(p[i]);
+    convert_parallel(p, n, buffer.data());
     return buffer.data();
   }
 }
@@ -102,14 +103,14 @@ void narrow_into(const W* src, int64_t n, T* dst) {
   if constexpr (std::is_same_v<T, W>) {
     if (src != dst) std::copy(src, src + n, dst);
   } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]);
+    convert_parallel(src, n, dst);
   }
 }
 
 template <class T>
 void forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Geometry& g, const Tensor& out) {
   using W = acc_t<T>;
-  std::vector<W> wbuf, bbuf, cols(static_cast<size_t>(g.c * g.kh * g.kw * g.l())), obuf;
+  std::vector<W> wbuf, bbuf, xbuf, cols(static_cast<size_t>(g.c * g.kh * g.kw * g.l())), obuf;
   const W* wp = widened<W>(static_cast<const T*>(w.raw_data()), w.numel(), wbuf);
   const W* bp = bias.defined() ? widened<W>(static_cast<const T*>(bias.raw_data()), g.co, bbuf) : nullptr;
   if (!std::is_same_v<T, W>) obuf.resize(static_cast<size_t>(g.co * g.l()));
@@ -117,7 +118,7 @@ void forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Geometr
   T* op = static_cast<T*>(out.raw_data());
   const int64_t k = g.k(), l = g.l(), cog = g.cog();
   for (int64_t s = 0; s < g.n; ++s) {
-    im2col(xp + s * g.c * g.h * g.w, g, cols.data());
+    im2col(widened<W>(xp + s * g.c * g.h * g.w, g.c * g.h * g.w, xbuf), g, cols.data());
     W* o = obuf.data();
     if constexpr (std::is_same_v<T, W>) o = op + s * g.co * l;
     for (int64_t gi = 0; gi < g.p.groups; ++gi) {
@@ -154,12 +155,12 @@ void backward_weight(const Tensor& grad_out, const Tensor& x, const Geometry& g,
   using W = acc_t<T>;
   const int64_t k = g.k(), l = g.l(), cog = g.cog();
   // Summed over the batch in W and rounded once at the end.
-  std::vector<W> gw(static_cast<size_t>(g.co * k), W(0)), gbuf, cols(static_cast<size_t>(g.c * g.kh * g.kw * l));
+  std::vector<W> gw(static_cast<size_t>(g.co * k), W(0)), gbuf, xbuf, cols(static_cast<size_t>(g.c * g.kh * g.kw * l));
   const T* gp = static_cast<const T*>(grad_out.raw_data());
   const T* xp = static_cast<const T*>(x.raw_data());
   for (int64_t s = 0; s < g.n; ++s) {
     const W* go = widened<W>(gp + s * g.co * l, g.co * l, gbuf);
-    im2col(xp + s * g.c * g.h * g.w, g, cols.data());
+    im2col(widened<W>(xp + s * g.c * g.h * g.w, g.c * g.h * g.w, xbuf), g, cols.data());
     for (int64_t gi = 0; gi < g.p.groups; ++gi) {
       MapMat<W>(gw.data() + gi * cog * k, cog, k).noalias() +=
           ConstMapMat<W>(go + gi * cog * l, cog, l) * ConstMapMat<W>(cols.data() + gi * k * l, k, l).transpose();

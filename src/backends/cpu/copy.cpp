@@ -37,18 +37,14 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
       std::memcpy(dst.raw_data(), src.raw_data(), n * element_size(src.dtype()));
       return;
     }
-    if (src.dtype() == kFloat32 && dst.dtype() == kFloat16) {
-      parallel_for(n, kParallelGrain, [&](int64_t b, int64_t e) {
-        float_to_half_array(src.data_ptr<float>() + b, dst.data_ptr<Half>() + b, e - b);
-      });
-      return;
-    }
-    if (src.dtype() == kFloat16 && dst.dtype() == kFloat32) {
-      parallel_for(n, kParallelGrain, [&](int64_t b, int64_t e) {
-        half_to_float_array(src.data_ptr<Half>() + b, dst.data_ptr<float>() + b, e - b);
-      });
-      return;
-    }
+    if (src.dtype() == kFloat32 && dst.dtype() == kFloat16)
+      return convert_parallel(src.data_ptr<float>(), n, dst.data_ptr<Half>());
+    if (src.dtype() == kFloat16 && dst.dtype() == kFloat32)
+      return convert_parallel(src.data_ptr<Half>(), n, dst.data_ptr<float>());
+    if (src.dtype() == kFloat32 && dst.dtype() == kBFloat16)
+      return convert_parallel(src.data_ptr<float>(), n, dst.data_ptr<BFloat16>());
+    if (src.dtype() == kBFloat16 && dst.dtype() == kFloat32)
+      return convert_parallel(src.data_ptr<BFloat16>(), n, dst.data_ptr<float>());
   }
   dispatch_all(dst.dtype(), "copy", [&](auto to_tag) {
     using To = typename decltype(to_tag)::type;

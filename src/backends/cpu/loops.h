@@ -2,6 +2,7 @@
 // Building blocks of the CPU kernels: dtype dispatch and a strided N-ary elementwise loop that
 // coalesces dimensions, runs the contiguous case as a plain vectorizable loop and splits large
 // work across OpenMP threads.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <tuple>
@@ -146,6 +147,12 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
   }
 }
 
+// n elements between a half type and fp32, in vectorized bulk conversions split over the threads.
+template <class From, class To>
+void convert_parallel(const From* src, int64_t n, To* dst) {
+  parallel_for(n, kParallelGrain, [&](int64_t b, int64_t e) { convert_array(src + b, dst + b, e - b); });
+}
+
 // One definition for unary(Relu) and the GEMM's ReLU epilogue, so the fused linear + ReLU agrees
 // with the two ops bit for bit. NaN stays NaN.
 template <class A>
@@ -163,6 +170,41 @@ inline void store(char* p, acc_t<T> v) {
 }
 
 namespace detail {
+template <class T>
+constexpr bool is_half_type = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+// Elements per block of the contiguous half path: its buffers live on the stack.
+constexpr int64_t kHalfBlock = 256;
+
+// m elements of p in their acc type: p itself, or a copy widened into buf.
+template <class T>
+const acc_t<T>* acc_block(const T* p, int64_t m, acc_t<T>* buf) {
+  if constexpr (std::is_same_v<T, acc_t<T>>) {
+    return p;
+  } else {
+    convert_array(p, buf, m);
+    return buf;
+  }
+}
+
+// Contiguous operands of which some are fp16/bf16: half blocks are converted in bulk (vectorized
+// F16C conversions, the same bits as one by one), so f runs over plain float arrays.
+template <class Tout, class... Tin, class F, size_t... I>
+void map_contiguous_half(F& f, Tout* o, const std::tuple<const Tin*...>& in, int64_t n, std::index_sequence<I...>) {
+  std::tuple<std::array<acc_t<Tin>, kHalfBlock>...> bufs;
+  std::array<acc_t<Tout>, kHalfBlock> obuf;
+  for (int64_t b = 0; b < n; b += kHalfBlock) {
+    const int64_t m = std::min(kHalfBlock, n - b);
+    const std::tuple<const acc_t<Tin>*...> a{acc_block(std::get<I>(in) + b, m, std::get<I>(bufs).data())...};
+    if constexpr (is_half_type<Tout>) {
+      for (int64_t i = 0; i < m; ++i) obuf[i] = static_cast<acc_t<Tout>>(f(std::get<I>(a)[i]...));
+      convert_array(obuf.data(), o + b, m);
+    } else {
+      for (int64_t i = 0; i < m; ++i) o[b + i] = static_cast<Tout>(f(std::get<I>(a)[i]...));
+    }
+  }
+}
+
 template <class Tout, class... Tin, class F, size_t... I>
 void map_run(F& f, const std::array<char*, 1 + sizeof...(Tin)>& p, int64_t n,
              const std::array<int64_t, 1 + sizeof...(Tin)>& s, std::index_sequence<I...>) {
@@ -171,7 +213,11 @@ void map_run(F& f, const std::array<char*, 1 + sizeof...(Tin)>& p, int64_t n,
   if (contiguous) {
     Tout* o = reinterpret_cast<Tout*>(p[0]);
     const std::tuple<const Tin*...> in{reinterpret_cast<const Tin*>(p[I + 1])...};
-    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Tout>(f(static_cast<acc_t<Tin>>(std::get<I>(in)[i])...));
+    if constexpr (is_half_type<Tout> || (is_half_type<Tin> || ...)) {
+      map_contiguous_half<Tout, Tin...>(f, o, in, n, std::index_sequence<I...>{});
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Tout>(f(static_cast<acc_t<Tin>>(std::get<I>(in)[i])...));
+    }
   } else {
     for (int64_t i = 0; i < n; ++i)
       store<Tout>(p[0] + i * s[0], static_cast<acc_t<Tout>>(f(load<Tin>(p[I + 1] + i * s[I + 1])...)));
