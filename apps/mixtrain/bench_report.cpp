@@ -71,9 +71,14 @@ const nlohmann::json* find_result(const nlohmann::json& doc, const std::string& 
 void print_bench_table(std::ostream& out, const nlohmann::json& doc, const nlohmann::json* ref) {
   const std::string ref_name = ref ? ref->value("framework", std::string("reference")) : "";
   auto math = [](const nlohmann::json& d) { return d.value("fp32_math", std::string("default")); };
-  out << "fp32 baseline: " << (math(doc) == "strict" ? "strict fp32 (no TF32)" : "cuDNN convolutions on TF32 (PyTorch's default)");
-  if (ref && math(*ref) != math(doc)) out << "; the reference's is " << math(*ref) << " (not comparable)";
-  out << "\n";
+  // TF32 exists only on the GPU: a CPU run names its fp32 only when asked for strict or when the
+  // reference's differs.
+  const bool on_gpu = doc.value("device", std::string("cpu")) != "cpu";
+  if (on_gpu || math(doc) == "strict" || (ref && math(*ref) != math(doc))) {
+    out << "fp32 baseline: " << (math(doc) == "strict" ? "strict fp32 (no TF32)" : "cuDNN convolutions on TF32 (PyTorch's default)");
+    if (ref && math(*ref) != math(doc)) out << "; the reference's is " << math(*ref) << " (not comparable)";
+    out << "\n";
+  }
   out << std::left << std::setw(12) << "model" << std::setw(6) << "prec" << std::right << std::setw(11) << "params"
       << std::setw(7) << "batch" << std::setw(11) << "step ms" << std::setw(11) << "samples/s" << std::setw(9)
       << "speedup" << std::setw(11) << "alloc MiB" << std::setw(11) << "resv MiB" << std::setw(10) << "loss";

@@ -65,6 +65,9 @@ void SGD::update(const OptimizerOptions& options, UpdateTarget& t) {
       buf = *existing;
     } else {
       // Zeros, not empty: a gated first step that the device skips leaves the buffer as it is.
+      // Known gap: when momentum is switched on mid-training and that very step is skipped on
+      // the device, the next taken step runs the buffer update on zeros, buf = (1 - dampening)
+      // * g instead of PyTorch's buf = g; the two agree unless dampening != 0.
       buf = zeros(t.weight.shape(), TensorOptions(t.weight.dtype()).device(t.weight.device()));
       t.state.buffers.emplace_back("momentum_buffer", buf);
       a.first_step = true;

@@ -57,7 +57,7 @@ TEST(MixtrainCli, BenchWritesJsonAndSvg) {
   EXPECT_EQ(doc["size"], "tiny");
   EXPECT_EQ(doc["steps"], 3);
   EXPECT_EQ(doc["fp32_math"], "default");
-  EXPECT_NE(r.out.find("fp32 baseline: cuDNN convolutions on TF32"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("fp32 baseline"), std::string::npos) << r.out;  // TF32 is a GPU matter
   ASSERT_EQ(doc["results"].size(), 6u);
   const char* precisions[] = {"fp32", "fp16", "bf16"};
   for (size_t i = 0; i < 6; ++i) {
