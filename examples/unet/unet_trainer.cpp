@@ -43,6 +43,9 @@ class UnetTrainTask : public TrainTask {
     manual_seed(c.seed);
     model_ = UNet(o);
     model_.to(c.device);
+    // Weights as well as images NHWC, as PyTorch's channels-last recipe does: the convolutions
+    // then take their weights as they are, and the optimizer's state follows.
+    if (c.channels_last) model_.to(MemoryFormat::ChannelsLast);
     std::ostringstream os;
     os << "unet width " << c.width << " on " << (c.synthetic ? "synthetic " : "fashion-mnist ") << o.in_channels << "x"
        << c.image_size << "x" << c.image_size << ", " << o.classes << " classes: " << parameter_count(*model_)
@@ -111,7 +114,7 @@ class UnetTrainTask : public TrainTask {
     return out;
   }
 
-  // The network keeps its input's layout, so the images decide it.
+  // The network keeps its input's layout, so the images decide the activations' layout.
   Tensor in_layout(const Tensor& image) const {
     return config_.channels_last ? image.contiguous(MemoryFormat::ChannelsLast) : image;
   }

@@ -23,7 +23,7 @@ struct UnetConfig {
   int64_t classes = 9;         // synthetic only (Fashion-MNIST: 11)
   int64_t synthetic_batches = 4;  // distinct pre-generated batches, reused in turn
   double threshold = 0.1;      // a pixel (0..1) above this belongs to the item
-  bool channels_last = false;  // images (and so every activation) in NHWC, for tensor-core convolutions
+  bool channels_last = false;  // weights and images (so every activation) in NHWC, for tensor-core convolutions
   int64_t steps = 200;
   int64_t batch_size = 8;
   double lr = 1e-3;

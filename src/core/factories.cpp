@@ -87,9 +87,10 @@ Tensor arange(double start, double end, double step, const TensorOptions& option
 
 Tensor arange(double end, const TensorOptions& options) { return arange(0.0, end, 1.0, options); }
 
-Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.options()); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.options()); }
-Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.options()); }
+// In t's layout (PyTorch's preserve_format): a channels-last tensor gets a channels-last twin.
+Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.options(), t.suggest_memory_format()); }
+Tensor zeros_like(const Tensor& t) { return empty_like(t).zero_(); }
+Tensor ones_like(const Tensor& t) { return empty_like(t).fill_(1.0); }
 
 template <class T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape, const TensorOptions& options) {

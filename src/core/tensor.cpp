@@ -56,6 +56,13 @@ bool Tensor::is_contiguous(MemoryFormat format) const {
   return t.shape.size() == 4 && strides_match(t.shape, t.strides, channels_last_strides(t.shape));
 }
 
+bool Tensor::same_dense_layout(const Tensor& other) const {
+  if (shape() != other.shape()) return false;
+  for (MemoryFormat f : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast})
+    if (is_contiguous(f) && other.is_contiguous(f)) return true;
+  return false;
+}
+
 MemoryFormat Tensor::suggest_memory_format() const {
   const auto& t = checked(impl_);
   if (t.shape.size() != 4) return MemoryFormat::Contiguous;

@@ -25,18 +25,25 @@ std::string join_keys(const std::vector<std::string>& keys) {
 // the impl (an optimizer's parameter list, a user's reference) sees the new storage, dtype and
 // device. Autograd state that describes the old tensor is dropped: the grad has the old dtype
 // and device, and a cached gradient accumulator records the old metadata.
-void convert_in_place(Tensor& t, std::optional<Device> device, std::optional<DType> dtype) {
+// `format` applies to 4-D tensors only; without one, a tensor keeps its layout.
+void convert_in_place(Tensor& t, std::optional<Device> device, std::optional<DType> dtype,
+                      std::optional<MemoryFormat> format) {
   TensorImpl& impl = *t.impl();
   const bool cast = dtype && is_floating(impl.dtype) && *dtype != impl.dtype;
   const bool move = device && *device != impl.device;
-  if (!cast && !move) return;
+  const bool wanted = format && t.dim() == 4;
+  const MemoryFormat layout = wanted ? *format : t.suggest_memory_format();
+  const bool relayout = wanted && (layout == MemoryFormat::ChannelsLast
+                                       ? t.suggest_memory_format() != MemoryFormat::ChannelsLast
+                                       : !t.is_contiguous());
+  if (!cast && !move && !relayout) return;
   Tensor converted;
   {
     NoGradGuard no_grad;
     converted = t.detach();
     if (move) converted = converted.to(*device);
     if (cast) converted = converted.to(*dtype);
-    converted = converted.contiguous();
+    converted = converted.contiguous(layout);
     // to() returns its input when nothing changes; never alias the old storage by accident.
     if (converted.impl()->storage == impl.storage) converted = converted.clone();
   }
@@ -155,16 +162,18 @@ void Module::to(Device device, DType dtype) {
   to_impl(device, dtype);
 }
 
-void Module::to_impl(std::optional<Device> device, std::optional<DType> dtype) {
+void Module::to(MemoryFormat format) { to_impl(std::nullopt, std::nullopt, format); }
+
+void Module::to_impl(std::optional<Device> device, std::optional<DType> dtype, std::optional<MemoryFormat> format) {
   // Shared tensors are visited once per owner; the second visit finds them converted already.
-  for (auto& [n, t] : parameters_) convert_in_place(t, device, dtype);
+  for (auto& [n, t] : parameters_) convert_in_place(t, device, dtype, format);
   for (auto& [n, t] : buffers_) {
     std::optional<DType> target = dtype;
     const bool keep_fp32 = std::find(fp32_buffers_.begin(), fp32_buffers_.end(), n) != fp32_buffers_.end();
     if (keep_fp32 && target && is_half(*target)) target = kFloat32;
-    convert_in_place(t, device, target);
+    convert_in_place(t, device, target, format);
   }
-  for (auto& [n, c] : children_) c->to_impl(device, dtype);
+  for (auto& [n, c] : children_) c->to_impl(device, dtype, format);
 }
 
 std::map<std::string, Tensor> Module::state_dict() const {

@@ -55,8 +55,8 @@ void adam_update(const O& o, const Tensor& weight, const Tensor& grad, const Ten
   auto buffer = [&](const char* name) {
     for (auto& [n, t] : buffers)
       if (n == name) return t;
-    // PyTorch's initial state: zeros of the weight's dtype (fp32 for a master copy).
-    Tensor t = zeros(weight.shape(), TensorOptions(weight.dtype()).device(weight.device()));
+    // PyTorch's initial state: zeros like the weight (fp32 for a master copy; its layout too).
+    Tensor t = zeros_like(weight);
     buffers.emplace_back(name, t);
     return t;
   };

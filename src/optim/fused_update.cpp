@@ -9,12 +9,23 @@ namespace mixtrain::optim::detail {
 
 namespace {
 
+// The kernels walk every operand as a flat array beside the weight, so each must be dense in the
+// weight's layout (contiguous, or channels-last for a channels-last weight).
 void check_operand(const char* op, const Tensor& t, const Tensor& weight, const char* what) {
   MT_CHECK(t.device() == weight.device(), op, ": ", what, " is on ", t.device(), " but the weight is on ",
            weight.device());
   MT_CHECK(t.shape() == weight.shape(), op, ": ", what, " has shape ", shape_str(t.shape()), " but the weight has ",
            shape_str(weight.shape()));
-  MT_CHECK(t.is_contiguous(), op, ": ", what, " must be contiguous");
+  MT_CHECK(weight.is_dense(), op, ": the weight ", weight.str(), " must be contiguous or channels-last");
+  MT_CHECK(t.same_dense_layout(weight), op, ": ", what, " ", t.str(), " is not laid out as the weight ",
+           weight.str(), " (strides ", shape_str(t.strides()), " and ", shape_str(weight.strides()),
+           "); change a model's layout (Module::to(MemoryFormat)) before its optimizer takes a step");
+}
+
+// The gradient is only read: one in another layout (a user-set one) is copied into the weight's.
+Tensor grad_in_weight_layout(const Tensor& grad, const Tensor& weight) {
+  if (!grad.defined() || grad.same_dense_layout(weight) || grad.shape() != weight.shape()) return grad;
+  return grad.contiguous(weight.suggest_memory_format());
 }
 
 void check_scalar(const char* op, const Tensor& t, DType dtype, const Tensor& weight, const char* what) {
@@ -35,24 +46,26 @@ void check_gate(const char* op, const StepGate& gate, const Tensor& weight) {
 void fused_adam(const Tensor& weight, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                 const Tensor& max_exp_avg_sq, const Tensor& half_out, const AdamArgs& args, const StepGate& gate) {
   const char* op = args.decoupled ? "AdamW.step" : "Adam.step";
+  const Tensor g = grad_in_weight_layout(grad, weight);
   check_operand(op, weight, weight, "the weight");
-  check_operand(op, grad, weight, "the gradient");
+  check_operand(op, g, weight, "the gradient");
   check_operand(op, exp_avg, weight, "exp_avg");
   check_operand(op, exp_avg_sq, weight, "exp_avg_sq");
   if (args.amsgrad) check_operand(op, max_exp_avg_sq, weight, "max_exp_avg_sq");
   if (half_out.defined()) check_operand(op, half_out, weight, "the half parameter");
   check_gate(op, gate, weight);
-  backends::backend_for(weight).adam_step(weight, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, half_out, args, gate);
+  backends::backend_for(weight).adam_step(weight, g, exp_avg, exp_avg_sq, max_exp_avg_sq, half_out, args, gate);
 }
 
 void fused_sgd(const Tensor& weight, const Tensor& grad, const Tensor& momentum_buffer, const Tensor& half_out,
                const SgdArgs& args, const StepGate& gate) {
+  const Tensor g = grad_in_weight_layout(grad, weight);
   check_operand("SGD.step", weight, weight, "the weight");
-  check_operand("SGD.step", grad, weight, "the gradient");
+  check_operand("SGD.step", g, weight, "the gradient");
   if (args.momentum != 0.0) check_operand("SGD.step", momentum_buffer, weight, "momentum_buffer");
   if (half_out.defined()) check_operand("SGD.step", half_out, weight, "the half parameter");
   check_gate("SGD.step", gate, weight);
-  backends::backend_for(weight).sgd_step(weight, grad, momentum_buffer, half_out, args, gate);
+  backends::backend_for(weight).sgd_step(weight, g, momentum_buffer, half_out, args, gate);
 }
 
 }  // namespace mixtrain::optim::detail

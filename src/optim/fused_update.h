@@ -2,9 +2,10 @@
 // The optimizers' fused updates, run by the backend of the weight's device (CPU loops in
 // src/backends/cpu/optim_step.cpp, CUDA kernels in kernels/optim.cu).
 //
-// Operands are contiguous tensors of one shape on one device. `weight` and the state share a dtype (fp32
-// for a master copy, else the parameter's). `grad` has the weight's dtype or, for an fp32 master
-// weight, may be the half parameter's fp16/bf16 gradient. `half_out`, when defined, is the half
+// Operands are dense tensors of one shape on one device, laid out as the weight (contiguous, or
+// channels-last for a channels-last weight); a gradient in another layout is copied into it.
+// `weight` and the state share a dtype (fp32 for a master copy, else the parameter's). `grad` has
+// the weight's dtype or, for an fp32 master weight, may be the half parameter's fp16/bf16 gradient. `half_out`, when defined, is the half
 // parameter refreshed from the updated fp32 weight (round to nearest even). `gate` (undefined
 // tensors: none) lets the device skip the update (backends::StepGate).
 #include <cstdint>

@@ -166,7 +166,8 @@ std::vector<Optimizer::UnscaleTarget> Optimizer::unscale_targets() {
       if (!grad.defined()) continue;
       ParamState& s = state_[g][i];
       if (s.master.defined()) {
-        if (!s.master_grad.defined()) s.master_grad = Tensor::empty(p.shape(), TensorOptions(kFloat32).device(p.device()));
+        if (!s.master_grad.defined())
+          s.master_grad = Tensor::empty(p.shape(), TensorOptions(kFloat32).device(p.device()), p.suggest_memory_format());
         s.master.set_grad(s.master_grad);
         s.master_grad_fresh = true;
         out.push_back({grad, s.master_grad, p, index});

@@ -201,11 +201,13 @@ void Optimizer::load_state_dict(const nlohmann::json& state, const NamedTensors&
       s.skipped_steps = Tensor();
       s.buffers.clear();
       s.master_grad_fresh = false;
+      // State lives in the layout of the weight it updates (channels-last weights: channels-last).
+      const MemoryFormat layout = (s.master.defined() ? s.master : p).suggest_memory_format();
       for (auto& [n, t] : pp.tensors) {
         if (n == "master_param") {
           s.master.copy_(t);
         } else {
-          s.buffers.emplace_back(n, t.to(p.device()).contiguous().clone());
+          s.buffers.emplace_back(n, t.to(p.device()).contiguous(layout).clone());
         }
       }
     }

@@ -68,7 +68,7 @@ void SGD::update(const OptimizerOptions& options, UpdateTarget& t) {
       // Known gap: when momentum is switched on mid-training and that very step is skipped on
       // the device, the next taken step runs the buffer update on zeros, buf = (1 - dampening)
       // * g instead of PyTorch's buf = g; the two agree unless dampening != 0.
-      buf = zeros(t.weight.shape(), TensorOptions(t.weight.dtype()).device(t.weight.device()));
+      buf = zeros_like(t.weight);
       t.state.buffers.emplace_back("momentum_buffer", buf);
       a.first_step = true;
     }

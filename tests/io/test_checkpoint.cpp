@@ -135,6 +135,48 @@ TEST(Checkpoint, ResumeIsBitExact) {
   EXPECT_EQ(resumed.scaler->get_growth_tracker(), straight.scaler->get_growth_tracker());
 }
 
+// A channels-last model (Module::to(MemoryFormat)) with fp32 master weights: the checkpoint holds
+// values in logical order, and loading puts parameters, master weights and optimizer state back
+// in the weights' layout, so training resumes bit for bit.
+TEST(Checkpoint, ChannelsLastModelResumesBitExact) {
+  TempDir tmp;
+  auto make = [](mt::nn::Sequential& net, std::unique_ptr<mt::optim::AdamW>& opt) {
+    mt::manual_seed(3);
+    net = mt::nn::Sequential(mt::nn::Conv2d(mt::nn::Conv2dOptions(3, 6, 3).padding(1)), mt::nn::ReLU(),
+                             mt::nn::Conv2d(mt::nn::Conv2dOptions(6, 2, 1)));
+    net->to(mt::kFloat16);
+    net->to(mt::MemoryFormat::ChannelsLast);
+    opt = std::make_unique<mt::optim::AdamW>(net->parameters(), mt::optim::AdamWOptions(1e-2).master_weights(true));
+  };
+  auto step = [](mt::nn::Sequential& net, mt::optim::AdamW& opt, int i) {
+    const Tensor x = mt::testing::random_tensor({2, 3, 5, 5}, mt::kFloat16, 50 + i).contiguous(mt::MemoryFormat::ChannelsLast);
+    opt.zero_grad();
+    Tensor loss = mt::nn::functional::mse_loss(net->forward(x).to(mt::kFloat32),
+                                               mt::testing::random_tensor({2, 2, 5, 5}, mt::kFloat32, 60 + i));
+    loss.backward();
+    opt.step();
+    return loss.item<float>();
+  };
+  mt::nn::Sequential straight_net = nullptr, first_net = nullptr, resumed_net = nullptr;
+  std::unique_ptr<mt::optim::AdamW> straight, first, resumed;
+  make(straight_net, straight);
+  std::vector<float> losses;
+  for (int i = 0; i < 6; ++i) losses.push_back(step(straight_net, *straight, i));
+  make(first_net, first);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(step(first_net, *first, i), losses[i]);
+  mt::amp::GradScaler scaler(mt::amp::GradScalerOptions().enabled(false));
+  mt::io::save_checkpoint((tmp.path / "cl").string(), *first_net, *first, scaler, 3);
+  make(resumed_net, resumed);
+  EXPECT_EQ(mt::io::load_checkpoint((tmp.path / "cl").string(), *resumed_net, *resumed, scaler), 3);
+  for (const auto& [name, t] : resumed->state_tensors())
+    if (t.dim() == 4) EXPECT_EQ(t.suggest_memory_format(), mt::MemoryFormat::ChannelsLast) << name;
+  EXPECT_EQ(resumed_net->parameters()[0].suggest_memory_format(), mt::MemoryFormat::ChannelsLast);
+  for (int i = 3; i < 6; ++i) {
+    const float l = step(resumed_net, *resumed, i);
+    EXPECT_EQ(std::memcmp(&l, &losses[i], sizeof l), 0) << "iteration " << i;
+  }
+}
+
 TEST(Checkpoint, DirectoryLayout) {
   TempDir tmp;
   Trainer t(3);

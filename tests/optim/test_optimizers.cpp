@@ -323,3 +323,93 @@ TEST(Optimizers, DeviceGatedStepsMatchHostDecidedSteps) {
     EXPECT_NE(std::string(e.what()).find("SGD.step: found_inf must be a float32 scalar"), std::string::npos) << e.what();
   }
 }
+
+// ---- channels-last weights (Module::to(MemoryFormat)) -------------------------------------------
+
+namespace {
+
+mt::nn::Sequential small_convnet() {
+  mt::manual_seed(7);
+  return mt::nn::Sequential(mt::nn::Conv2d(mt::nn::Conv2dOptions(3, 8, 3).padding(1)), mt::nn::ReLU(),
+                            mt::nn::BatchNorm2d(8), mt::nn::Conv2d(mt::nn::Conv2dOptions(8, 4, 3).padding(1)));
+}
+
+// Trains `net` for `steps` steps (fp16 autocast with a GradScaler, or pure half parameters with
+// fp32 master weights) on random batches, images in `layout`; returns the losses.
+template <class Opt>
+std::vector<double> train_convnet(mt::nn::Sequential& net, Opt& opt, mt::amp::GradScaler& scaler, int first, int steps,
+                                  mt::MemoryFormat layout, mt::DType input_dtype) {
+  std::vector<double> losses;
+  for (int s = first; s < first + steps; ++s) {
+    const Tensor x = random_tensor({4, 3, 6, 6}, input_dtype, 100 + s).contiguous(layout);
+    const Tensor y = random_tensor({4, 4, 6, 6}, mt::kFloat32, 200 + s);
+    opt.zero_grad();
+    Tensor loss;
+    {
+      mt::amp::AutocastGuard autocast(mt::DeviceType::CPU, mt::kFloat16);
+      loss = mt::nn::functional::mse_loss(net->forward(x).to(mt::kFloat32), y);
+    }
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
+    losses.push_back(loss.item<double>());
+  }
+  return losses;
+}
+
+void expect_channels_last_state(const mt::optim::Optimizer& opt) {
+  for (const auto& [name, t] : opt.state_tensors())
+    if (t.dim() == 4) EXPECT_EQ(t.suggest_memory_format(), mt::MemoryFormat::ChannelsLast) << name;
+}
+
+}  // namespace
+
+// A model moved to channels-last trains as its NCHW twin: gradients, optimizer state and fp32
+// master weights follow the weights' layout, and the fused updates run on them in place.
+TEST(Optimizers, ChannelsLastWeightsTrainAsTheirNchwTwin) {
+  for (bool half_params : {false, true}) {
+    SCOPED_TRACE(half_params ? "fp16 parameters, fp32 master weights, SGD" : "fp32 parameters, autocast, AdamW");
+    std::vector<double> losses[2];
+    for (int cl = 0; cl < 2; ++cl) {
+      mt::nn::Sequential net = small_convnet();
+      if (half_params) net->to(mt::kFloat16);
+      const mt::MemoryFormat layout = cl ? mt::MemoryFormat::ChannelsLast : mt::MemoryFormat::Contiguous;
+      if (cl) net->to(layout);
+      const Tensor w0 = net->parameters()[0];
+      ASSERT_EQ(w0.suggest_memory_format(), layout);
+      mt::amp::GradScaler scaler;
+      const mt::DType in_dt = half_params ? mt::kFloat16 : mt::kFloat32;
+      if (half_params) {
+        mt::optim::SGD opt(net->parameters(), mt::optim::SGDOptions(0.05).momentum(0.9).master_weights(true));
+        losses[cl] = train_convnet(net, opt, scaler, 0, 6, layout, in_dt);
+        if (cl) {
+          expect_channels_last_state(opt);
+          EXPECT_EQ(opt.master_params()[0].suggest_memory_format(), mt::MemoryFormat::ChannelsLast);
+        }
+      } else {
+        mt::optim::AdamW opt(net->parameters(), mt::optim::AdamWOptions(1e-2));
+        losses[cl] = train_convnet(net, opt, scaler, 0, 6, layout, in_dt);
+        if (cl) expect_channels_last_state(opt);
+      }
+      EXPECT_EQ(net->parameters()[0].suggest_memory_format(), layout) << "the step kept the layout";
+      EXPECT_TRUE(w0.is_same(net->parameters()[0]));
+    }
+    ASSERT_EQ(losses[0].size(), losses[1].size());
+    EXPECT_GT(losses[0].front(), losses[0].back()) << "it trains";
+    for (size_t i = 0; i < losses[0].size(); ++i)
+      EXPECT_NEAR(losses[1][i], losses[0][i], 2e-3 * std::abs(losses[0][i])) << "step " << i;
+  }
+}
+
+// Changing the layout after the optimizer has state is reported, naming the fix.
+TEST(Optimizers, ALayoutChangeAfterTheFirstStepIsAClearError) {
+  mt::nn::Sequential net = small_convnet();
+  mt::optim::AdamW opt(net->parameters(), mt::optim::AdamWOptions(1e-2));
+  mt::amp::GradScaler scaler(mt::amp::GradScalerOptions().enabled(false));
+  train_convnet(net, opt, scaler, 0, 1, mt::MemoryFormat::Contiguous, mt::kFloat32);
+  net->to(mt::MemoryFormat::ChannelsLast);
+  const std::string message = mt::testing::error_of(
+      [&] { train_convnet(net, opt, scaler, 1, 1, mt::MemoryFormat::ChannelsLast, mt::kFloat32); });
+  EXPECT_NE(message.find("AdamW.step: exp_avg"), std::string::npos) << message;
+  EXPECT_NE(message.find("Module::to(MemoryFormat)"), std::string::npos) << message;
+}

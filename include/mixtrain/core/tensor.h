@@ -64,6 +64,12 @@ class Tensor {
   // both fit (one channel, a 1x1 image), allocated channels-last. Else Contiguous. The layout an
   // op's output keeps.
   MemoryFormat suggest_memory_format() const;
+  // Dense in one of the layouts (contiguous or channels-last), so its elements fill
+  // [raw_data(), raw_data() + nbytes()) with no gap.
+  bool is_dense() const { return is_contiguous() || is_contiguous(MemoryFormat::ChannelsLast); }
+  // Dense with the same memory order as `other`, of the same shape: the two can be walked as flat
+  // arrays side by side (what fused multi-operand kernels, like the optimizers', need).
+  bool same_dense_layout(const Tensor& other) const;
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(dtype()); }
   std::string str() const;  // "Tensor[2, 3] float32 cpu"
 

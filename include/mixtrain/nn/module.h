@@ -53,6 +53,11 @@ class Module : public std::enable_shared_from_this<Module> {
   void to(Device device);
   void to(DType dtype);
   void to(Device device, DType dtype);
+  // Lays 4-D parameters and buffers (convolution weights) out in `format`, in place, as PyTorch's
+  // module.to(memory_format=...): with channels-last activations a convolution then reads its
+  // weight as it is. Optimizer state and gradients follow the parameters' layout; device and
+  // dtype moves keep it.
+  void to(MemoryFormat format);
 
   // Parameters and buffers by dotted name ("0.weight", "encoder.conv1.bias").
   std::map<std::string, Tensor> state_dict() const;
@@ -79,7 +84,7 @@ class Module : public std::enable_shared_from_this<Module> {
  private:
   template <class F>
   void visit_tensors(bool params, bool buffers, F&& f) const;
-  void to_impl(std::optional<Device> device, std::optional<DType> dtype);
+  void to_impl(std::optional<Device> device, std::optional<DType> dtype, std::optional<MemoryFormat> format = {});
 
   std::string name_;
   bool training_ = true;
@@ -125,6 +130,7 @@ class ModuleHolder {
   void to(Device d) const { impl_->to(d); }
   void to(DType t) const { impl_->to(t); }
   void to(Device d, DType t) const { impl_->to(d, t); }
+  void to(MemoryFormat f) const { impl_->to(f); }
   void zero_grad() const { impl_->zero_grad(); }
 
  private:
