@@ -121,3 +121,44 @@ TEST_F(CudaChannelsLast, FirstLayersGroupsDilationEvalNormAndFp64) {
 
 }  // namespace
 }  // namespace mixtrain::testing
+
+namespace mixtrain::testing {
+namespace {
+
+// A channels-last model (weights too: Module::to(MemoryFormat)) trained under fp16 autocast with
+// AdamW and a GradScaler on the GPU: the same losses as on the CPU, and the optimizer's state on
+// the device stays channels-last (the fused kernels walk the operands as flat arrays).
+TEST_F(CudaChannelsLast, ChannelsLastModelTrainsAsOnTheCpu) {
+  std::vector<double> losses[2];
+  for (int d = 0; d < 2; ++d) {
+    const Device dev = d == 0 ? Device::cpu() : gpu_device();
+    manual_seed(11);
+    nn::Sequential net(nn::Conv2d(nn::Conv2dOptions(3, 16, 3).padding(1)), nn::ReLU(), nn::BatchNorm2d(16),
+                       nn::Conv2d(nn::Conv2dOptions(16, 8, 3).padding(1)));
+    net->to(dev);
+    net->to(MemoryFormat::ChannelsLast);
+    optim::AdamW opt(net->parameters(), optim::AdamWOptions(1e-2));
+    amp::GradScaler scaler;
+    for (int s = 0; s < 5; ++s) {
+      const Tensor x = on(random_tensor({4, 3, 12, 12}, kFloat32, 30 + s), dev).contiguous(MemoryFormat::ChannelsLast);
+      const Tensor y = on(random_tensor({4, 8, 12, 12}, kFloat32, 40 + s), dev);
+      opt.zero_grad();
+      Tensor loss;
+      {
+        amp::AutocastGuard autocast(dev.type, kFloat16);
+        loss = nn::functional::mse_loss(net->forward(x).to(kFloat32), y);
+      }
+      scaler.scale(loss).backward();
+      scaler.step(opt);
+      scaler.update();
+      losses[d].push_back(loss.item<double>());
+    }
+    for (const auto& [name, t] : opt.state_tensors())
+      if (t.dim() == 4) EXPECT_EQ(t.suggest_memory_format(), MemoryFormat::ChannelsLast) << name;
+  }
+  for (size_t i = 0; i < losses[0].size(); ++i)
+    EXPECT_NEAR(losses[1][i], losses[0][i], 5e-3 * std::abs(losses[0][i])) << "step " << i;
+}
+
+}  // namespace
+}  // namespace mixtrain::testing
