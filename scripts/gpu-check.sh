@@ -5,13 +5,15 @@
 # mixtrain command and PyTorch are there), and prints a short table at the end.
 # The model benchmarks run with PyTorch's fp32 defaults (cuDNN on TF32), then the UNet in strict
 # fp32, then the UNet channels-last.
-#   scripts/gpu-check.sh [--quick] [--torch-reference FILE]
+#   scripts/gpu-check.sh [--quick | --bench-only] [--torch-reference FILE]
 #     --quick: skip the model benchmarks
+#     --bench-only: skip the tests and memcheck (a second call after --quick, on the warm machine
+#       whose build-gpu/ is kept, so that neither call nears the lent machine's 10-minute limit)
 #     --torch-reference FILE: show PyTorch's numbers from FILE (an earlier torch_amp_bench.py run on
 #       the same kind of GPU) instead of running PyTorch again; saves GPU time
 # Dependencies the machine cannot download come from .gpu-deps/ (scripts/gpu-pack.sh). Logs and
-# JSON go to ./gpu-out; the main results are also copied to $OUT when set (the lent-GPU tool
-# brings back at most 8 files: the rest travel in logs.tar.gz).
+# JSON go to ./gpu-out; the main results are also copied to $OUT when set, after every stage, so a
+# call cut off by a time limit still brings back what it measured (the rest travel in logs.tar.gz).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -19,10 +21,12 @@ out=$root/gpu-out
 rm -rf "$out"
 mkdir -p "$out"
 quick=0
+bench_only=0
 torch_ref=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
+    --bench-only) bench_only=1 ;;
     --torch-reference) torch_ref=$2; shift ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -30,11 +34,25 @@ while [ $# -gt 0 ]; do
 done
 log() { echo "== $*" | tee -a "$out/summary.txt"; }
 : > "$out/summary.txt"
+# Copies what exists so far to $OUT (a no-op without it).
+publish() {
+  [ -n "${OUT:-}" ] || return 0
+  # Seven files and the tarball: the lent machine brings back eight at most (the logs, ctest's and
+  # memcheck's included, travel in the tarball).
+  for f in summary.txt bench_cuda.json torch.json mixtrain/bench.json mixtrain/bench.svg \
+           mixtrain-strict/bench.json mixtrain-cl/bench.json; do
+    [ -f "$out/$f" ] && cp "$out/$f" "$OUT/$(echo "$f" | tr / _)"
+  done
+  tar -czf "$OUT/logs.tar.gz" -C "$out" --exclude='*.json' --exclude='*.svg' . 2>/dev/null
+  return 0
+}
 
 source "$root/scripts/gpu-build.sh"
 log "build: $build_seconds s"
+publish
 
 # ---- Tests.
+if [ $bench_only -eq 0 ]; then
 ctest --test-dir "$build" -j 8 --output-on-failure --timeout 600 > "$out/ctest.log" 2>&1
 grep -E "tests passed|tests failed" "$out/ctest.log" | tee -a "$out/summary.txt"
 grep -E "\((Failed|SEGFAULT|Timeout|Subprocess aborted|Exception)\)" "$out/ctest.log" | head -30 | tee -a "$out/summary.txt"
@@ -46,6 +64,8 @@ if command -v compute-sanitizer >/dev/null; then
     "$build/tests/test_backends" --gtest_brief=1 > "$out/memcheck.log" 2>&1
   log "compute-sanitizer memcheck (test_backends): exit $? ($(grep -m1 'ERROR SUMMARY' "$out/memcheck.log"))"
 fi
+publish
+fi
 
 # ---- Benchmarks.
 "$build/bench/bench_cuda" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
@@ -54,6 +74,7 @@ grep -E "_median" "$out/bench_cuda.txt" | tee -a "$out/summary.txt"
 "$build/bench/bench_allocator" --benchmark_filter=Cuda --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
   > "$out/bench_allocator_cuda.txt" 2>&1
 grep -E "_median" "$out/bench_allocator_cuda.txt" | tee -a "$out/summary.txt"
+publish
 if [ -z "$torch_ref" ] && [ -n "$py" ] && [ -f bench/reference/torch_gemm.py ]; then
   $py bench/reference/torch_gemm.py > "$out/torch_gemm.txt" 2>&1 && cat "$out/torch_gemm.txt" | tee -a "$out/summary.txt"
 fi
@@ -68,11 +89,13 @@ if [ $quick -eq 0 ] && [ -x "$build/apps/mixtrain/mixtrain" ]; then
   timeout 300 "$build/apps/mixtrain/mixtrain" bench --device cuda --size full --out "$out/mixtrain" $ref \
     > "$out/mixtrain_bench.log" 2>&1
   tail -25 "$out/mixtrain_bench.log" | tee -a "$out/summary.txt"
+  publish
   # The same against strict fp32 (no TF32 in cuDNN either): the baseline the issue's AMP targets
   # name when they say fp32. Only the UNet has convolutions; the others' matmuls are strict anyway.
   timeout 300 "$build/apps/mixtrain/mixtrain" bench --device cuda --size full --models unet \
     --fp32-math strict --out "$out/mixtrain-strict" > "$out/mixtrain_bench_strict.log" 2>&1
   tail -6 "$out/mixtrain_bench_strict.log" | tee -a "$out/summary.txt"
+  publish
   # The UNet channels-last (NHWC activations: cuDNN's tensor-core layout), PyTorch beside it.
   cl_ref=""
   if [ -z "$torch_ref" ] && [ -n "$py" ]; then
@@ -84,12 +107,7 @@ if [ $quick -eq 0 ] && [ -x "$build/apps/mixtrain/mixtrain" ]; then
   tail -6 "$out/mixtrain_bench_cl.log" | tee -a "$out/summary.txt"
 fi
 
-if [ -n "${OUT:-}" ]; then
-  for f in summary.txt ctest.log memcheck.log bench_cuda.json torch.json mixtrain/bench.json mixtrain/bench.svg; do
-    [ -f "$out/$f" ] && cp "$out/$f" "$OUT/$(echo "$f" | tr / _)"
-  done
-  tar -czf "$OUT/logs.tar.gz" -C "$out" --exclude='*.json' --exclude='*.svg' .
-fi
+publish
 
 echo
 echo "==================== summary ===================="
