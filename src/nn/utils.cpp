@@ -95,7 +95,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
       else *it = inf ? maximum(*it, part) : add(*it, part);
       continue;
     }
-    const Tensor g = g_in.contiguous();
+    const Tensor g = g_in.is_dense() ? g_in : g_in.contiguous();  // a norm reads memory in any order
     double part = 0.0;
     dispatch_floating(g.dtype(), "clip_grad_norm_", [&](auto tag) {
       using T = typename decltype(tag)::type;

@@ -188,3 +188,18 @@ TEST(ClipGradNorm, BelowTheLimitNothingChangesAndNonFiniteIsReturned) {
   EXPECT_TRUE(std::isnan(clip_grad_norm_(w, 1.0).item<double>()));
   EXPECT_THROW(clip_grad_norm_(w, 1.0, -1.0), mt::Error);
 }
+
+// A channels-last gradient (a channels-last convolution weight's) is read where it lies: the same
+// norm and the same clipped values as its NCHW twin.
+TEST(ClipGradNorm, ChannelsLastGradientsClipAsTheirNchwTwin) {
+  const Tensor g = mt::testing::random_tensor({6, 5, 3, 3}, mt::kFloat32, 77, -2.0, 2.0);
+  Tensor w[2] = {mt::zeros({6, 5, 3, 3}).set_requires_grad(true),
+                 mt::zeros({6, 5, 3, 3}).contiguous(mt::MemoryFormat::ChannelsLast).set_requires_grad(true)};
+  w[0].set_grad(g.clone());
+  w[1].set_grad(g.contiguous(mt::MemoryFormat::ChannelsLast));
+  const double n0 = mt::nn::utils::clip_grad_norm_(w[0], 1.0).item<double>();
+  const double n1 = mt::nn::utils::clip_grad_norm_(w[1], 1.0).item<double>();
+  EXPECT_NEAR(n1, n0, 1e-7 * n0);
+  EXPECT_EQ(w[1].grad().suggest_memory_format(), mt::MemoryFormat::ChannelsLast);
+  EXPECT_TRUE(mt::testing::all_close(w[1].grad(), mt::testing::to_doubles(w[0].grad()), mt::testing::tolerance_for(mt::kFloat32)));
+}
