@@ -39,7 +39,7 @@ UnscaleWork prepare_unscale(const std::vector<Tensor>& grads, const std::vector<
     MT_CHECK(g.device() == device && o.device() == device, op, ": tensors must be on ", device, ", got ", g.str(),
              " and ", o.str(), " at index ", i);
     MT_CHECK(g.shape() == o.shape(), op, ": gradient ", g.str(), " and output ", o.str(), " differ in shape");
-    if (g.is_dense() && g.same_dense_layout(o)) {  // walked as flat arrays side by side
+    if (g.same_dense_layout(o)) {  // walked as flat arrays side by side
       w.grads.push_back(g);
       w.outs.push_back(o);
       continue;

@@ -43,15 +43,7 @@ void bf16_to_float_array(const BFloat16* in, float* out, int64_t n) {
 }
 
 void float_to_bf16_array(const float* in, BFloat16* out, int64_t n) {
-  // float_to_bf16_bits with selects instead of its NaN branch, so the loop vectorizes.
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t x;
-    std::memcpy(&x, in + i, sizeof x);
-    const uint16_t rounded = static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-    const uint16_t hi = static_cast<uint16_t>(x >> 16);
-    const uint16_t nan = (hi & 0x7fu) == 0 ? static_cast<uint16_t>(hi | 0x40u) : hi;
-    out[i].bits = (x & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
-  }
+  for (int64_t i = 0; i < n; ++i) out[i].bits = float_to_bf16_bits(in[i]);
 }
 
 }  // namespace mixtrain

@@ -17,6 +17,23 @@ namespace {
 using backends::cpu::dispatch_floating;
 using backends::cpu::Tag;
 
+// Two partial results of one norm: the larger for the inf-norm (NaN propagates, as torch.max
+// does), else the sum. On the host in fp64, or as 0-d device tensors.
+double combine_parts(bool inf, double total, double part) {
+  return inf ? ((part > total || part != part) ? part : total) : total + part;
+}
+Tensor combine_parts(bool inf, const Tensor& total, const Tensor& part) {
+  return inf ? maximum(total, part) : add(total, part);
+}
+
+// The total norm from its combined parts: their p-th root (the inf-norm is the part itself).
+template <class V>
+V finish_norm(double p, const V& acc) {
+  using std::pow;
+  using std::sqrt;
+  return std::isinf(p) ? acc : (p == 2.0 ? sqrt(acc) : pow(acc, 1.0 / p));
+}
+
 // One pass over a contiguous gradient: sum of |g|^p (p = 2 fast path) or max |g|, in fp64.
 // Split in fixed chunks whose partial results are combined in order, so the value does not
 // depend on the number of threads.
@@ -32,8 +49,7 @@ double grad_norm_part(const T* g, int64_t n, double p) {
     double acc = 0.0;
     if (inf) {
       for (int64_t i = b; i < e; ++i) {
-        const double a = std::fabs(static_cast<double>(static_cast<acc_t<T>>(g[i])));
-        acc = (a > acc || a != a) ? a : acc;  // NaN propagates, as torch.max does
+        acc = combine_parts(true, acc, std::fabs(static_cast<double>(static_cast<acc_t<T>>(g[i]))));
       }
     } else if (p == 2.0) {
       for (int64_t i = b; i < e; ++i) {
@@ -46,7 +62,7 @@ double grad_norm_part(const T* g, int64_t n, double p) {
     part[static_cast<size_t>(c)] = acc;
   }
   double total = 0.0;
-  for (double v : part) total = inf ? ((v > total || v != v) ? v : total) : total + v;
+  for (double v : part) total = combine_parts(inf, total, v);
   return total;
 }
 
@@ -70,12 +86,6 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
   if (grads.empty()) return zeros({}, kFloat32);
   NoGradGuard no_grad;
 
-  auto combine = [inf](double total, double part) {
-    return inf ? ((part > total || part != part) ? part : total) : total + part;
-  };
-  auto finish = [&](double acc) {
-    return inf ? acc : (norm_type == 2.0 ? std::sqrt(acc) : std::pow(acc, 1.0 / norm_type));
-  };
   auto nonfinite_error = [&](double total) {
     MT_CHECK(std::isfinite(total), "clip_grad_norm_: the total norm of order ", norm_type, " of ", grads.size(),
              " gradients is ", total, "; nothing was clipped (error_if_nonfinite=true)");
@@ -92,7 +102,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
       auto it = std::find_if(device_parts.begin(), device_parts.end(),
                              [&](const Tensor& t) { return t.device() == g.device(); });
       if (it == device_parts.end()) device_parts.push_back(part);
-      else *it = inf ? maximum(*it, part) : add(*it, part);
+      else *it = combine_parts(inf, *it, part);
       continue;
     }
     const Tensor g = g_in.is_dense() ? g_in : g_in.contiguous();  // a norm reads memory in any order
@@ -101,12 +111,12 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
       using T = typename decltype(tag)::type;
       part = grad_norm_part(g.data_ptr<T>(), g.numel(), norm_type);
     });
-    host_acc = combine(host_acc, part);
+    host_acc = combine_parts(inf, host_acc, part);
     any_host = true;
   }
 
   if (device_parts.empty()) {
-    const double total = finish(host_acc);
+    const double total = finish_norm(norm_type, host_acc);
     if (error_if_nonfinite) nonfinite_error(total);
     const double coef = max_norm / (total + 1e-6);
     // PyTorch multiplies by min(coef, 1) always; multiplying by 1 changes nothing, so only a coef
@@ -121,11 +131,8 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
   const Device home = device_parts.front().device();
   const TensorOptions on_home = TensorOptions().dtype(norm_dtype).device(home);
   Tensor acc = any_host ? full({}, host_acc, on_home) : device_parts.front();
-  for (size_t i = any_host ? 0 : 1; i < device_parts.size(); ++i) {
-    const Tensor part = device_parts[i].to(home);
-    acc = inf ? maximum(acc, part) : add(acc, part);
-  }
-  const Tensor total = inf ? acc : (norm_type == 2.0 ? sqrt(acc) : pow(acc, 1.0 / norm_type));
+  for (size_t i = any_host ? 0 : 1; i < device_parts.size(); ++i) acc = combine_parts(inf, acc, device_parts[i].to(home));
+  const Tensor total = finish_norm(norm_type, acc);
   if (error_if_nonfinite) nonfinite_error(total.item<double>());
   const Tensor coef = minimum(rdiv(add(total, 1e-6), max_norm), full({}, 1.0, on_home));
   for (Tensor& g : grads) g.mul_(g.device() == home ? coef : coef.to(g.device()));

@@ -23,6 +23,20 @@ double mean_of(const std::vector<double>& v, size_t begin, size_t end) {
          static_cast<double>(end - begin);
 }
 
+// The small synthetic UNet run the UNet tests share, on the CPU.
+ex::UnetConfig small_synthetic_unet(ex::Precision p, int64_t steps, uint64_t seed) {
+  ex::UnetConfig c;
+  c.synthetic = true;
+  c.width = 8;
+  c.image_size = 16;
+  c.batch_size = 4;
+  c.steps = steps;
+  c.seed = seed;
+  c.precision = p;
+  c.device = mt::Device::cpu();
+  return c;
+}
+
 // Runs `run(precision)` (the per-step losses) for fp32, fp16 and bf16 and checks that the loss
 // falls below `fall` times its start and that the AMP runs end within `rel` of fp32 (mean of the
 // last 5 steps, to average out single-batch noise).
@@ -63,16 +77,8 @@ TEST(AmpParity, Mlp) {
 TEST(AmpParity, Unet) {
   expect_parity(
       [](ex::Precision p) {
-        ex::UnetConfig c;
-        c.synthetic = true;
-        c.width = 8;
-        c.image_size = 16;
-        c.batch_size = 4;
-        c.steps = 60;
+        ex::UnetConfig c = small_synthetic_unet(p, 60, 2);
         c.lr = 3e-3;
-        c.seed = 2;
-        c.precision = p;
-        c.device = mt::Device::cpu();
         return ex::run_unet(c).losses;
       },
       0.5, 0.05);
@@ -84,16 +90,8 @@ TEST(UnetExample, ChannelsLastTrainsLikeNchw) {
   for (ex::Precision p : {ex::Precision::Fp32, ex::Precision::Fp16}) {
     std::vector<double> losses[2];
     for (bool channels_last : {false, true}) {
-      ex::UnetConfig c;
-      c.synthetic = true;
-      c.width = 8;
-      c.image_size = 16;
-      c.batch_size = 4;
-      c.steps = 8;
-      c.seed = 3;
-      c.precision = p;
+      ex::UnetConfig c = small_synthetic_unet(p, 8, 3);
       c.channels_last = channels_last;
-      c.device = mt::Device::cpu();
       losses[channels_last] = ex::run_unet(c).losses;
     }
     ASSERT_EQ(losses[0].size(), losses[1].size());

@@ -82,15 +82,13 @@ inline uint16_t float_to_half_bits(float f) {
 
 inline float bf16_bits_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
 
+// Selects rather than a NaN branch, so loops over it vectorize.
 inline uint16_t float_to_bf16_bits(float f) {
   const uint32_t x = float_bits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) {  // NaN
-    uint16_t hi = static_cast<uint16_t>(x >> 16);
-    if ((hi & 0x7fu) == 0) hi |= 0x40u;
-    return hi;
-  }
-  const uint32_t odd = (x >> 16) & 1u;
-  return static_cast<uint16_t>((x + 0x7fffu + odd) >> 16);
+  const uint16_t rounded = static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+  const uint16_t hi = static_cast<uint16_t>(x >> 16);
+  const uint16_t nan = (hi & 0x7fu) == 0 ? static_cast<uint16_t>(hi | 0x40u) : hi;  // stays a NaN
+  return (x & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
 }
 
 struct Half {

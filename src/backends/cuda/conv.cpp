@@ -43,8 +43,7 @@ struct ConvPlan {
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
   cudnnMathType_t wanted = CUDNN_DEFAULT_MATH;
-  bool chosen[3] = {false, false, false};
-  std::vector<Candidate> candidates[3];
+  std::vector<Candidate> candidates[3];  // empty until the direction is first run
   size_t in_use[3] = {0, 0, 0};
 };
 
@@ -112,7 +111,6 @@ void take_ranked(const Perf* perf, int count, Direction d, ConvPlan& plan) {
     if (perf[i].status == CUDNN_STATUS_SUCCESS)
       plan.candidates[dir].push_back({static_cast<int>(perf[i].algo), perf[i].mathType, perf[i].memory});
   MT_CHECK(!plan.candidates[dir].empty(), "conv2d: cuDNN found no ", direction_name(d), " algorithm for this shape");
-  plan.chosen[dir] = true;
 }
 
 // Ranks the algorithms of one direction (once per plan); benchmark mode times the candidates
@@ -120,7 +118,7 @@ void take_ranked(const Perf* perf, int count, Direction d, ConvPlan& plan) {
 // earlier direction left on the shared descriptor.
 void choose(ConvPlan& plan, Direction d, cudnnHandle_t h) {
   const int dir = static_cast<int>(d);
-  if (plan.chosen[dir]) return;
+  if (!plan.candidates[dir].empty()) return;
   MT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, plan.wanted));
   const bool bench = mixtrain::cuda::cudnn_benchmark();
   constexpr int kMax = 16;

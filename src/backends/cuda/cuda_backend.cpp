@@ -92,9 +92,7 @@ namespace {
 
 // One memcpy does: the same dtype and the same dense layout (both NCHW-order or both channels-last).
 bool plain_copy(const Tensor& src, const Tensor& dst) {
-  if (src.dtype() != dst.dtype()) return false;
-  if (src.is_contiguous() && dst.is_contiguous()) return true;
-  return src.is_contiguous(MemoryFormat::ChannelsLast) && dst.is_contiguous(MemoryFormat::ChannelsLast);
+  return src.dtype() == dst.dtype() && src.same_dense_layout(dst);
 }
 
 void host_to_device(const Tensor& src, const Tensor& dst) {
