@@ -81,6 +81,9 @@ const ConvCase kConvCases[] = {
     {2, 4, 7, 6, 6, 3, 3, {2, 1}, {1, 2}, {1, 2}, 2, true},  // everything at once
     {3, 5, 4, 5, 3, 1, 1, 1, 0, 1, 1, false},                // 1x1, no bias
     {1, 4, 6, 6, 4, 3, 2, 2, 1, 1, 4, true},                 // depthwise, stride 2
+    // Padding wider than the dilated kernel reaches: kernel columns with no tap inside the image.
+    {2, 2, 3, 2, 3, 2, 3, 1, {1, 4}, {1, 4}, 1, true},
+    {1, 2, 5, 3, 2, 2, 3, {1, 3}, {0, 3}, {1, 2}, 1, true},  // stride 3 with dilation 2 and padding
 };
 
 std::vector<mt::Tensor> conv_inputs(const ConvCase& k, mt::DType dt, bool transposed, uint64_t seed) {

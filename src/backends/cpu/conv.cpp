@@ -2,6 +2,8 @@
 // UNet-sized images would not fit), groups as separate GEMMs over slices of the same buffers.
 // fp16/bf16 are widened to fp32 before they are unfolded, multiplied in fp32 and rounded once on
 // the way out, as cuDNN does with fp32 accumulation.
+#include <algorithm>
+
 #include <Eigen/Core>
 #include <vector>
 
@@ -35,14 +37,30 @@ Geometry geometry(const Tensor& x, const Tensor& w, const Tensor& out, const Con
   return {x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3), out.size(2), out.size(3), p};
 }
 
+// The output columns [lo, hi) whose input column iw = ow * stride_w + off lies inside the
+// image for kernel column kj; the rest read padding. Computed once per kernel column so the
+// unfold and its adjoint run without a bounds check per element.
+struct ColumnSpan {
+  int64_t lo, hi, off;
+};
+
+ColumnSpan column_span(const Geometry& g, int64_t kj) {
+  const int64_t off = kj * g.p.dilation_w - g.p.pad_w, sw = g.p.stride_w;
+  const int64_t lo = std::min<int64_t>(g.wo, off >= 0 ? 0 : (-off + sw - 1) / sw);
+  const int64_t last = g.w - 1 - off;  // the largest ow * sw that stays inside
+  const int64_t hi = std::clamp<int64_t>(last >= 0 ? last / sw + 1 : 0, lo, g.wo);
+  return {lo, hi, off};
+}
+
 // Unfolds one sample x [c, h, w] into cols [c * kh * kw, ho * wo]; taps in the padding read 0.
 // Half samples are widened first (one vectorized pass over c * h * w, not kh * kw per element).
 template <class W>
 void im2col(const W* x, const Geometry& g, W* cols) {
-  const int64_t rows = g.c * g.kh * g.kw, l = g.l();
+  const int64_t rows = g.c * g.kh * g.kw, l = g.l(), sw = g.p.stride_w;
   parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, l)), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const int64_t ch = r / (g.kh * g.kw), ki = (r / g.kw) % g.kh, kj = r % g.kw;
+      const ColumnSpan cs = column_span(g, kj);
       const W* plane = x + ch * g.h * g.w;
       W* dst = cols + r * l;
       for (int64_t oh = 0; oh < g.ho; ++oh) {
@@ -52,9 +70,14 @@ void im2col(const W* x, const Geometry& g, W* cols) {
           std::fill(row, row + g.wo, W(0));
           continue;
         }
-        for (int64_t ow = 0; ow < g.wo; ++ow) {
-          const int64_t iw = ow * g.p.stride_w - g.p.pad_w + kj * g.p.dilation_w;
-          row[ow] = (iw >= 0 && iw < g.w) ? plane[ih * g.w + iw] : W(0);
+        std::fill(row, row + cs.lo, W(0));
+        std::fill(row + cs.hi, row + g.wo, W(0));
+        if (cs.hi == cs.lo) continue;
+        const W* in = plane + ih * g.w + cs.lo * sw + cs.off;  // the first tap inside the image
+        if (sw == 1) {
+          std::copy(in, in + (cs.hi - cs.lo), row + cs.lo);
+        } else {
+          for (int64_t i = 0; i < cs.hi - cs.lo; ++i) row[cs.lo + i] = in[i * sw];
         }
       }
     }
@@ -65,19 +88,23 @@ void im2col(const W* x, const Geometry& g, W* cols) {
 // independent, so threads split them and never write the same element.
 template <class W>
 void col2im(const W* cols, const Geometry& g, W* x) {
-  const int64_t l = g.l(), kk = g.kh * g.kw;
+  const int64_t l = g.l(), kk = g.kh * g.kw, sw = g.p.stride_w;
   parallel_for(g.c, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, kk * l)), [&](int64_t b, int64_t e) {
     for (int64_t ch = b; ch < e; ++ch) {
       W* plane = x + ch * g.h * g.w;
       for (int64_t q = 0; q < kk; ++q) {
         const int64_t ki = q / g.kw, kj = q % g.kw;
+        const ColumnSpan cs = column_span(g, kj);
         const W* src = cols + (ch * kk + q) * l;
         for (int64_t oh = 0; oh < g.ho; ++oh) {
           const int64_t ih = oh * g.p.stride_h - g.p.pad_h + ki * g.p.dilation_h;
-          if (ih < 0 || ih >= g.h) continue;
-          for (int64_t ow = 0; ow < g.wo; ++ow) {
-            const int64_t iw = ow * g.p.stride_w - g.p.pad_w + kj * g.p.dilation_w;
-            if (iw >= 0 && iw < g.w) plane[ih * g.w + iw] += src[oh * g.wo + ow];
+          if (ih < 0 || ih >= g.h || cs.hi == cs.lo) continue;
+          W* out = plane + ih * g.w + cs.lo * sw + cs.off;
+          const W* in = src + oh * g.wo + cs.lo;
+          if (sw == 1) {
+            for (int64_t i = 0; i < cs.hi - cs.lo; ++i) out[i] += in[i];
+          } else {
+            for (int64_t i = 0; i < cs.hi - cs.lo; ++i) out[i * sw] += in[i];
           }
         }
       }

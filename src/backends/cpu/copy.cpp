@@ -1,4 +1,6 @@
 // Copies between any two dtypes and layouts, fills and random fills.
+#include <cstring>
+
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 #include "mixtrain/core/rng.h"
@@ -24,6 +26,27 @@ To convert(From v) {
   } else {
     return static_cast<To>(v);
   }
+}
+
+template <class A, class B>
+constexpr bool kBulkConvertible = (std::is_same_v<A, float> && (std::is_same_v<B, Half> || std::is_same_v<B, BFloat16>)) ||
+                                  (std::is_same_v<B, float> && (std::is_same_v<A, Half> || std::is_same_v<A, BFloat16>));
+
+// One run of a strided copy. Unit-stride runs (a permuted tensor's rows) take memcpy or the bulk
+// converters; the rest go element by element.
+template <class To, class From>
+void copy_run(char* dst, const char* src, int64_t n, int64_t dst_stride, int64_t src_stride) {
+  if (dst_stride == int64_t(sizeof(To)) && src_stride == int64_t(sizeof(From))) {
+    if constexpr (std::is_same_v<To, From>) {
+      std::memcpy(dst, src, n * sizeof(To));
+      return;
+    } else if constexpr (kBulkConvertible<To, From>) {
+      convert_array(reinterpret_cast<const From*>(src), reinterpret_cast<To*>(dst), n);
+      return;
+    }
+  }
+  for (int64_t i = 0; i < n; ++i)
+    *reinterpret_cast<To*>(dst + i * dst_stride) = convert<To>(*reinterpret_cast<const From*>(src + i * src_stride));
 }
 }  // namespace
 
@@ -55,9 +78,7 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
       std::array<int64_t, 2> sizes{sizeof(To), sizeof(From)};
       strided_loop<2>(dst.shape(), base, strides, sizes,
                       [](const std::array<char*, 2>& p, int64_t n, const std::array<int64_t, 2>& s) {
-                        for (int64_t i = 0; i < n; ++i)
-                          *reinterpret_cast<To*>(p[0] + i * s[0]) =
-                              convert<To>(*reinterpret_cast<const From*>(p[1] + i * s[1]));
+                        copy_run<To, From>(p[0], p[1], n, s[0], s[1]);
                       });
     });
   });

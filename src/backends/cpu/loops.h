@@ -86,15 +86,25 @@ void strided_loop(const Shape& shape, std::array<char*, N> base, std::array<cons
   auto run_rows = [&](int64_t row_begin, int64_t row_end) {
     std::array<int64_t, N> inner_strides;
     for (int k = 0; k < N; ++k) inner_strides[k] = strides[k][nd - 1];
+    // Divide once for the first row, then step the outer index like an odometer: with short
+    // inner runs (attention heads) a division per row cost more than the copy itself.
+    int64_t idx[16];
+    std::array<char*, N> ptrs = base;
+    int64_t rem = row_begin;
+    for (int d = nd - 2; d >= 0; --d) {
+      idx[d] = rem % sizes[d];
+      rem /= sizes[d];
+      for (int k = 0; k < N; ++k) ptrs[k] += idx[d] * strides[k][d];
+    }
     for (int64_t row = row_begin; row < row_end; ++row) {
-      std::array<char*, N> ptrs = base;
-      int64_t rem = row;
-      for (int d = nd - 2; d >= 0; --d) {
-        const int64_t idx = rem % sizes[d];
-        rem /= sizes[d];
-        for (int k = 0; k < N; ++k) ptrs[k] += idx * strides[k][d];
-      }
       inner(ptrs, inner_size, inner_strides);
+      if (row + 1 == row_end) break;
+      for (int d = nd - 2; d >= 0; --d) {
+        for (int k = 0; k < N; ++k) ptrs[k] += strides[k][d];
+        if (++idx[d] < sizes[d]) break;
+        for (int k = 0; k < N; ++k) ptrs[k] -= sizes[d] * strides[k][d];
+        idx[d] = 0;
+      }
     }
   };
   auto run_flat = [&](int64_t begin, int64_t end) {  // nd == 1: split the single run
@@ -145,6 +155,21 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
     const int64_t b = std::min<int64_t>(n, t * chunk), e = std::min<int64_t>(n, b + chunk);
     if (b < e) f(b, e);
   }
+}
+
+// The sum of f(k) over [0, n) in independent lanes, so the adds pipeline (and vectorize) instead
+// of waiting on one accumulator. The grouping depends only on n: results are reproducible.
+template <class S = double, class F>
+S lane_sum(int64_t n, F&& f) {
+  constexpr int kLanes = 8;
+  S lane[kLanes] = {};
+  int64_t k = 0;
+  for (; k + kLanes <= n; k += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane[l] += f(k + l);
+  S total = 0;
+  for (; k < n; ++k) total += f(k);
+  for (int l = 0; l < kLanes; ++l) total += lane[l];
+  return total;
 }
 
 // n elements between a half type and fp32, in vectorized bulk conversions split over the threads.

@@ -13,6 +13,7 @@ namespace {
 template <class T>
 using sum_t = std::conditional_t<std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>,
                                  double, int64_t>;
+
 }  // namespace
 
 void CpuBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner, const Tensor& out,
@@ -30,7 +31,11 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, 
         std::vector<int64_t> arg(inner);
         for (int64_t o = ob; o < oe; ++o) {
           const T* base = px + o * n * inner;
-          if (op == ReduceOp::Sum) {
+          if (op == ReduceOp::Sum && inner == 1) {
+            const sum_t<T> total =
+                lane_sum<sum_t<T>>(n, [&](int64_t j) { return static_cast<sum_t<T>>(static_cast<acc_t<T>>(base[j])); });
+            po[o] = static_cast<TO>(static_cast<acc_t<TO>>(total));
+          } else if (op == ReduceOp::Sum) {
             std::fill(acc.begin(), acc.end(), sum_t<T>(0));
             for (int64_t j = 0; j < n; ++j)
               for (int64_t i = 0; i < inner; ++i) acc[i] += static_cast<sum_t<T>>(static_cast<acc_t<T>>(base[j * inner + i]));
