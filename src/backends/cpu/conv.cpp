@@ -112,40 +112,18 @@ void col2im(const W* cols, const Geometry& g, W* x) {
   });
 }
 
-// A W-typed view of n elements of a T array: the array itself when T is W, else a widened copy.
-template <class W, class T>
-const W* widened(const T* p, int64_t n, std::vector<W>& buffer) {
-  if constexpr (std::is_same_v<T, W>) {
-    return p;
-  } else {
-    buffer.resize(static_cast<size_t>(n));
-    convert_parallel(p, n, buffer.data());
-    return buffer.data();
-  }
-}
-
-// Rounds a W-typed result into T storage (a plain copy when T is W).
-template <class T, class W>
-void narrow_into(const W* src, int64_t n, T* dst) {
-  if constexpr (std::is_same_v<T, W>) {
-    if (src != dst) std::copy(src, src + n, dst);
-  } else {
-    convert_parallel(src, n, dst);
-  }
-}
-
 template <class T>
 void forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Geometry& g, const Tensor& out) {
   using W = acc_t<T>;
   std::vector<W> wbuf, bbuf, xbuf, cols(static_cast<size_t>(g.c * g.kh * g.kw * g.l())), obuf;
-  const W* wp = widened<W>(static_cast<const T*>(w.raw_data()), w.numel(), wbuf);
-  const W* bp = bias.defined() ? widened<W>(static_cast<const T*>(bias.raw_data()), g.co, bbuf) : nullptr;
+  const W* wp = as_acc<true>(static_cast<const T*>(w.raw_data()), w.numel(), wbuf);
+  const W* bp = bias.defined() ? as_acc<true>(static_cast<const T*>(bias.raw_data()), g.co, bbuf) : nullptr;
   if (!std::is_same_v<T, W>) obuf.resize(static_cast<size_t>(g.co * g.l()));
   const T* xp = static_cast<const T*>(x.raw_data());
   T* op = static_cast<T*>(out.raw_data());
   const int64_t k = g.k(), l = g.l(), cog = g.cog();
   for (int64_t s = 0; s < g.n; ++s) {
-    im2col(widened<W>(xp + s * g.c * g.h * g.w, g.c * g.h * g.w, xbuf), g, cols.data());
+    im2col(as_acc<true>(xp + s * g.c * g.h * g.w, g.c * g.h * g.w, xbuf), g, cols.data());
     W* o = obuf.data();
     if constexpr (std::is_same_v<T, W>) o = op + s * g.co * l;
     for (int64_t gi = 0; gi < g.p.groups; ++gi) {
@@ -153,7 +131,7 @@ void forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Geometr
       og.noalias() = ConstMapMat<W>(wp + gi * cog * k, cog, k) * ConstMapMat<W>(cols.data() + gi * k * l, k, l);
       if (bp) og.colwise() += Eigen::Map<const Eigen::Matrix<W, Eigen::Dynamic, 1>>(bp + gi * cog, cog);
     }
-    narrow_into(o, g.co * l, op + s * g.co * l);
+    store_acc<true>(o, g.co * l, op + s * g.co * l);
   }
 }
 
@@ -161,19 +139,19 @@ template <class T>
 void backward_input(const Tensor& grad_out, const Tensor& w, const Geometry& g, const Tensor& grad_x) {
   using W = acc_t<T>;
   std::vector<W> wbuf, gbuf, cols(static_cast<size_t>(g.c * g.kh * g.kw * g.l())), xbuf(static_cast<size_t>(g.c * g.h * g.w));
-  const W* wp = widened<W>(static_cast<const T*>(w.raw_data()), w.numel(), wbuf);
+  const W* wp = as_acc<true>(static_cast<const T*>(w.raw_data()), w.numel(), wbuf);
   const T* gp = static_cast<const T*>(grad_out.raw_data());
   T* xp = static_cast<T*>(grad_x.raw_data());
   const int64_t k = g.k(), l = g.l(), cog = g.cog();
   for (int64_t s = 0; s < g.n; ++s) {
-    const W* go = widened<W>(gp + s * g.co * l, g.co * l, gbuf);
+    const W* go = as_acc<true>(gp + s * g.co * l, g.co * l, gbuf);
     for (int64_t gi = 0; gi < g.p.groups; ++gi) {
       MapMat<W>(cols.data() + gi * k * l, k, l).noalias() =
           ConstMapMat<W>(wp + gi * cog * k, cog, k).transpose() * ConstMapMat<W>(go + gi * cog * l, cog, l);
     }
     std::fill(xbuf.begin(), xbuf.end(), W(0));
     col2im(cols.data(), g, xbuf.data());
-    narrow_into(xbuf.data(), g.c * g.h * g.w, xp + s * g.c * g.h * g.w);
+    store_acc<true>(xbuf.data(), g.c * g.h * g.w, xp + s * g.c * g.h * g.w);
   }
 }
 
@@ -186,14 +164,14 @@ void backward_weight(const Tensor& grad_out, const Tensor& x, const Geometry& g,
   const T* gp = static_cast<const T*>(grad_out.raw_data());
   const T* xp = static_cast<const T*>(x.raw_data());
   for (int64_t s = 0; s < g.n; ++s) {
-    const W* go = widened<W>(gp + s * g.co * l, g.co * l, gbuf);
-    im2col(widened<W>(xp + s * g.c * g.h * g.w, g.c * g.h * g.w, xbuf), g, cols.data());
+    const W* go = as_acc<true>(gp + s * g.co * l, g.co * l, gbuf);
+    im2col(as_acc<true>(xp + s * g.c * g.h * g.w, g.c * g.h * g.w, xbuf), g, cols.data());
     for (int64_t gi = 0; gi < g.p.groups; ++gi) {
       MapMat<W>(gw.data() + gi * cog * k, cog, k).noalias() +=
           ConstMapMat<W>(go + gi * cog * l, cog, l) * ConstMapMat<W>(cols.data() + gi * k * l, k, l).transpose();
     }
   }
-  narrow_into(gw.data(), g.co * k, static_cast<T*>(grad_w.raw_data()));
+  store_acc<true>(gw.data(), g.co * k, static_cast<T*>(grad_w.raw_data()));
 }
 
 }  // namespace

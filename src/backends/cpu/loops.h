@@ -8,6 +8,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <omp.h>
 
@@ -176,6 +177,43 @@ S lane_sum(int64_t n, F&& f) {
 template <class From, class To>
 void convert_parallel(const From* src, int64_t n, To* dst) {
   parallel_for(n, kParallelGrain, [&](int64_t b, int64_t e) { convert_array(src + b, dst + b, e - b); });
+}
+
+// p[0, n) as acc_t<T> values: p itself when T computes in its own type, else widened into buf
+// (bulk-converted, split over the threads when kParallel; serial inside a parallel region).
+template <bool kParallel = false, class T>
+const acc_t<T>* as_acc(const T* p, int64_t n, std::vector<acc_t<T>>& buf) {
+  if constexpr (std::is_same_v<T, acc_t<T>>) {
+    return p;
+  } else {
+    buf.resize(static_cast<size_t>(n));
+    if constexpr (kParallel) convert_parallel(p, n, buf.data());
+    else convert_array(p, buf.data(), n);
+    return buf.data();
+  }
+}
+
+// Where to compute n acc_t<T> results bound for p: p itself, or buf for a half type, whose
+// results store_acc then rounds into p.
+template <class T>
+acc_t<T>* acc_out(T* p, int64_t n, std::vector<acc_t<T>>& buf) {
+  if constexpr (std::is_same_v<T, acc_t<T>>) {
+    return p;
+  } else {
+    buf.resize(static_cast<size_t>(n));
+    return buf.data();
+  }
+}
+
+template <bool kParallel = false, class T>
+void store_acc(const acc_t<T>* src, int64_t n, T* p) {
+  if constexpr (std::is_same_v<T, acc_t<T>>) {
+    if (src != p) std::copy(src, src + n, p);
+  } else if constexpr (kParallel) {
+    convert_parallel(src, n, p);
+  } else {
+    convert_array(src, p, n);
+  }
 }
 
 // One definition for unary(Relu) and the GEMM's ReLU epilogue, so the fused linear + ReLU agrees

@@ -147,17 +147,18 @@ void CpuBackend::batch_norm_stats(const Tensor& x, int64_t n, int64_t c, int64_t
     using T = typename decltype(tag)::type;
     const T* px = static_cast<const T*>(x.raw_data());
     parallel_for(c, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, n * s)), [&](int64_t b, int64_t e) {
+      std::vector<acc_t<T>> buf;
       for (int64_t ch = b; ch < e; ++ch) {
         double sum = 0, sq = 0;
         for (int64_t i = 0; i < n; ++i) {
-          const T* plane = px + (i * c + ch) * s;
-          sum += lane_sum(s, [&](int64_t k) { return static_cast<double>(static_cast<acc_t<T>>(plane[k])); });
+          const acc_t<T>* plane = as_acc(px + (i * c + ch) * s, s, buf);
+          sum += lane_sum(s, [&](int64_t k) { return static_cast<double>(plane[k]); });
         }
         const double mu = sum / static_cast<double>(n * s);
         for (int64_t i = 0; i < n; ++i) {
-          const T* plane = px + (i * c + ch) * s;
+          const acc_t<T>* plane = as_acc(px + (i * c + ch) * s, s, buf);
           sq += lane_sum(s, [&](int64_t k) {
-            const double d = static_cast<double>(static_cast<acc_t<T>>(plane[k])) - mu;
+            const double d = static_cast<double>(plane[k]) - mu;
             return d * d;
           });
         }
@@ -195,11 +196,15 @@ void CpuBackend::batch_norm(const Tensor& x, int64_t n, int64_t c, int64_t s, co
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
     parallel_for(n * c, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, s)), [&](int64_t b, int64_t e) {
+      std::vector<W> xbuf, obuf;
       for (int64_t nc = b; nc < e; ++nc) {
         const int64_t ch = nc % c;
         const W m = static_cast<W>(mv[ch]), is = static_cast<W>(iv[ch]), w = static_cast<W>(wv[ch]),
                 bb = static_cast<W>(bv[ch]);
-        for (int64_t k = 0; k < s; ++k) po[nc * s + k] = static_cast<T>((static_cast<W>(px[nc * s + k]) - m) * is * w + bb);
+        const W* xs = as_acc(px + nc * s, s, xbuf);
+        W* o = acc_out(po + nc * s, s, obuf);
+        for (int64_t k = 0; k < s; ++k) o[k] = (xs[k] - m) * is * w + bb;
+        store_acc(o, s, po + nc * s);
       }
     });
   });
@@ -218,16 +223,15 @@ void CpuBackend::batch_norm_backward(const Tensor& x, const Tensor& grad_y, int6
     const T* px = static_cast<const T*>(x.raw_data());
     const T* pg = static_cast<const T*>(grad_y.raw_data());
     parallel_for(c, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, n * s)), [&](int64_t b, int64_t e) {
+      std::vector<W> xbuf, gbuf;
       for (int64_t ch = b; ch < e; ++ch) {
         double a = 0, d = 0;
         const double mu = mv[ch], rs = iv[ch];
         for (int64_t i = 0; i < n; ++i) {
-          const T* xs = px + (i * c + ch) * s;
-          const T* gs = pg + (i * c + ch) * s;
-          a += lane_sum(s, [&](int64_t k) { return static_cast<double>(static_cast<W>(gs[k])); });
-          d += lane_sum(s, [&](int64_t k) {
-            return static_cast<double>(static_cast<W>(gs[k])) * (static_cast<double>(static_cast<W>(xs[k])) - mu) * rs;
-          });
+          const W* xs = as_acc(px + (i * c + ch) * s, s, xbuf);
+          const W* gs = as_acc(pg + (i * c + ch) * s, s, gbuf);
+          a += lane_sum(s, [&](int64_t k) { return static_cast<double>(gs[k]); });
+          d += lane_sum(s, [&](int64_t k) { return static_cast<double>(gs[k]) * (static_cast<double>(xs[k]) - mu) * rs; });
         }
         sum_dy[ch] = a;
         sum_dy_xhat[ch] = d;
@@ -237,19 +241,24 @@ void CpuBackend::batch_norm_backward(const Tensor& x, const Tensor& grad_y, int6
     T* pdx = static_cast<T*>(grad_x.raw_data());
     const double m = static_cast<double>(n * s);
     parallel_for(n * c, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, s)), [&](int64_t b, int64_t e) {
+      std::vector<W> xbuf, gbuf, obuf;
       for (int64_t nc = b; nc < e; ++nc) {
         const int64_t ch = nc % c;
         const double k_scale = wv[ch] * iv[ch];
+        const W* gs = as_acc(pg + nc * s, s, gbuf);
+        const W* xs = batch_stats ? as_acc(px + nc * s, s, xbuf) : nullptr;
+        W* o = acc_out(pdx + nc * s, s, obuf);
         for (int64_t k = 0; k < s; ++k) {
-          const double dy = static_cast<double>(static_cast<W>(pg[nc * s + k]));
+          const double dy = static_cast<double>(gs[k]);
           double dx = dy;
           if (batch_stats) {
             // Through the batch mean and variance: subtract the parts of dy they explain.
-            const double xhat = (static_cast<double>(static_cast<W>(px[nc * s + k])) - mv[ch]) * iv[ch];
+            const double xhat = (static_cast<double>(xs[k]) - mv[ch]) * iv[ch];
             dx = dy - sum_dy[ch] / m - xhat * sum_dy_xhat[ch] / m;
           }
-          pdx[nc * s + k] = static_cast<T>(static_cast<W>(k_scale * dx));
+          o[k] = static_cast<W>(k_scale * dx);
         }
+        store_acc(o, s, pdx + nc * s);
       }
     });
   });
