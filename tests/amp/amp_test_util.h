@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "mixtrain/mixtrain.h"
+#include "support/testing.h"
 
 namespace mixtrain::amp_test {
 
@@ -24,16 +25,6 @@ class AmpTest : public ::testing::Test {
 
 inline std::vector<float> values_of(const Tensor& t) { return t.to(kFloat32).contiguous().to_vector<float>(); }
 
-// Expects `fn` to throw mixtrain::Error whose message contains every one of `parts`.
-template <class F>
-void expect_error(F&& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected mixtrain::Error";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message lacks \"" << p << "\": " << msg;
-  }
-}
+using mixtrain::testing::expect_error;
 
 }  // namespace mixtrain::amp_test

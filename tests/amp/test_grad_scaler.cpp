@@ -10,25 +10,12 @@
 
 namespace mt = mixtrain;
 using mt::Tensor;
+using mt::testing::bytes_of;
+using mt::testing::expect_error;
 using mt::testing::random_tensor;
 using mt::testing::to_doubles;
 
 namespace {
-
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  const auto* p = static_cast<const uint8_t*>(t.contiguous().raw_data());
-  return std::vector<uint8_t>(p, p + t.nbytes());
-}
-
-void expect_error(const std::function<void()>& f, const std::string& text) {
-  try {
-    f();
-  } catch (const mt::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
-    return;
-  }
-  ADD_FAILURE() << "no error; expected one containing \"" << text << "\"";
-}
 
 }  // namespace
 

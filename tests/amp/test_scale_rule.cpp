@@ -11,6 +11,7 @@
 
 namespace mt = mixtrain;
 using mt::Tensor;
+using mt::testing::expect_error;
 
 namespace {
 
@@ -191,11 +192,7 @@ TEST(ScaleRule, OptionsAreValidated) {
   EXPECT_THROW(mt::amp::GradScaler(O().hysteresis(0)), mt::Error);
   EXPECT_THROW(mt::amp::GradScaler(O().min_scale(10).max_scale(5)), mt::Error);
   EXPECT_THROW(mt::amp::GradScaler(O().init_scale(8).min_scale(16)), mt::Error);
-  try {
-    mt::amp::GradScaler s(O().growth_factor(0.5));
-  } catch (const mt::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("growth_factor"), std::string::npos) << e.what();
-  }
+  expect_error([] { mt::amp::GradScaler s(O().growth_factor(0.5)); }, "growth_factor");
   mt::amp::GradScaler s;
   EXPECT_THROW(s.set_growth_interval(0), mt::Error);
   s.set_growth_interval(7);
@@ -244,12 +241,8 @@ TEST(ScaleRule, StateMachineErrorsArePyTorchs) {
         }
       };
       if (static_cast<int>(i) == table[r].failing_call) {
-        try {
-          run();
-          ADD_FAILURE() << "call " << i << " did not raise";
-        } catch (const mt::Error& e) {
-          EXPECT_NE(std::string(e.what()).find(table[r].message), std::string::npos) << e.what();
-        }
+        SCOPED_TRACE("call " + std::to_string(i));
+        expect_error(run, table[r].message);
       } else {
         EXPECT_NO_THROW(run()) << "call " << i;
       }

@@ -11,6 +11,7 @@
 
 namespace mt = mixtrain;
 using mt::Tensor;
+using mt::testing::bytes_of;
 
 namespace {
 
@@ -56,11 +57,6 @@ double train_regression(const Regression& r, Mode mode, int steps, double* initi
     scaler.update();
   }
   return loss_value;
-}
-
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  const auto* p = static_cast<const uint8_t*>(t.contiguous().raw_data());
-  return std::vector<uint8_t>(p, p + t.nbytes());
 }
 
 }  // namespace

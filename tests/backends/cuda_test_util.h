@@ -89,9 +89,4 @@ inline void compare_backends(const std::string& what, const std::vector<Tensor>&
   }
 }
 
-inline const std::vector<DType>& float_dtypes() {
-  static const std::vector<DType> types{kFloat32, kFloat64, kFloat16, kBFloat16};
-  return types;
-}
-
 }  // namespace mixtrain::testing

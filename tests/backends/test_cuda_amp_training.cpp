@@ -9,7 +9,7 @@ namespace {
 class CudaAmp : public CudaTest {};
 
 TEST_F(CudaAmp, CheckAndUnscaleFindsInfAndMatchesTheCpu) {
-  for (DType gd : float_dtypes()) {
+  for (DType gd : float_types()) {
     // Outputs in the gradients' dtype (in place), or fp32 master gradients for half gradients.
     for (DType od : is_half(gd) ? std::vector<DType>{gd, kFloat32} : std::vector<DType>{gd}) {
       for (bool with_inf : {false, true}) {
@@ -139,7 +139,7 @@ TEST_F(CudaAmp, FusedOptimizerUpdatesMatchTheCpu) {
 // Clipping device gradients computes the norm and the factor on the device (nothing is read back)
 // and gives the CPU's norm and clipped gradients, for every norm type and gradient dtype.
 TEST_F(CudaAmp, ClipGradNormOnTheDeviceMatchesTheCpu) {
-  for (DType dt : float_dtypes()) {
+  for (DType dt : float_types()) {
     for (double p : {2.0, 1.0, 3.0, nn::utils::kInfNorm}) {
       for (double max_norm : {1.0, 1e6}) {  // clipped, and left alone (the factor clamps to 1)
         SCOPED_TRACE(std::string(dtype_name(dt)) + " p=" + std::to_string(p) + " max_norm=" + std::to_string(max_norm));

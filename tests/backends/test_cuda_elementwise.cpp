@@ -22,7 +22,7 @@ bool needs_positive(UnaryOp op) {
 class CudaElementwise : public CudaTest {};
 
 TEST_F(CudaElementwise, UnaryOpsMatchTheCpu) {
-  for (DType dt : float_dtypes()) {
+  for (DType dt : float_types()) {
     for (UnaryOp op : kUnary) {
       const Tensor x = needs_positive(op) ? random_tensor({37, 65}, dt, 1, 0.1, 3.0) : random_tensor({37, 65}, dt, 1, -3, 3);
       compare_backends(std::string(backends::unary_op_name(op)) + " " + dtype_name(dt), {x},
@@ -34,7 +34,7 @@ TEST_F(CudaElementwise, UnaryOpsMatchTheCpu) {
 }
 
 TEST_F(CudaElementwise, UnaryBackwardMatchesTheCpu) {
-  for (DType dt : float_dtypes()) {
+  for (DType dt : float_types()) {
     for (UnaryOp op : kUnary) {
       const Tensor x = needs_positive(op) ? random_tensor({33, 17}, dt, 2, 0.2, 2.0) : random_tensor({33, 17}, dt, 2, -2, 2);
       const Tensor g = random_tensor({33, 17}, dt, 3);
@@ -49,7 +49,7 @@ TEST_F(CudaElementwise, UnaryBackwardMatchesTheCpu) {
 }
 
 TEST_F(CudaElementwise, BinaryOpsBroadcastAndStridedOperands) {
-  for (DType dt : float_dtypes()) {
+  for (DType dt : float_types()) {
     for (BinaryOp op : kBinary) {
       const double lo = op == BinaryOp::Pow || op == BinaryOp::Div ? 0.5 : -2.0;
       const Tensor a = random_tensor({6, 40, 9}, dt, 4, lo, 2.0);
@@ -137,7 +137,7 @@ TEST_F(CudaElementwise, FillAndRandomMatchTheCpu) {
     compare_backends(std::string("fill ") + dtype_name(dt), {}, {{{17, 5}, dt, "out", exact()}},
                      [](auto& bk, const auto&, const auto& out) { bk.fill(out[0], 3.14159); });
   }
-  for (DType dt : float_dtypes()) {
+  for (DType dt : float_types()) {
     compare_backends(std::string("uniform ") + dtype_name(dt), {}, {{{1000, 37}, dt, "out", exact()}},
                      [](auto& bk, const auto&, const auto& out) {
                        bk.random(out[0], backends::RandomKind::Uniform, 42, 1000);
@@ -153,7 +153,7 @@ TEST_F(CudaElementwise, FillAndRandomMatchTheCpu) {
 }
 
 TEST_F(CudaElementwise, DropoutDrawsTheCpusMaskAndScale) {
-  for (DType dt : float_dtypes()) {
+  for (DType dt : float_types()) {
     const Tensor x = random_tensor({1000, 33}, dt, 15, -4, 4);
     compare_backends(std::string("dropout ") + dtype_name(dt), {x}, {{x.shape(), dt, "out", exact()}},
                      [](auto& bk, const auto& in, const auto& out) { bk.dropout(in[0], 0.3, 99, 12345, out[0]); });

@@ -27,7 +27,7 @@ TEST_F(CudaGemm, ProductsInEveryLayoutMatchTheCpu) {
   const Case cases[] = {{1, 64, 128, 32, false, false, false}, {1, 33, 70, 19, true, false, true},
                         {1, 100, 1, 7, false, true, true},     {4, 17, 40, 65, true, true, false},
                         {3, 128, 256, 64, false, true, false}, {1, 1, 300, 1, false, false, true}};
-  for (DType dt : float_dtypes()) {
+  for (DType dt : float_types()) {
     for (const Case& c : cases) {
       const Shape sa = c.ta ? Shape{c.k, c.m} : Shape{c.m, c.k}, sb = c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n};
       Shape a_shape = sa, b_shape = sb, out_shape{c.m, c.n};
@@ -59,7 +59,7 @@ TEST_F(CudaGemm, ReluEpilogueMatchesTheCpu) {
     int64_t m, k, n;
   };
   const Case cases[] = {{64, 128, 32}, {33, 70, 19}, {512, 215, 1000}, {1, 300, 7}};
-  for (DType dt : float_dtypes()) {
+  for (DType dt : float_types()) {
     for (const Case& c : cases) {
       for (bool with_bias : {true, false}) {
         const Tensor x = random_tensor({c.m, c.k}, dt, 51), w = random_tensor({c.n, c.k}, dt, 52);
@@ -77,7 +77,7 @@ TEST_F(CudaGemm, ReluEpilogueMatchesTheCpu) {
 }
 
 TEST_F(CudaGemm, LinearReluForwardAndBackwardMatchTheCpu) {
-  for (DType dt : float_dtypes()) {
+  for (DType dt : float_types()) {
     for (bool with_bias : {true, false}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + (with_bias ? " bias" : " no bias"));
       const Tensor x = random_tensor({48, 64}, dt, 54), w = random_tensor({40, 64}, dt, 55);
@@ -127,7 +127,7 @@ TEST_F(CudaConv, ForwardAndBothBackwardsMatchTheCpu) {
   grouped.groups = 4, grouped.pad_h = grouped.pad_w = 1;
   const Case cases[] = {{2, 3, 16, 16, 8, 3, 3, plain}, {2, 8, 15, 17, 16, 3, 3, strided},
                         {1, 4, 20, 21, 6, 3, 2, dilated}, {3, 8, 9, 9, 12, 3, 3, grouped}, {8, 16, 8, 8, 32, 1, 1, plain}};
-  for (DType dt : float_dtypes()) {
+  for (DType dt : float_types()) {
     if (dt == kFloat32) cuda::set_cudnn_allow_tf32(false);  // compare strict fp32 with the CPU
     for (const Case& c : cases) {
       const auto& p = c.p;

@@ -15,6 +15,7 @@
 namespace mt = mixtrain;
 namespace ex = mixtrain::examples;
 using mixtrain::testing::error_of;
+using mixtrain::testing::expect_error;
 
 namespace {
 
@@ -55,12 +56,6 @@ std::vector<uint8_t> counting(size_t n, uint8_t mul = 7) {
   return v;
 }
 
-#define EXPECT_ERROR_HAS(expr, text)                                   \
-  do {                                                                 \
-    const std::string msg_ = error_of([&] { (void)(expr); });          \
-    EXPECT_NE(msg_.find(text), std::string::npos) << "message: " << msg_; \
-  } while (0)
-
 // A directory laid out as the Debian package's, holding n images per split.
 std::string fake_fashion_dir(const std::string& name, uint32_t n, const std::vector<uint8_t>& labels) {
   const std::string dir = temp_path(name);
@@ -90,20 +85,20 @@ TEST(Idx, ReadsGzipAndPlainFiles) {
 TEST(Idx, RejectsBadFilesNamingThem) {
   const std::string path = temp_path("bad.idx.gz");
   write_gz(path, idx_bytes({10, 10}, counting(99)));
-  EXPECT_ERROR_HAS(ex::read_idx(path), "truncated: dims [10, 10] need 100 data bytes, found 99");
+  expect_error([&] { (void)ex::read_idx(path); }, "truncated: dims [10, 10] need 100 data bytes, found 99");
   write_gz(path, idx_bytes({10}, counting(12)));
-  EXPECT_ERROR_HAS(ex::read_idx(path), "has 2 bytes after the 10");
+  expect_error([&] { (void)ex::read_idx(path); }, "has 2 bytes after the 10");
   auto bad_magic = idx_bytes({4}, counting(4));
   bad_magic[0] = 0x1f;
   write_gz(path, bad_magic);
-  EXPECT_ERROR_HAS(ex::read_idx(path), "bad magic number");
+  expect_error([&] { (void)ex::read_idx(path); }, "bad magic number");
   auto floats = idx_bytes({1}, counting(4));
   floats[2] = 0x0D;
   write_gz(path, floats);
-  EXPECT_ERROR_HAS(ex::read_idx(path), "element type 0xd is not supported");
+  expect_error([&] { (void)ex::read_idx(path); }, "element type 0xd is not supported");
   write_gz(path, {0, 0, 8, 3, 0, 0});
-  EXPECT_ERROR_HAS(ex::read_idx(path), "truncated inside its header");
-  EXPECT_ERROR_HAS(ex::read_idx(temp_path("nope.gz")), "no such file");
+  expect_error([&] { (void)ex::read_idx(path); }, "truncated inside its header");
+  expect_error([&] { (void)ex::read_idx(temp_path("nope.gz")); }, "no such file");
 }
 
 TEST(Idx, TruncatedGzipStreamIsAnError) {
@@ -129,12 +124,15 @@ TEST(FashionMnist, LoadsTheDebianLayout) {
 }
 
 TEST(FashionMnist, ErrorsSayWhatIsWrong) {
-  EXPECT_ERROR_HAS(ex::load_fashion_mnist(temp_path("no_such_dir")), "install the Debian package dataset-fashion-mnist");
-  EXPECT_ERROR_HAS(ex::load_fashion_mnist(fake_fashion_dir("fashion_badlabel", 2, {1, 10})), "label 10 at index 1");
-  EXPECT_ERROR_HAS(ex::load_fashion_mnist(fake_fashion_dir("fashion_count", 2, {1, 2, 3})), "holds dims [3] for 2 images");
+  expect_error([&] { (void)ex::load_fashion_mnist(temp_path("no_such_dir")); },
+               "install the Debian package dataset-fashion-mnist");
+  expect_error([&] { (void)ex::load_fashion_mnist(fake_fashion_dir("fashion_badlabel", 2, {1, 10})); },
+               "label 10 at index 1");
+  expect_error([&] { (void)ex::load_fashion_mnist(fake_fashion_dir("fashion_count", 2, {1, 2, 3})); },
+               "holds dims [3] for 2 images");
   const std::string dir = fake_fashion_dir("fashion_missing", 1, {0});
   std::remove((dir + "/train-labels-idx1-ubyte.gz").c_str());
-  EXPECT_ERROR_HAS(ex::load_fashion_mnist(dir), "train-labels-idx1-ubyte.gz not found; install");
+  expect_error([&] { (void)ex::load_fashion_mnist(dir); }, "train-labels-idx1-ubyte.gz not found; install");
 }
 
 TEST(FashionMnist, RealDatasetIfInstalled) {
@@ -183,7 +181,7 @@ TEST(Csv, BadRowsNameTheLine) {
   EXPECT_NE(err("y\n1\n").find("no feature column"), std::string::npos);
   EXPECT_NE(err("a,y\n").find("no data rows"), std::string::npos);
   EXPECT_NE(err("\n\n").find("is empty"), std::string::npos);
-  EXPECT_ERROR_HAS(ex::read_csv(temp_path("missing.csv"), "y"), "cannot open");
+  expect_error([&] { (void)ex::read_csv(temp_path("missing.csv"), "y"); }, "cannot open");
 }
 
 TEST(BatchIterator, VisitsEveryRowOncePerEpochInASeededOrder) {
@@ -231,7 +229,7 @@ TEST(BatchIterator, VisitsEveryRowOncePerEpochInASeededOrder) {
   EXPECT_EQ(sizes, (std::vector<int64_t>{3, 3, 3}));
   // next_batch() runs on across epochs.
   for (int i = 0; i < 7; ++i) EXPECT_EQ(in_order.next_batch().x.size(0), 3);
-  EXPECT_ERROR_HAS(ex::BatchIterator(d, 0, 1), "batch size must be positive");
+  expect_error([&] { (void)ex::BatchIterator(d, 0, 1); }, "batch size must be positive");
 }
 
 TEST(Dataset, SplitAndStandardize) {

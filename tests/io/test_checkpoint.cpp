@@ -15,13 +15,10 @@
 namespace mt = mixtrain;
 namespace fs = std::filesystem;
 using mt::Tensor;
+using mt::testing::bytes_of;
+using mt::testing::expect_error;
 
 namespace {
-
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  const auto* p = static_cast<const uint8_t*>(t.contiguous().raw_data());
-  return std::vector<uint8_t>(p, p + t.nbytes());
-}
 
 // A tiny fp16 MLP with an fp32 buffer, as named tensors (what an nn::Module hands over).
 struct Trainer {
@@ -83,16 +80,6 @@ Snapshot snapshot(const Trainer& t) {
   s.json = {{"opt", t.opt->state_dict()}, {"scaler", t.scaler->state_dict()}, {"sched", t.sched->state_dict()},
             {"rng", {rng.seed, rng.offset}}};
   return s;
-}
-
-void expect_error(const std::function<void()>& f, const std::string& text) {
-  try {
-    f();
-  } catch (const mt::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
-    return;
-  }
-  ADD_FAILURE() << "no error; expected one containing \"" << text << "\"";
 }
 
 void write_bytes(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }

@@ -13,6 +13,7 @@
 #include "memory/counting_backing.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/memory/caching_allocator.h"
+#include "support/testing.h"
 
 namespace mixtrain::memory::testing {
 namespace {
@@ -22,13 +23,9 @@ using Options = CachingAllocatorOptions;
 size_t round512(size_t n) { return n == 0 ? 512 : (n + 511) / 512 * 512; }
 
 std::string oom_message(CachingAllocator& a, size_t n) {
-  try {
-    a.allocate(n);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "allocate(" << n << ") did not throw";
-  return "";
+  const std::string message = mixtrain::testing::error_of([&] { a.allocate(n); });
+  EXPECT_NE(message, mixtrain::testing::kNoError) << "allocate(" << n << ") did not throw";
+  return message;
 }
 
 TEST(CachingAllocator, RoundsSizesAndSegmentsAsDocumented) {

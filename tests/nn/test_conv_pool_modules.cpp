@@ -6,16 +6,12 @@
 
 namespace mt = mixtrain;
 using mt::Tensor;
+using mt::testing::expect_error;
+using mt::testing::names_of;
 using mt::testing::random_tensor;
 using mt::testing::to_doubles;
 
 namespace {
-
-std::vector<std::string> keys(const std::map<std::string, Tensor>& m) {
-  std::vector<std::string> out;
-  for (const auto& [k, v] : m) out.push_back(k);
-  return out;
-}
 
 int64_t count(const std::vector<Tensor>& ps) {
   int64_t n = 0;
@@ -37,7 +33,7 @@ TEST(Conv2dModule, ShapesCountsAndNames) {
   EXPECT_EQ(conv->bias.shape(), (mt::Shape{6}));
   // PyTorch: out * in / groups * kh * kw + out.
   EXPECT_EQ(count(conv.parameters()), 6 * 4 / 2 * 3 * 5 + 6);
-  EXPECT_EQ(keys(conv.state_dict()), (std::vector<std::string>{"bias", "weight"}));
+  EXPECT_EQ(names_of(conv.state_dict()), (std::vector<std::string>{"bias", "weight"}));
   const Tensor x = random_tensor({2, 4, 9, 10}, mt::kFloat32, 1);
   const Tensor y = conv(x);
   // floor((9 + 2 - 3) / 2) + 1 = 5, floor((10 + 4 - 5) / 2) + 1 = 5
@@ -47,7 +43,7 @@ TEST(Conv2dModule, ShapesCountsAndNames) {
 
   mt::nn::Conv2d plain(mt::nn::Conv2dOptions(3, 8, 1).bias(false));
   EXPECT_FALSE(plain->bias.defined());
-  EXPECT_EQ(keys(plain.state_dict()), std::vector<std::string>{"weight"});
+  EXPECT_EQ(names_of(plain.state_dict()), std::vector<std::string>{"weight"});
   EXPECT_EQ(plain(random_tensor({1, 3, 4, 4}, mt::kFloat32, 2)).shape(), (mt::Shape{1, 8, 4, 4}));
 }
 
@@ -69,7 +65,7 @@ TEST(ConvTranspose2dModule, ShapesCountsForwardAndInit) {
   // PyTorch's layout: [in, out / groups, kh, kw].
   EXPECT_EQ(up->weight.shape(), (mt::Shape{8, 2, 2, 2}));
   EXPECT_EQ(count(up.parameters()), 8 * 4 / 2 * 2 * 2 + 4);
-  EXPECT_EQ(keys(up.state_dict()), (std::vector<std::string>{"bias", "weight"}));
+  EXPECT_EQ(names_of(up.state_dict()), (std::vector<std::string>{"bias", "weight"}));
   const Tensor x = random_tensor({2, 8, 5, 3}, mt::kFloat32, 3);
   const Tensor y = up(x);
   EXPECT_EQ(y.shape(), (mt::Shape{2, 4, 10, 6}));
@@ -90,12 +86,7 @@ TEST(ConvModules, RejectBadOptionsAndInputs) {
   EXPECT_THROW(mt::nn::Conv2d(mt::nn::Conv2dOptions(3, 4, 3).stride(0)), mt::Error);
   EXPECT_THROW(mt::nn::Conv2d(mt::nn::Conv2dOptions(3, 4, 3).output_padding(1)), mt::Error);
   mt::nn::Conv2d conv(3, 4, 3);
-  try {
-    conv(mt::zeros({1, 5, 8, 8}));
-    FAIL() << "no error";
-  } catch (const mt::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("Conv2d"), std::string::npos) << e.what();
-  }
+  expect_error([&] { conv(mt::zeros({1, 5, 8, 8})); }, "Conv2d");
   EXPECT_THROW(mt::nn::ConvTranspose2d(4, 3, 2)(mt::zeros({1, 3, 8, 8})), mt::Error);
 }
 

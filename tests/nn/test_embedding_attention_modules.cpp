@@ -8,17 +8,12 @@
 namespace mt = mixtrain;
 using mt::Tensor;
 using mt::testing::all_close;
+using mt::testing::names_of;
 using mt::testing::random_tensor;
 using mt::testing::to_doubles;
 using mt::testing::tolerance_for;
 
 namespace {
-
-std::vector<std::string> keys(const std::map<std::string, Tensor>& m) {
-  std::vector<std::string> out;
-  for (const auto& [k, v] : m) out.push_back(k);
-  return out;
-}
 
 // Multi-head attention of batch-first x [N, L, E] in fp64 loops. hidden(i, j): key j hidden
 // from query i.
@@ -73,7 +68,7 @@ std::vector<double> mha_reference(const Tensor& x, const mt::nn::MultiheadAttent
 TEST(EmbeddingModule, LooksUpRowsAndHonoursPaddingIdx) {
   mt::manual_seed(1);
   mt::nn::Embedding emb(mt::nn::EmbeddingOptions(10, 4).padding_idx(-1));
-  EXPECT_EQ(keys(emb.state_dict()), std::vector<std::string>{"weight"});
+  EXPECT_EQ(names_of(emb.state_dict()), std::vector<std::string>{"weight"});
   EXPECT_EQ(emb->weight.shape(), (mt::Shape{10, 4}));
   ASSERT_TRUE(emb->padding_idx().has_value());
   EXPECT_EQ(*emb->padding_idx(), 9);
@@ -107,7 +102,7 @@ TEST(EmbeddingModule, DrawsStandardNormal) {
 
 TEST(MultiheadAttentionModule, NamesAndCounts) {
   mt::nn::MultiheadAttention mha(mt::nn::MultiheadAttentionOptions(8, 2).batch_first(true));
-  EXPECT_EQ(keys(mha.state_dict()),
+  EXPECT_EQ(names_of(mha.state_dict()),
             (std::vector<std::string>{"in_proj_bias", "in_proj_weight", "out_proj.bias", "out_proj.weight"}));
   int64_t count = 0;
   for (const auto& p : mha.parameters()) count += p.numel();

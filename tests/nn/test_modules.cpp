@@ -10,6 +10,7 @@ namespace mt = mixtrain;
 using mt::Tensor;
 using mt::testing::all_close;
 using mt::testing::gradcheck;
+using mt::testing::names_of;
 using mt::testing::random_tensor;
 using mt::testing::to_doubles;
 using mt::testing::error_of;
@@ -31,18 +32,6 @@ class BlockImpl : public mt::nn::Module {
   mt::nn::Linear fc1{nullptr}, fc2{nullptr};
 };
 MT_MODULE(Block);
-
-std::vector<std::string> names_of(const std::vector<std::pair<std::string, Tensor>>& named) {
-  std::vector<std::string> out;
-  for (const auto& [n, t] : named) out.push_back(n);
-  return out;
-}
-
-std::vector<std::string> names_of(const std::map<std::string, Tensor>& named) {
-  std::vector<std::string> out;
-  for (const auto& [n, t] : named) out.push_back(n);
-  return out;
-}
 
 // y[r, o] = sum_i x[r, i] w[o, i] + b[o], in fp64 on the values the layer actually holds.
 std::vector<double> linear_reference(const Tensor& x, const Tensor& w, const Tensor& b) {

@@ -8,17 +8,12 @@
 namespace mt = mixtrain;
 using mt::Tensor;
 using mt::testing::all_close;
+using mt::testing::names_of;
 using mt::testing::random_tensor;
 using mt::testing::to_doubles;
 using mt::testing::tolerance_for;
 
 namespace {
-
-std::vector<std::string> keys(const std::map<std::string, Tensor>& m) {
-  std::vector<std::string> out;
-  for (const auto& [k, v] : m) out.push_back(k);
-  return out;
-}
 
 // Per-channel mean and unbiased variance of x [N, C, H, W], fp64 loops.
 struct ChannelStats {
@@ -59,7 +54,7 @@ std::vector<double> normalize(const Tensor& x, const std::vector<double>& mean, 
 
 TEST(BatchNorm2dModule, NamesCountsAndBuffers) {
   mt::nn::BatchNorm2d bn(5);
-  EXPECT_EQ(keys(bn.state_dict()),
+  EXPECT_EQ(names_of(bn.state_dict()),
             (std::vector<std::string>{"bias", "num_batches_tracked", "running_mean", "running_var", "weight"}));
   EXPECT_EQ(bn.parameters().size(), 2u);
   EXPECT_EQ(bn->running_mean.dtype(), mt::kFloat32);
@@ -167,7 +162,7 @@ TEST(BatchNorm2dModule, RejectsBadInput) {
 
 TEST(GroupNormModule, MatchesFp64Reference) {
   mt::nn::GroupNorm gn(2, 4);
-  EXPECT_EQ(keys(gn.state_dict()), (std::vector<std::string>{"bias", "weight"}));
+  EXPECT_EQ(names_of(gn.state_dict()), (std::vector<std::string>{"bias", "weight"}));
   {
     mt::NoGradGuard g;
     gn->weight.copy_(mt::from_vector(std::vector<float>{1.f, 2.f, 3.f, 4.f}, {4}));
@@ -194,7 +189,7 @@ TEST(GroupNormModule, MatchesFp64Reference) {
 
 TEST(LayerNormModule, MatchesFp64Reference) {
   mt::nn::LayerNorm ln(mt::Shape{6});
-  EXPECT_EQ(keys(ln.state_dict()), (std::vector<std::string>{"bias", "weight"}));
+  EXPECT_EQ(names_of(ln.state_dict()), (std::vector<std::string>{"bias", "weight"}));
   EXPECT_EQ(ln->weight.shape(), (mt::Shape{6}));
   const Tensor x = random_tensor({2, 3, 6}, mt::kFloat32, 18, -3, 1);
   const auto v = to_doubles(x);
@@ -209,6 +204,6 @@ TEST(LayerNormModule, MatchesFp64Reference) {
   EXPECT_EQ(to_doubles(ln(x)), to_doubles(mt::nn::functional::layer_norm(x, {6}, ln->weight, ln->bias)));
 
   mt::nn::LayerNorm no_bias(mt::nn::LayerNormOptions({3, 6}).bias(false));
-  EXPECT_EQ(keys(no_bias.state_dict()), std::vector<std::string>{"weight"});
+  EXPECT_EQ(names_of(no_bias.state_dict()), std::vector<std::string>{"weight"});
   EXPECT_THROW(ln(mt::zeros({2, 5})), mt::Error);
 }

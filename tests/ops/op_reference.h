@@ -93,9 +93,4 @@ inline Tensor poisoned(const Shape& shape, DType dtype) {
   return t;
 }
 
-inline const std::vector<DType>& float_types() {
-  static const std::vector<DType> types{kFloat32, kFloat64, kFloat16, kBFloat16};
-  return types;
-}
-
 }  // namespace mixtrain::testing

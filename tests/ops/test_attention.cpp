@@ -186,14 +186,6 @@ TEST(Dropout, KeepsOneMinusPAndScalesByItsInverse) {
 }
 
 TEST(Attention, BadArgumentsRaiseErrorsNamingTheOp) {
-  auto expect_error = [](const std::function<void()>& f, const std::string& needle) {
-    try {
-      f();
-      ADD_FAILURE() << "expected an error containing '" << needle << "'";
-    } catch (const mt::Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   const mt::Tensor q = mt::randn({2, 3, 4}), k = mt::randn({2, 5, 4}), v = mt::randn({2, 5, 6});
   const char* op = "scaled_dot_product_attention: ";
   expect_error([&] { F::scaled_dot_product_attention(q, mt::randn({2, 5, 3}), v); }, std::string(op) + "query [2, 3, 4]");

@@ -241,14 +241,6 @@ TEST(PoolUpsample, KernelsWriteEveryOutputElement) {
 }
 
 TEST(PoolUpsample, BadArgumentsRaiseErrorsNamingTheOp) {
-  auto expect_error = [](const std::function<void()>& f, const std::string& needle) {
-    try {
-      f();
-      ADD_FAILURE() << "expected an error containing '" << needle << "'";
-    } catch (const mt::Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   const mt::Tensor x = mt::randn({1, 2, 5, 5});
   expect_error([&] { F::max_pool2d(x, 3, 1, 2); }, "max_pool2d: padding (2, 2) must be non-negative and at most half");
   expect_error([&] { F::max_pool2d(x, 2, mt::nn::IntPair(0)); }, "max_pool2d: stride must be positive");

@@ -115,14 +115,6 @@ TEST(Split, PiecesAreViewsWithTheRightSizesAndGradients) {
 }
 
 TEST(TensorLists, BadArgumentsRaiseErrorsNamingTheOp) {
-  auto expect_error = [](const std::function<void()>& f, const std::string& needle) {
-    try {
-      f();
-      ADD_FAILURE() << "expected an error containing '" << needle << "'";
-    } catch (const mt::Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   expect_error([] { mt::cat({}); }, "cat: expected a non-empty list");
   expect_error([] { mt::cat({mt::zeros({2, 3}), mt::zeros({2, 4})}); },
                "cat: tensor 1 [2, 4] float32 cpu does not match [2, 3] float32 cpu in every dimension but 0");

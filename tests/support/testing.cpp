@@ -32,6 +32,41 @@ std::vector<double> to_doubles(const Tensor& t) {
   return t.detach().to_vector<double>();
 }
 
+std::vector<uint8_t> bytes_of(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  const auto* p = static_cast<const uint8_t*>(c.raw_data());
+  return std::vector<uint8_t>(p, p + c.nbytes());
+}
+
+std::vector<std::string> names_of(const std::map<std::string, Tensor>& named) {
+  std::vector<std::string> out;
+  for (const auto& [n, t] : named) out.push_back(n);
+  return out;
+}
+
+std::vector<std::string> names_of(const std::vector<std::pair<std::string, Tensor>>& named) {
+  std::vector<std::string> out;
+  for (const auto& [n, t] : named) out.push_back(n);
+  return out;
+}
+
+const std::vector<DType>& float_types() {
+  static const std::vector<DType> types{kFloat32, kFloat64, kFloat16, kBFloat16};
+  return types;
+}
+
+::testing::AssertionResult error_contains(const std::string& message, const std::vector<std::string>& parts) {
+  std::ostringstream wanted;
+  for (const std::string& p : parts) wanted << " \"" << p << "\"";
+  if (message == kNoError)
+    return ::testing::AssertionFailure() << "no mixtrain::Error thrown; expected one containing" << wanted.str();
+  std::ostringstream lacks;
+  for (const std::string& p : parts)
+    if (message.find(p) == std::string::npos) lacks << " \"" << p << "\"";
+  if (lacks.str().empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "the error message lacks" << lacks.str() << ": " << message;
+}
+
 ::testing::AssertionResult all_close(const Tensor& out, const std::vector<double>& ref, const Tolerance& tol) {
   const std::vector<double> got = to_doubles(out);
   if (got.size() != ref.size())

@@ -1,8 +1,13 @@
 #pragma once
 // Shared test helpers: random inputs, poisoned outputs, tolerance checks against fp64
-// references (../shared/docs/TESTING.md) and the fp64 finite-difference gradient checker.
+// references (../shared/docs/TESTING.md), the fp64 finite-difference gradient checker, and
+// checks of the errors an operation raises.
+#include <cstdint>
 #include <functional>
+#include <initializer_list>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -39,7 +44,21 @@ void poison(Tensor& t);
 
 std::vector<double> to_doubles(const Tensor& t);
 
-// The message of the mixtrain::Error that f throws, or "<no error>".
+// t's elements as raw bytes in row-major order (a non-contiguous view is made contiguous first):
+// for bit-exact comparisons.
+std::vector<uint8_t> bytes_of(const Tensor& t);
+
+// The names of named tensors (a state_dict, named_parameters()), in their order.
+std::vector<std::string> names_of(const std::map<std::string, Tensor>& named);
+std::vector<std::string> names_of(const std::vector<std::pair<std::string, Tensor>>& named);
+
+// The floating dtypes an op is tested in: float32, float64, float16, bfloat16.
+const std::vector<DType>& float_types();
+
+// What error_of returns when f throws nothing.
+inline constexpr char kNoError[] = "<no error>";
+
+// The message of the mixtrain::Error that f throws, or kNoError.
 template <class F>
 std::string error_of(F&& f) {
   try {
@@ -47,7 +66,27 @@ std::string error_of(F&& f) {
   } catch (const Error& e) {
     return e.what();
   }
-  return "<no error>";
+  return kNoError;
+}
+
+// Success when `message` (from error_of) is that of an error and contains every one of `parts`;
+// the failure names the parts it lacks and quotes the whole message.
+::testing::AssertionResult error_contains(const std::string& message, const std::vector<std::string>& parts);
+
+// Expects f to throw a mixtrain::Error whose message contains `needle` (or every one of `parts`).
+// Throwing nothing fails; a message that lacks a part fails and is printed in full. Any other
+// exception propagates (gtest reports it).
+template <class F>
+void expect_error(F&& f, const std::vector<std::string>& parts) {
+  EXPECT_TRUE(error_contains(error_of(std::forward<F>(f)), parts));
+}
+template <class F>
+void expect_error(F&& f, std::initializer_list<std::string> parts) {
+  expect_error(std::forward<F>(f), std::vector<std::string>(parts));
+}
+template <class F>
+void expect_error(F&& f, const std::string& needle) {
+  expect_error(std::forward<F>(f), std::vector<std::string>{needle});
 }
 
 }  // namespace mixtrain::testing
