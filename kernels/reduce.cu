@@ -177,8 +177,8 @@ void reduce(ReduceOp op, DType in, DType out_dtype, const void* x, void* out, in
             int64_t n, int64_t inner, void* workspace, cudaStream_t stream) {
   if (outer * inner == 0) return;
   MT_CHECK(n > 0 || op == ReduceOp::Sum, "reduce: max/min over an empty dimension");
-  // The ops layer reduces floating tensors into their own dtype (it casts first for sum(dtype=)),
-  // integers into theirs or into int64 (sums).
+  // The ops layer reduces floating tensors into their own dtype (it casts first for sum(dtype=)) or,
+  // for partial sums of half inputs, into fp32; integers into theirs or into int64 (sums).
   dispatch_all(in, "reduce", [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto run = [&](auto out_tag) {
@@ -189,8 +189,10 @@ void reduce(ReduceOp op, DType in, DType out_dtype, const void* x, void* out, in
         case ReduceOp::Min: launch<ReduceOp::Min, T, TO>(x, out, indices, outer, n, inner, workspace, stream); break;
       }
     };
+    constexpr bool kHalf = std::is_same_v<acc_t<T>, float> && !std::is_same_v<T, float>;
     if (out_dtype == in) run(Tag<T>{});
     else if (!std::is_floating_point_v<acc_t<T>> && out_dtype == DType::Int64) run(Tag<int64_t>{});
+    else if (kHalf && out_dtype == DType::Float32) run(Tag<float>{});  // partial sums of half inputs
     else MT_ERROR("reduce: ", in, " input with a ", out_dtype, " output is not supported on CUDA");
   });
 }

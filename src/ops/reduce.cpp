@@ -34,6 +34,35 @@ ReducePlan plan_reduce(const char* op, const Tensor& x, const std::vector<int64_
   return p;
 }
 
+// A sum over leading and trailing dims around the kept ones (a convolution's bias gradient, {0, 2,
+// 3} of NCHW) in two passes over x as it lies: the trailing block first, into partial sums in the
+// accumulation dtype, then the leading block. A transposing copy of x would cost more than the
+// reduction itself. False when the dims are not of that form.
+bool sum_around_kept(const Tensor& x, const ReducePlan& p, const Tensor& out) {
+  int64_t lead = 0;
+  while (lead < static_cast<int64_t>(p.dims.size()) && p.dims[lead] == lead) ++lead;
+  const int64_t trail = static_cast<int64_t>(p.dims.size()) - lead;
+  if (lead == 0 || trail == 0) return false;
+  for (int64_t k = lead; k < static_cast<int64_t>(p.dims.size()); ++k)
+    if (p.dims[k] != x.dim() - trail + (k - lead)) return false;
+  int64_t outer = 1, kept = 1, n_trail = 1;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (d < lead) outer *= x.size(d);
+    else if (d < x.dim() - trail) kept *= x.size(d);
+    else n_trail *= x.size(d);
+  }
+  // The partials keep what the backend accumulates in: double on the CPU (so the result is the
+  // one-pass sum rounded once, in any layout), fp32 on a GPU for fp32 and half inputs.
+  const DType acc = x.device().is_cpu() ? kFloat64 : (is_half(x.dtype()) ? kFloat32 : x.dtype());
+  NoGradGuard no_grad;
+  const Tensor partial = Tensor::empty({outer * kept}, x.options().dtype(acc));
+  backend_for(x).reduce(ReduceOp::Sum, x, outer * kept, n_trail, 1, partial, Tensor());
+  const Tensor total = out.dtype() == acc ? out : Tensor::empty(out.shape(), out.options().dtype(acc));
+  backend_for(x).reduce(ReduceOp::Sum, partial, 1, outer, kept, total, Tensor());
+  if (!total.is_same(out)) backend_for(out).copy(total, out);
+  return true;
+}
+
 // Runs a reduce kernel; x is permuted so the reduced dims form one block when they do not.
 void run_reduce(ReduceOp op, const Tensor& x_in, const ReducePlan& p, const Tensor& out, const Tensor& indices) {
   Tensor x = x_in;
@@ -58,6 +87,7 @@ void run_reduce(ReduceOp op, const Tensor& x_in, const ReducePlan& p, const Tens
     }
   }
   const bool block = p.dims.empty() || p.dims.back() - p.dims.front() + 1 == static_cast<int64_t>(p.dims.size());
+  if (!block && op == ReduceOp::Sum && is_floating(x.dtype()) && x.is_contiguous() && sum_around_kept(x, p, out)) return;
   int64_t first = p.dims.empty() ? x.dim() : p.dims.front();
   if (!block) {
     Shape perm;
