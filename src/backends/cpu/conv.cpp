@@ -112,65 +112,103 @@ void col2im(const W* cols, const Geometry& g, W* x) {
   });
 }
 
+// One thread's buffers for the per-sample loops.
+template <class W>
+struct SampleScratch {
+  std::vector<W> input, grad_out, cols, output, grad_w;  // widened operands, unfolded, results
+};
+
+// Column buffers up to this size are kept one per thread, so threads can take whole samples.
+constexpr int64_t kPerThreadColumnBytes = int64_t(16) << 20;
+
+// Runs f(s, scratch) for every sample s. With several samples and column buffers small enough to
+// keep one per thread, each thread takes a contiguous run of samples (a small convolution's unfold
+// and GEMMs are too short to split well); otherwise samples run in turn and the work inside each
+// is split across the threads. Returns the scratch of every thread, in thread order.
+template <class W, class F>
+std::vector<SampleScratch<W>> for_each_sample(const Geometry& g, F&& f) {
+  const int64_t column_bytes = g.c * g.kh * g.kw * g.l() * static_cast<int64_t>(sizeof(W));
+  const int threads = g.n >= 2 && column_bytes <= kPerThreadColumnBytes && !omp_in_parallel()
+                          ? static_cast<int>(std::min<int64_t>(omp_get_max_threads(), g.n))
+                          : 1;
+  std::vector<SampleScratch<W>> scratch(static_cast<size_t>(threads));
+  if (threads == 1) {
+    for (int64_t s = 0; s < g.n; ++s) f(s, scratch[0]);
+    return scratch;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t chunk = (g.n + nt - 1) / nt;
+    for (int64_t s = t * chunk; s < std::min(g.n, (t + 1) * chunk); ++s) f(s, scratch[static_cast<size_t>(t)]);
+  }
+  return scratch;
+}
+
 template <class T>
 void forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Geometry& g, const Tensor& out) {
   using W = acc_t<T>;
-  std::vector<W> wbuf, bbuf, xbuf, cols(static_cast<size_t>(g.c * g.kh * g.kw * g.l())), obuf;
+  std::vector<W> wbuf, bbuf;
   const W* wp = as_acc<true>(static_cast<const T*>(w.raw_data()), w.numel(), wbuf);
   const W* bp = bias.defined() ? as_acc<true>(static_cast<const T*>(bias.raw_data()), g.co, bbuf) : nullptr;
-  if (!std::is_same_v<T, W>) obuf.resize(static_cast<size_t>(g.co * g.l()));
   const T* xp = static_cast<const T*>(x.raw_data());
   T* op = static_cast<T*>(out.raw_data());
   const int64_t k = g.k(), l = g.l(), cog = g.cog();
-  for (int64_t s = 0; s < g.n; ++s) {
-    im2col(as_acc<true>(xp + s * g.c * g.h * g.w, g.c * g.h * g.w, xbuf), g, cols.data());
-    W* o = obuf.data();
-    if constexpr (std::is_same_v<T, W>) o = op + s * g.co * l;
+  for_each_sample<W>(g, [&](int64_t s, SampleScratch<W>& sc) {
+    sc.cols.resize(static_cast<size_t>(g.c * g.kh * g.kw * l));
+    im2col(as_acc<true>(xp + s * g.c * g.h * g.w, g.c * g.h * g.w, sc.input), g, sc.cols.data());
+    W* o = acc_out(op + s * g.co * l, g.co * l, sc.output);
     for (int64_t gi = 0; gi < g.p.groups; ++gi) {
       MapMat<W> og(o + gi * cog * l, cog, l);
-      og.noalias() = ConstMapMat<W>(wp + gi * cog * k, cog, k) * ConstMapMat<W>(cols.data() + gi * k * l, k, l);
+      og.noalias() = ConstMapMat<W>(wp + gi * cog * k, cog, k) * ConstMapMat<W>(sc.cols.data() + gi * k * l, k, l);
       if (bp) og.colwise() += Eigen::Map<const Eigen::Matrix<W, Eigen::Dynamic, 1>>(bp + gi * cog, cog);
     }
     store_acc<true>(o, g.co * l, op + s * g.co * l);
-  }
+  });
 }
 
 template <class T>
 void backward_input(const Tensor& grad_out, const Tensor& w, const Geometry& g, const Tensor& grad_x) {
   using W = acc_t<T>;
-  std::vector<W> wbuf, gbuf, cols(static_cast<size_t>(g.c * g.kh * g.kw * g.l())), xbuf(static_cast<size_t>(g.c * g.h * g.w));
+  std::vector<W> wbuf;
   const W* wp = as_acc<true>(static_cast<const T*>(w.raw_data()), w.numel(), wbuf);
   const T* gp = static_cast<const T*>(grad_out.raw_data());
   T* xp = static_cast<T*>(grad_x.raw_data());
   const int64_t k = g.k(), l = g.l(), cog = g.cog();
-  for (int64_t s = 0; s < g.n; ++s) {
-    const W* go = as_acc<true>(gp + s * g.co * l, g.co * l, gbuf);
+  for_each_sample<W>(g, [&](int64_t s, SampleScratch<W>& sc) {
+    sc.cols.resize(static_cast<size_t>(g.c * g.kh * g.kw * l));
+    const W* go = as_acc<true>(gp + s * g.co * l, g.co * l, sc.grad_out);
     for (int64_t gi = 0; gi < g.p.groups; ++gi) {
-      MapMat<W>(cols.data() + gi * k * l, k, l).noalias() =
+      MapMat<W>(sc.cols.data() + gi * k * l, k, l).noalias() =
           ConstMapMat<W>(wp + gi * cog * k, cog, k).transpose() * ConstMapMat<W>(go + gi * cog * l, cog, l);
     }
-    std::fill(xbuf.begin(), xbuf.end(), W(0));
-    col2im(cols.data(), g, xbuf.data());
-    store_acc<true>(xbuf.data(), g.c * g.h * g.w, xp + s * g.c * g.h * g.w);
-  }
+    sc.output.assign(static_cast<size_t>(g.c * g.h * g.w), W(0));
+    col2im(sc.cols.data(), g, sc.output.data());
+    store_acc<true>(sc.output.data(), g.c * g.h * g.w, xp + s * g.c * g.h * g.w);
+  });
 }
 
 template <class T>
 void backward_weight(const Tensor& grad_out, const Tensor& x, const Geometry& g, const Tensor& grad_w) {
   using W = acc_t<T>;
   const int64_t k = g.k(), l = g.l(), cog = g.cog();
-  // Summed over the batch in W and rounded once at the end.
-  std::vector<W> gw(static_cast<size_t>(g.co * k), W(0)), gbuf, xbuf, cols(static_cast<size_t>(g.c * g.kh * g.kw * l));
   const T* gp = static_cast<const T*>(grad_out.raw_data());
   const T* xp = static_cast<const T*>(x.raw_data());
-  for (int64_t s = 0; s < g.n; ++s) {
-    const W* go = as_acc<true>(gp + s * g.co * l, g.co * l, gbuf);
-    im2col(as_acc<true>(xp + s * g.c * g.h * g.w, g.c * g.h * g.w, xbuf), g, cols.data());
+  // Each thread sums its samples in W; the threads' sums are added in thread order and rounded once.
+  std::vector<SampleScratch<W>> parts = for_each_sample<W>(g, [&](int64_t s, SampleScratch<W>& sc) {
+    if (sc.grad_w.empty()) sc.grad_w.assign(static_cast<size_t>(g.co * k), W(0));
+    sc.cols.resize(static_cast<size_t>(g.c * g.kh * g.kw * l));
+    const W* go = as_acc<true>(gp + s * g.co * l, g.co * l, sc.grad_out);
+    im2col(as_acc<true>(xp + s * g.c * g.h * g.w, g.c * g.h * g.w, sc.input), g, sc.cols.data());
     for (int64_t gi = 0; gi < g.p.groups; ++gi) {
-      MapMat<W>(gw.data() + gi * cog * k, cog, k).noalias() +=
-          ConstMapMat<W>(go + gi * cog * l, cog, l) * ConstMapMat<W>(cols.data() + gi * k * l, k, l).transpose();
+      MapMat<W>(sc.grad_w.data() + gi * cog * k, cog, k).noalias() +=
+          ConstMapMat<W>(go + gi * cog * l, cog, l) * ConstMapMat<W>(sc.cols.data() + gi * k * l, k, l).transpose();
     }
-  }
+  });
+  std::vector<W>& gw = parts[0].grad_w;
+  gw.resize(static_cast<size_t>(g.co * k), W(0));  // an empty batch: zeros
+  for (size_t t = 1; t < parts.size(); ++t)
+    for (size_t i = 0; i < parts[t].grad_w.size(); ++i) gw[i] += parts[t].grad_w[i];
   store_acc<true>(gw.data(), g.co * k, static_cast<T*>(grad_w.raw_data()));
 }
 
