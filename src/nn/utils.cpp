@@ -52,10 +52,10 @@ double grad_norm_part(const T* g, int64_t n, double p) {
         acc = combine_parts(true, acc, std::fabs(static_cast<double>(static_cast<acc_t<T>>(g[i]))));
       }
     } else if (p == 2.0) {
-      for (int64_t i = b; i < e; ++i) {
-        const double v = static_cast<double>(static_cast<acc_t<T>>(g[i]));
-        acc += v * v;
-      }
+      acc = backends::cpu::lane_sum(e - b, [&](int64_t i) {
+        const double v = static_cast<double>(static_cast<acc_t<T>>(g[b + i]));
+        return v * v;
+      });
     } else {
       for (int64_t i = b; i < e; ++i) acc += std::pow(std::fabs(static_cast<double>(static_cast<acc_t<T>>(g[i]))), p);
     }
