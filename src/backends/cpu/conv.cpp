@@ -3,6 +3,7 @@
 // fp16/bf16 are widened to fp32 before they are unfolded, multiplied in fp32 and rounded once on
 // the way out, as cuDNN does with fp32 accumulation.
 #include <algorithm>
+#include <exception>
 
 #include <Eigen/Core>
 #include <vector>
@@ -136,12 +137,20 @@ std::vector<SampleScratch<W>> for_each_sample(const Geometry& g, F&& f) {
     for (int64_t s = 0; s < g.n; ++s) f(s, scratch[0]);
     return scratch;
   }
+  // An exception must not leave the parallel region: each thread's is kept and rethrown after it.
+  std::vector<std::exception_ptr> failure(static_cast<size_t>(threads));
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     const int64_t chunk = (g.n + nt - 1) / nt;
-    for (int64_t s = t * chunk; s < std::min(g.n, (t + 1) * chunk); ++s) f(s, scratch[static_cast<size_t>(t)]);
+    try {
+      for (int64_t s = t * chunk; s < std::min(g.n, (t + 1) * chunk); ++s) f(s, scratch[static_cast<size_t>(t)]);
+    } catch (...) {
+      failure[static_cast<size_t>(t)] = std::current_exception();
+    }
   }
+  for (const std::exception_ptr& e : failure)
+    if (e) std::rethrow_exception(e);
   return scratch;
 }
 
