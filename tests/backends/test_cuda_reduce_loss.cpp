@@ -129,5 +129,22 @@ TEST_F(CudaReduce, PublicReductionsOnDeviceTensors) {
   EXPECT_EQ(d.sum().device(), gpu_device());
 }
 
+// A bias gradient's sum over {0, 2, 3} (and other dims around the kept ones) runs as two
+// reductions on the device, with fp32 partial sums for half inputs.
+TEST_F(CudaReduce, SumsAroundKeptDimsMatchTheCpu) {
+  const std::vector<std::vector<int64_t>> cases = {{0, 2, 3}, {0, 3}, {0, 1, 3}};
+  for (DType dt : float_types()) {
+    const Tensor x = random_tensor({3, 5, 7, 9}, dt, 27);
+    const Tensor d = x.to(gpu_device());
+    for (const auto& dims : cases) {
+      SCOPED_TRACE(::testing::Message() << dt << " dims " << ::testing::PrintToString(dims));
+      const Tensor got = d.sum(dims);
+      EXPECT_EQ(got.dtype(), dt);
+      EXPECT_EQ(got.device(), gpu_device());
+      EXPECT_TRUE(all_close(got, to_doubles(x.to(kFloat64).sum(dims)), tolerance_for(dt)));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mixtrain::testing
