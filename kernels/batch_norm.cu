@@ -168,7 +168,7 @@ __global__ void apply_kernel(const T* __restrict__ x, int64_t total, int64_t c, 
 
 template <class T, class D>
 __global__ void grad_input_kernel(const T* __restrict__ x, const T* __restrict__ g, int64_t total, int64_t c,
-                                  D div_s, D div_c, double count, const stat_t<T>* mean, const stat_t<T>* invstd,
+                                  D div_s, D div_c, double inv_count, const stat_t<T>* mean, const stat_t<T>* invstd,
                                   const stat_t<T>* weight, bool batch_stats, const double2* sums, T* __restrict__ gx) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
@@ -179,7 +179,7 @@ __global__ void grad_input_kernel(const T* __restrict__ x, const T* __restrict__
     double dx = dy;
     if (batch_stats) {
       const double xhat = (static_cast<double>(convert<acc_t<T>>(x[i])) - static_cast<double>(mean[ch])) * is;
-      dx = dy - sums[ch].x / count - xhat * sums[ch].y / count;
+      dx = dy - sums[ch].x * inv_count - xhat * (sums[ch].y * inv_count);  // no fp64 division per element
     }
     gx[i] = convert<T>(static_cast<acc_t<T>>(k_scale * dx));
   }
@@ -259,7 +259,7 @@ void batch_norm_backward(DType dtype, const void* x, const void* grad_y, int64_t
       using D = typename decltype(dt)::type;
       if (grad_x && total > 0)
         grad_input_kernel<T, D><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
-            px, pg, total, c, D(s), D(c), static_cast<double>(n * s), pm, pi, static_cast<const S*>(weight),
+            px, pg, total, c, D(s), D(c), 1.0 / static_cast<double>(n * s), pm, pi, static_cast<const S*>(weight),
             batch_stats, sums, static_cast<T*>(grad_x));
     });
     store_sums<S><<<channel_blocks(c), 256, 0, stream>>>(sums, c, static_cast<S*>(grad_weight),
