@@ -6,6 +6,7 @@
 #include <Eigen/Core>
 
 #include "backends/cpu/cpu_backend.h"
+#include "mixtrain/autograd/grad_mode.h"
 #include "backends/cpu/loops.h"
 
 namespace mixtrain::backends::cpu {
@@ -119,9 +120,15 @@ void CpuBackend::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans
   }
   MT_CHECK(is_half(a.dtype()), "gemm: not implemented for dtype ", a.dtype());
   auto widen = [&](const Tensor& t) {
-    Tensor w = Tensor::empty(t.shape(), TensorOptions(kFloat32));
-    copy(t, w);
-    return w;
+    NoGradGuard no_grad;
+    // A transposed operand (a backward's a^T or b^T) is widened as its contiguous transpose, one
+    // bulk conversion instead of a strided one, and handed on as a transposed view.
+    const Tensor tt = t.dim() >= 2 && !t.is_contiguous() ? t.transpose(t.dim() - 2, t.dim() - 1) : Tensor();
+    const bool transposed = tt.defined() && tt.is_contiguous();
+    const Tensor& src = transposed ? tt : t;
+    Tensor w = Tensor::empty(src.shape(), TensorOptions(kFloat32));
+    copy(src, w);
+    return transposed ? w.transpose(t.dim() - 2, t.dim() - 1) : w;
   };
   const Tensor a32 = widen(a), b32 = widen(b);
   const Tensor bias32 = bias.defined() ? widen(bias) : Tensor();
