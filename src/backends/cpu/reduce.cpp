@@ -13,7 +13,6 @@ namespace {
 template <class T>
 using sum_t = std::conditional_t<std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>,
                                  double, int64_t>;
-
 }  // namespace
 
 void CpuBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner, const Tensor& out,
