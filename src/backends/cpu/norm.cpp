@@ -239,12 +239,13 @@ void CpuBackend::batch_norm_backward(const Tensor& x, const Tensor& grad_y, int6
     });
     if (!grad_x.defined()) return;
     T* pdx = static_cast<T*>(grad_x.raw_data());
-    const double m = static_cast<double>(n * s);
+    const double inv_count = 1.0 / static_cast<double>(n * s);  // the CUDA kernel's form: no division per element
     parallel_for(n * c, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, s)), [&](int64_t b, int64_t e) {
       std::vector<W> xbuf, gbuf, obuf;
       for (int64_t nc = b; nc < e; ++nc) {
         const int64_t ch = nc % c;
         const double k_scale = wv[ch] * iv[ch];
+        const double mean_dy = sum_dy[ch] * inv_count, mean_dy_xhat = sum_dy_xhat[ch] * inv_count;
         const W* gs = as_acc(pg + nc * s, s, gbuf);
         const W* xs = batch_stats ? as_acc(px + nc * s, s, xbuf) : nullptr;
         W* o = acc_out(pdx + nc * s, s, obuf);
@@ -254,7 +255,7 @@ void CpuBackend::batch_norm_backward(const Tensor& x, const Tensor& grad_y, int6
           if (batch_stats) {
             // Through the batch mean and variance: subtract the parts of dy they explain.
             const double xhat = (static_cast<double>(xs[k]) - mv[ch]) * iv[ch];
-            dx = dy - sum_dy[ch] / m - xhat * sum_dy_xhat[ch] / m;
+            dx = dy - mean_dy - xhat * mean_dy_xhat;
           }
           o[k] = static_cast<W>(k_scale * dx);
         }
