@@ -122,10 +122,11 @@ void row_norm_backward(const Tensor& x, const Tensor& grad_y, const RowLayout& l
       });
       if (!pdx) continue;
       // d/dx of (x - mean) * rstd through the row's mean and variance.
+      const double mean_dxhat = sum_dxhat / n, mean_dxhat_xhat = sum_dxhat_xhat / n;  // once per row, as on CUDA
       lay.for_each_in_row(r, [&](int64_t j, int64_t ch) {
         const double xhat = (static_cast<double>(static_cast<W>(row[j])) - mu) * rs;
         const double dxhat = static_cast<double>(static_cast<W>(grow[j])) * wv[ch];
-        pdx[r * lay.len + j] = static_cast<T>(static_cast<W>(rs * (dxhat - sum_dxhat / n - xhat * sum_dxhat_xhat / n)));
+        pdx[r * lay.len + j] = static_cast<T>(static_cast<W>(rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat)));
       });
     }
     affine.merge(gw, gb);
