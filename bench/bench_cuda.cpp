@@ -10,7 +10,7 @@
 
 #include <vector>
 
-#include "backends/backend.h"
+#include "backends/all_kernels.h"
 #include "mixtrain/mixtrain.h"
 
 #ifdef MIXTRAIN_WITH_CUDA
@@ -105,7 +105,7 @@ void BM_ScalerUnscaleUpdate(benchmark::State& state) {
   const mt::Device d = mt::Device::cuda();
   std::vector<mt::Tensor> grads;
   for (int i = 0; i < kTensors; ++i) grads.push_back(mt::randn({total / kTensors}, mt::TensorOptions(mt::kFloat16).device(d)));
-  auto& backend = mt::backends::backend_for(mt::DeviceType::CUDA);
+  const mt::DeviceType backend = mt::DeviceType::CUDA;
   const mt::TensorOptions f32 = mt::TensorOptions(mt::kFloat32).device(d);
   // Alternating 1/2 and 2 keeps the values where they are over the iterations.
   const mt::Tensor inv[2] = {mt::full({}, 0.5, f32), mt::full({}, 2.0, f32)};
@@ -115,8 +115,8 @@ void BM_ScalerUnscaleUpdate(benchmark::State& state) {
   const mt::backends::ScaleUpdateArgs args;
   int64_t k = 0;
   timed(state, [&] {
-    backend.non_finite_check_and_unscale(grads, grads, inv[k++ & 1], found, mt::Tensor());
-    backend.update_scale(scale, growth, hyst, found, args, at_min);
+    mt::backends::non_finite_check_and_unscale(backend, grads, grads, inv[k++ & 1], found, mt::Tensor());
+    mt::backends::update_scale(backend, scale, growth, hyst, found, args, at_min);
   });
   state.SetBytesProcessed(4 * total * state.iterations());  // fp16 read + written
   if (found.item<float>() != 0.0f) state.SkipWithError("unexpected inf/NaN");

@@ -1,5 +1,5 @@
 // The GradScaler's fused non-finite check + unscale pass on the CPU backend
-// (backends::Backend::non_finite_check_and_unscale), over 10M and 100M gradient elements split
+// (backends::non_finite_check_and_unscale), over 10M and 100M gradient elements split
 // into 8 tensors, as one optimizer's gradients would be:
 //   fp32:      fp32 grads unscaled in place             (read 4 + write 4 bytes per element)
 //   fp16->fp32: fp16 grads read, fp32 master grads written (read 2 + write 4 bytes per element)
@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "backends/backend.h"
+#include "backends/all_kernels.h"
 #include "mixtrain/mixtrain.h"
 
 namespace mt = mixtrain;
@@ -44,10 +44,10 @@ void run(benchmark::State& state, mt::DType in_dtype, bool master, bool stats) {
   const mt::Tensor inv[2] = {mt::full({}, 1.0 / 65536.0), mt::full({}, master ? 1.0 / 65536.0 : 65536.0)};
   const mt::Tensor found = mt::zeros({});
   const mt::Tensor st = stats ? mt::zeros({mt::backends::kAmpStatsSize}, mt::kFloat64) : mt::Tensor();
-  auto& backend = mt::backends::backend_for(mt::DeviceType::CPU);
+  const mt::DeviceType backend = mt::DeviceType::CPU;
   int64_t k = 0;
   for (auto _ : state) {
-    backend.non_finite_check_and_unscale(g.in, g.out, inv[k++ & 1], found, st);
+    mt::backends::non_finite_check_and_unscale(backend, g.in, g.out, inv[k++ & 1], found, st);
     benchmark::ClobberMemory();
   }
   const int64_t per_element = static_cast<int64_t>(mt::element_size(in_dtype)) + (master ? 4 : static_cast<int64_t>(mt::element_size(in_dtype)));

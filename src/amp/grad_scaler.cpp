@@ -7,7 +7,7 @@
 #include <optional>
 #include <tuple>
 
-#include "backends/backend.h"
+#include "backends/amp.h"
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/factories.h"
@@ -137,7 +137,7 @@ std::vector<Tensor> GradScaler::unscale_grads(optim::Optimizer& opt) {
         s = stats_parts_.emplace(dk, zeros({backends::kAmpStatsSize}, TensorOptions(kFloat64).device(d))).first;
       stats = s->second;
     }
-    backends::backend_for(d.type).non_finite_check_and_unscale(lists.first, lists.second, inv.to(d), it->second,
+    backends::non_finite_check_and_unscale(d.type, lists.first, lists.second, inv.to(d), it->second,
                                                                stats);
   }
   std::vector<Tensor> found;
@@ -217,8 +217,7 @@ void GradScaler::update() {
   args.hysteresis = options_.hysteresis();
   args.min_scale = options_.min_scale();
   args.max_scale = std::isinf(options_.max_scale()) ? 0.0 : options_.max_scale();
-  backends::backend_for(scale_.device().type)
-      .update_scale(scale_, growth_tracker_, hysteresis_tracker_, found, args, at_min_scale_);
+  backends::update_scale(scale_.device().type, scale_, growth_tracker_, hysteresis_tracker_, found, args, at_min_scale_);
   per_optimizer_.clear();
   ++iterations_;
 

@@ -46,6 +46,23 @@ Tensor checked_gradient(const Node& node, size_t index, Tensor grad) {
 
 }  // namespace
 
+// Here rather than with the graph (node.cpp): accumulating runs ops (clone, add_), and the graph
+// sits below the ops layer.
+TensorList AccumulateGrad::apply(TensorList&& grad_outputs) {
+  Tensor g = std::move(grad_outputs.at(0));
+  if (!g.defined()) return {};
+  // The incoming gradient may share storage with another leaf's (add's backward passes one
+  // tensor to both inputs); the scaler and optimizers update grads in place, so own it.
+  if (g.impl()->storage.use_count() > 1 || !g.is_contiguous()) g = g.detach().clone();
+  Tensor existing = leaf_->grad ? Tensor(leaf_->grad) : Tensor();
+  if (existing.defined()) {
+    existing.add_(g);
+  } else {
+    leaf_->grad = g.detach().impl();
+  }
+  return {};
+}
+
 void run_backward(const TensorList& roots, const TensorList& grads) {
   MT_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " roots but ", grads.size(), " gradients");
   NoGradGuard no_grad;
@@ -123,3 +140,10 @@ void run_backward(const TensorList& roots, const TensorList& grads) {
 }
 
 }  // namespace mixtrain::autograd
+
+namespace mixtrain {
+
+void Tensor::backward() const { autograd::run_backward({*this}, {Tensor()}); }
+void Tensor::backward(const Tensor& gradient) const { autograd::run_backward({*this}, {gradient}); }
+
+}  // namespace mixtrain

@@ -4,7 +4,6 @@
 
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
-#include "mixtrain/ops/functional.h"
 
 namespace mixtrain::autograd {
 
@@ -32,21 +31,6 @@ TensorList FunctionNode::apply(TensorList&& grad_outputs) {
   MT_CHECK(fn_ != nullptr, name_, ": trying to run backward through the graph a second time; the ",
            "saved tensors were freed after the first backward");
   return fn_(grad_outputs);
-}
-
-TensorList AccumulateGrad::apply(TensorList&& grad_outputs) {
-  Tensor g = std::move(grad_outputs.at(0));
-  if (!g.defined()) return {};
-  // The incoming gradient may share storage with another leaf's (add's backward passes one
-  // tensor to both inputs); the scaler and optimizers update grads in place, so own it.
-  if (g.impl()->storage.use_count() > 1 || !g.is_contiguous()) g = g.detach().clone();
-  Tensor existing = leaf_->grad ? Tensor(leaf_->grad) : Tensor();
-  if (existing.defined()) {
-    existing.add_(g);
-  } else {
-    leaf_->grad = g.detach().impl();
-  }
-  return {};
 }
 
 bool needs_grad(std::initializer_list<const Tensor*> inputs) {

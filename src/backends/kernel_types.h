@@ -1,5 +1,5 @@
 #pragma once
-// The plain-data vocabulary shared by the Backend interface (backend.h) and the CUDA kernels
+// The plain-data vocabulary shared by the kernel declarations (backends/<family>.h) and the CUDA kernels
 // (kernels/*.cu): op codes and parameter structs, with no Tensor in sight, so nvcc compiles the
 // kernels without the tensor headers.
 #include <cstdint>
@@ -11,7 +11,7 @@ enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Pow, Maximum, Minimum };
 enum class CompareOp : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
 enum class ReduceOp : uint8_t { Sum, Max, Min };
 
-// What Backend::gemm applies to out after the bias, in the same pass. Only ReLU: GELU would need
+// What backends::gemm applies to out after the bias, in the same pass. Only ReLU: GELU would need
 // the pre-activation saved for its backward (so no pass saved), and cuBLASLt's GELU epilogue is
 // the tanh approximation, not our exact erf form.
 enum class GemmEpilogue : uint8_t { None, Relu };
@@ -101,7 +101,7 @@ struct SgdArgs {
   int64_t step = 1;         // the step being taken, counted from 1; step 1 also initialises buf = g
 };
 
-// What Backend::random fills a tensor with. Element i of a fill that starts at generator offset
+// What backends::random fills a tensor with. Element i of a fill that starts at generator offset
 // `offset` uses draw offset + i (uniform) or draws offset + 2i and offset + 2i + 1 (normal,
 // Box-Muller), so every backend produces the same values as Generator::next_uniform/next_normal.
 enum class RandomKind : uint8_t { Uniform, Normal };

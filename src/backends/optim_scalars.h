@@ -2,7 +2,7 @@
 // The per-step scalars of the fused Adam and SGD updates, computed once on the host as PyTorch
 // does (in double, then cast to the compute type C), for the CPU loops and the CUDA kernels alike.
 // The parts that depend on the step count are also callable on the device: a gated update
-// (StepGate in backend.h) learns its step there, from the skip counter.
+// (StepGate in backends/optim.h) learns its step there, from the skip counter.
 #include <math.h>
 
 #include <cmath>

@@ -1,18 +1,16 @@
-#include "backends/backend.h"
+// The kernel registry: registers every compiled-in backend's kernels once, and the error for a
+// kernel a device does not have.
+#include <sstream>
 
-#include <atomic>
-
+#include "backends/amp.h"
 #include "backends/cpu/cpu_backend.h"
-#ifdef MIXTRAIN_WITH_CUDA
-#include "backends/cuda/cuda_backend.h"  // cuda_backend(): nullptr when no device is present
-#endif
+#include "backends/kernel.h"
 #include "mixtrain/core/error.h"
+#ifdef MIXTRAIN_WITH_CUDA
+#include "backends/cuda/operands.h"
+#endif
 
 namespace mixtrain::backends {
-
-namespace {
-std::atomic<Backend*> g_backends[kNumDeviceTypes] = {};
-}
 
 const char* unary_op_name(UnaryOp op) {
   static const char* names[] = {"neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "abs", "pow", "square"};
@@ -24,18 +22,29 @@ const char* binary_op_name(BinaryOp op) {
   return names[static_cast<int>(op)];
 }
 
-void register_backend(DeviceType type, Backend* backend) { g_backends[static_cast<int>(type)].store(backend); }
-
-
-Backend& backend_for(DeviceType type) {
-  if (Backend* b = g_backends[static_cast<int>(type)].load(std::memory_order_acquire)) return *b;
-  if (type == DeviceType::CPU) return cpu::cpu_backend();
+namespace {
+bool register_all() {
+  register_amp_fallback();
+  cpu::register_kernels();
 #ifdef MIXTRAIN_WITH_CUDA
-  if (Backend* b = cuda::cuda_backend()) return *b;
-  MT_ERROR("cuda: no CUDA device is available on this machine");
-#else
-  MT_ERROR("cuda: mixtrain was built without the CUDA backend (configure with -DMIXTRAIN_CUDA=ON)");
+  cuda::register_kernels();  // CUDA tensors exist only where a device does, so this is safe without one
 #endif
+  return true;
+}
+}  // namespace
+
+void ensure_kernels_registered() {
+  static const bool registered = register_all();
+  (void)registered;
+}
+
+void throw_missing_kernel(const char* family, const char* kernel, DeviceType device, const bool* registered) {
+  std::ostringstream have;
+  for (int i = 0; i < kNumDeviceTypes; ++i)
+    if (registered[i]) have << (have.tellp() > 0 ? ", " : "") << static_cast<DeviceType>(i);
+  const std::string list = have.str();
+  MT_ERROR(kernel, ": no kernel for ", device, " tensors (op family '", family, "'; registered for: ",
+           list.empty() ? "no device" : list, ")");
 }
 
 }  // namespace mixtrain::backends

@@ -1,13 +1,11 @@
-// Tensor accessors and the parts of the handle that need no op; the math methods live in
-// src/ops/tensor_methods.cpp.
+// Tensor accessors and the parts of the handle that need no op. Methods that run ops (to_vector,
+// item and the math) live in src/ops/tensor_methods.cpp, backward() in src/autograd/engine.cpp.
 #include "mixtrain/core/tensor.h"
 
 #include <sstream>
 
-#include "mixtrain/autograd/node.h"
 #include "mixtrain/core/dtype_traits.h"
 #include "mixtrain/core/error.h"
-#include "mixtrain/ops/functional.h"
 
 namespace mixtrain {
 
@@ -97,24 +95,7 @@ T* Tensor::data_ptr() const {
   return static_cast<T*>(raw_data());
 }
 
-template <class T>
-std::vector<T> Tensor::to_vector() const {
-  Tensor host = to(Device::cpu(), dtype_of<T>::value).contiguous();
-  const T* p = host.data_ptr<T>();
-  return std::vector<T>(p, p + host.numel());
-}
-
-template <class T>
-T Tensor::item() const {
-  MT_CHECK(numel() == 1, "item: tensor of shape ", shape_str(shape()), " has ", numel(),
-           " elements, expected exactly one");
-  return to_vector<T>()[0];
-}
-
-#define MT_INSTANTIATE_ACCESSORS(T)               \
-  template T* Tensor::data_ptr<T>() const;        \
-  template std::vector<T> Tensor::to_vector<T>() const; \
-  template T Tensor::item<T>() const;
+#define MT_INSTANTIATE_ACCESSORS(T) template T* Tensor::data_ptr<T>() const;
 MT_INSTANTIATE_ACCESSORS(float)
 MT_INSTANTIATE_ACCESSORS(double)
 MT_INSTANTIATE_ACCESSORS(Half)
@@ -161,9 +142,6 @@ void Tensor::set_grad(const Tensor& grad) {
 }
 
 const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const { return checked(impl_).grad_fn; }
-
-void Tensor::backward() const { autograd::run_backward({*this}, {Tensor()}); }
-void Tensor::backward(const Tensor& gradient) const { autograd::run_backward({*this}, {gradient}); }
 
 Tensor Tensor::detach() const {
   const auto& t = checked(impl_);

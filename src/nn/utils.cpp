@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "backends/cpu/loops.h"
+#include "backends/reduce.h"
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/factories.h"
@@ -13,9 +13,6 @@
 namespace mixtrain::nn::utils {
 
 namespace {
-
-using backends::cpu::dispatch_floating;
-using backends::cpu::Tag;
 
 // Two partial results of one norm: the larger for the inf-norm (NaN propagates, as torch.max
 // does), else the sum. On the host in fp64, or as 0-d device tensors.
@@ -32,38 +29,6 @@ V finish_norm(double p, const V& acc) {
   using std::pow;
   using std::sqrt;
   return std::isinf(p) ? acc : (p == 2.0 ? sqrt(acc) : pow(acc, 1.0 / p));
-}
-
-// One pass over a contiguous gradient: sum of |g|^p (p = 2 fast path) or max |g|, in fp64.
-// Split in fixed chunks whose partial results are combined in order, so the value does not
-// depend on the number of threads.
-template <class T>
-double grad_norm_part(const T* g, int64_t n, double p) {
-  constexpr int64_t kChunk = 1 << 16;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> part(static_cast<size_t>(chunks), 0.0);
-  const bool inf = std::isinf(p);
-#pragma omp parallel for schedule(static) if (n > kChunk)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
-    double acc = 0.0;
-    if (inf) {
-      for (int64_t i = b; i < e; ++i) {
-        acc = combine_parts(true, acc, std::fabs(static_cast<double>(static_cast<acc_t<T>>(g[i]))));
-      }
-    } else if (p == 2.0) {
-      acc = backends::cpu::lane_sum(e - b, [&](int64_t i) {
-        const double v = static_cast<double>(static_cast<acc_t<T>>(g[b + i]));
-        return v * v;
-      });
-    } else {
-      for (int64_t i = b; i < e; ++i) acc += std::pow(std::fabs(static_cast<double>(static_cast<acc_t<T>>(g[i]))), p);
-    }
-    part[static_cast<size_t>(c)] = acc;
-  }
-  double total = 0.0;
-  for (double v : part) total = combine_parts(inf, total, v);
-  return total;
 }
 
 }  // namespace
@@ -95,6 +60,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
   double host_acc = 0.0;
   bool any_host = false;
   std::vector<Tensor> device_parts;
+  const Tensor host_part = empty({}, kFloat64);
   for (const Tensor& g_in : grads) {
     if (!g_in.device().is_cpu()) {
       const Tensor g = g_in.dtype() == norm_dtype ? g_in : g_in.to(norm_dtype);
@@ -106,12 +72,8 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
       continue;
     }
     const Tensor g = g_in.is_dense() ? g_in : g_in.contiguous();  // a norm reads memory in any order
-    double part = 0.0;
-    dispatch_floating(g.dtype(), "clip_grad_norm_", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      part = grad_norm_part(g.data_ptr<T>(), g.numel(), norm_type);
-    });
-    host_acc = combine_parts(inf, host_acc, part);
+    backends::norm_part(g, g, norm_type, host_part);
+    host_acc = combine_parts(inf, host_acc, host_part.item<double>());
     any_host = true;
   }
 

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <limits>
 
-#include "mixtrain/nn/functional.h"
+#include "mixtrain/ops/nn_functional.h"
 #include "ops/op_helpers.h"
 
 namespace mixtrain::nn::functional {

@@ -6,7 +6,9 @@
 // (PyTorch's rule): its operands are given to the kernels in that layout and its output and input
 // gradient keep it, so a channels-last network stays channels-last. The weight gradient is
 // returned in the weight's own layout.
-#include "mixtrain/nn/functional.h"
+#include "backends/conv.h"
+#include "backends/elementwise.h"
+#include "mixtrain/ops/nn_functional.h"
 #include "ops/op_helpers.h"
 
 namespace mixtrain::nn::functional {
@@ -104,7 +106,7 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
   const MemoryFormat f = conv_layout(x, w), wf = w.suggest_memory_format();
   const Tensor xc = kernel_input(x, f), wc = kernel_input(w, f), bc = kernel_input(b);
   Tensor out = Tensor::empty({n, co, span_h / stride.h + 1, span_w / stride.w + 1}, x.options(), f);
-  backend_for(x).conv2d(xc, wc, bc, p, out);
+  backends::conv2d(x, xc, wc, bc, p, out);
   if (autograd::needs_grad({&x, &w, &b})) {
     const bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.defined() && b.requires_grad();
     const Tensor x_s = gw ? xc : Tensor(), w_s = gx ? wc : Tensor();
@@ -115,11 +117,11 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
                        TensorList r(3);
                        if (gx) {
                          r[0] = Tensor::empty(xs, go.options(), f);
-                         backend_for(go).conv2d_backward_input(go, w_s, p, r[0]);
+                         backends::conv2d_backward_input(go, go, w_s, p, r[0]);
                        }
                        if (gw) {
                          r[1] = Tensor::empty(ws, go.options(), f);
-                         backend_for(go).conv2d_backward_weight(go, x_s, p, r[1]);
+                         backends::conv2d_backward_weight(go, go, x_s, p, r[1]);
                          r[1] = in_weight_layout(r[1], wf);
                        }
                        if (gb) r[2] = sum(go, {0, 2, 3});
@@ -158,10 +160,10 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
   const MemoryFormat f = conv_layout(x, w), wf = w.suggest_memory_format();
   const Tensor xc = kernel_input(x, f), wc = kernel_input(w, f);
   Tensor out = Tensor::empty({n, co, ho, wo}, x.options(), f);
-  backend_for(x).conv2d_backward_input(xc, wc, p, out);
+  backends::conv2d_backward_input(x, xc, wc, p, out);
   if (b.defined()) {
     NoGradGuard no_grad;
-    backend_for(out).binary(backends::BinaryOp::Add, out, b.detach().reshape({1, co, 1, 1}).expand(out.shape()), out);
+    backends::binary(out, backends::BinaryOp::Add, out, b.detach().reshape({1, co, 1, 1}).expand(out.shape()), out);
   }
   if (autograd::needs_grad({&x, &w, &b})) {
     const bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.defined() && b.requires_grad();
@@ -173,11 +175,11 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
                        TensorList r(3);
                        if (gx) {  // the adjoint of a transposed convolution is the convolution
                          r[0] = Tensor::empty(xs, go.options(), f);
-                         backend_for(go).conv2d(go, w_s, Tensor(), p, r[0]);
+                         backends::conv2d(go, go, w_s, Tensor(), p, r[0]);
                        }
                        if (gw) {
                          r[1] = Tensor::empty(ws, go.options(), f);
-                         backend_for(go).conv2d_backward_weight(x_s, go, p, r[1]);
+                         backends::conv2d_backward_weight(go, x_s, go, p, r[1]);
                          r[1] = in_weight_layout(r[1], wf);
                        }
                        if (gb) r[2] = sum(go, {0, 2, 3});

@@ -2,6 +2,7 @@
 // math, comparisons and where. Each op's forward kernel and backward formula sit together.
 #include <cmath>
 
+#include "backends/elementwise.h"
 #include "ops/op_helpers.h"
 
 namespace mixtrain {
@@ -39,7 +40,7 @@ Promoted promote(const char* op, const Tensor& a, const Tensor& b) {
 
 Tensor binary_forward(BinaryOp kop, const Promoted& p) {
   Tensor out = new_empty_preserving(p.shape, p.a, p.b, p.a.dtype());
-  backend_for(out).binary(kop, broadcast_for_kernel(p.a, p.shape), broadcast_for_kernel(p.b, p.shape), out);
+  backends::binary(out, kop, broadcast_for_kernel(p.a, p.shape), broadcast_for_kernel(p.b, p.shape), out);
   return out;
 }
 
@@ -112,7 +113,7 @@ Tensor scalar_op(OpId id, BinaryOp kop, const Tensor& a_in, double s, bool scala
   check_defined(name, a, "input");
   check_floating(name, a);
   Tensor out = new_empty_preserving(a.shape(), a);
-  backend_for(a).binary_scalar(kop, a, s, scalar_first, out);
+  backends::binary_scalar(a, kop, a, s, scalar_first, out);
   if (!autograd::needs_grad({&a})) return out;
   Tensor a_s = (kop == BinaryOp::Div && scalar_first) || kop == BinaryOp::Pow ? autograd::saved(a) : Tensor();
   Tensor o_s = kop == BinaryOp::Pow && scalar_first ? autograd::saved(out) : Tensor();
@@ -147,13 +148,13 @@ Tensor unary_op(OpId id, UnaryOp kop, const Tensor& x_in, double alpha = 0.0) {
   check_defined(name, x, "input");
   check_floating(name, x);
   Tensor out = new_empty_preserving(x.shape(), x);
-  backend_for(x).unary(kop, x, out, alpha);
+  backends::unary(x, kop, x, out, alpha);
   if (!autograd::needs_grad({&x})) return out;
   Tensor x_s = backward_reads_input(kop) ? autograd::saved(x) : Tensor();
   Tensor y_s = backward_reads_output(kop) ? autograd::saved(out) : Tensor();
   autograd::record(name, out, {&x}, [kop, alpha, x_s, y_s](const TensorList& g) {
     Tensor gx = new_empty_preserving(g[0].shape(), g[0]);
-    backend_for(g[0]).unary_backward(kop, x_s, y_s, g[0], gx, alpha);
+    backends::unary_backward(g[0], kop, x_s, y_s, g[0], gx, alpha);
     return TensorList{gx};
   });
   return out;
@@ -167,7 +168,7 @@ Tensor compare_op(CompareOp op, const char* name, const Tensor& a, const Tensor&
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   NoGradGuard no_grad;
   Tensor out = new_empty(shape, a, kBool);
-  backend_for(a).compare(op, broadcast_for_kernel(cast_if_needed(a, dt), shape),
+  backends::compare(a, op, broadcast_for_kernel(cast_if_needed(a, dt), shape),
                          broadcast_for_kernel(cast_if_needed(b, dt), shape), out);
   return out;
 }
@@ -237,7 +238,7 @@ Tensor where(const Tensor& cond_in, const Tensor& a_in, const Tensor& b_in) {
   Promoted p = promote("where", a, b);
   const Shape shape = broadcast_shapes(cond.shape(), p.shape, "where");
   Tensor out = new_empty_preserving(shape, p.a);
-  backend_for(out).where(broadcast_for_kernel(cond, shape), broadcast_for_kernel(p.a, shape),
+  backends::where(out, broadcast_for_kernel(cond, shape), broadcast_for_kernel(p.a, shape),
                          broadcast_for_kernel(p.b, shape), out);
   if (autograd::needs_grad({&p.a, &p.b})) {
     const Shape sa = p.a.shape(), sb = p.b.shape();
@@ -256,7 +257,7 @@ Tensor& binary_inplace(const char* name, BinaryOp op, Tensor& self, const Tensor
   check_inplace(name, self);
   check_same_device(name, self, other);
   const Tensor o = other.dtype() == self.dtype() ? other : other.to(self.dtype());
-  backend_for(self).binary(op, self, broadcast_for_kernel(o, self.shape()), self);
+  backends::binary(self, op, self, broadcast_for_kernel(o, self.shape()), self);
   ++self.impl()->version;
   return self;
 }
@@ -270,7 +271,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
 
 Tensor& Tensor::mul_(double value) {
   check_inplace("mul_", *this);
-  backend_for(*this).binary_scalar(BinaryOp::Mul, *this, value, false, *this);
+  backends::binary_scalar(*this, BinaryOp::Mul, *this, value, false, *this);
   ++impl()->version;
   return *this;
 }

@@ -1,6 +1,7 @@
 // embedding: a row gather from the table, whose backward scatter-adds rows into the table's
 // gradient (tokens that repeat add up; the padding row gets none).
-#include "mixtrain/nn/functional.h"
+#include "backends/embedding.h"
+#include "mixtrain/ops/nn_functional.h"
 #include "ops/op_helpers.h"
 
 namespace mixtrain::nn::functional {
@@ -33,12 +34,12 @@ Tensor embedding(const Tensor& input, const Tensor& weight, std::optional<int64_
   Shape out_shape = input.shape();
   out_shape.push_back(d);
   Tensor out = new_empty(out_shape, w);
-  backend_for(w).embedding(wc, idx, out);
+  backends::embedding(w, wc, idx, out);
   if (autograd::needs_grad({&w})) {
     const Shape ws = w.shape();
     autograd::record("EmbeddingBackward", out, {&w}, [idx, pad, ws](const TensorList& g) {
       Tensor gw = Tensor::empty(ws, g[0].options());
-      backend_for(gw).embedding_backward(g[0].contiguous(), idx, pad, gw);
+      backends::embedding_backward(gw, g[0].contiguous(), idx, pad, gw);
       return TensorList{gw};
     });
   }

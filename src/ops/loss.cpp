@@ -1,5 +1,7 @@
 // Losses and dropout (mixtrain::nn::functional).
-#include "mixtrain/nn/functional.h"
+#include "backends/loss.h"
+#include "backends/random.h"
+#include "mixtrain/ops/nn_functional.h"
 #include "ops/op_helpers.h"
 
 namespace mixtrain::nn::functional {
@@ -56,12 +58,12 @@ Tensor nll_loss(const Tensor& logp_in, const Tensor& target, const CrossEntropyO
   Tensor loss = new_empty({}, logp);
   Tensor count = new_empty({}, logp, kInt64);
   const backends::NllLossArgs args{options.ignore_index, options.label_smoothing};
-  backend_for(logp).nll_loss(lp, tc, outer, classes, inner, args, loss, count);
+  backends::nll_loss(logp, lp, tc, outer, classes, inner, args, loss, count);
   if (autograd::needs_grad({&logp})) {
     const Shape shape = logp.shape();
     autograd::record("NllLossBackward", loss, {&logp}, [tc, count, shape, outer, classes, inner, args](const TensorList& g) {
       Tensor grad = Tensor::empty(shape, g[0].options());
-      backend_for(grad).nll_loss_backward(tc, outer, classes, inner, args, g[0].contiguous(), count, grad);
+      backends::nll_loss_backward(grad, tc, outer, classes, inner, args, g[0].contiguous(), count, grad);
       return TensorList{grad};
     });
   }
@@ -105,7 +107,7 @@ Tensor apply_dropout_mask(const Tensor& x, double p, uint64_t seed, uint64_t off
   NoGradGuard no_grad;
   const Tensor xc = x.contiguous();
   Tensor out = new_empty(x.shape(), x);
-  backend_for(x).dropout(xc, p, seed, offset, out);
+  backends::dropout(x, xc, p, seed, offset, out);
   return out;
 }
 }  // namespace

@@ -2,6 +2,8 @@
 // but the linears reduce to one recorded primitive, mm over 2-D or 3-D operands, whose backward
 // is two more products; the linears record their own node, with the bias and the ReLU in the
 // GEMM's epilogue.
+#include "backends/elementwise.h"
+#include "backends/matmul.h"
 #include "ops/op_helpers.h"
 
 namespace mixtrain {
@@ -28,7 +30,7 @@ Tensor mm(const char* op, const Tensor& a, const Tensor& b) {
            " cannot be multiplied (", k, " != ", b.size(-2), ")");
   Shape out_shape = a.dim() == 3 ? Shape{a.size(0), m, n} : Shape{m, n};
   Tensor out = new_empty(out_shape, a);
-  backend_for(a).gemm(gemm_ready(a), false, gemm_ready(b), false, out, Tensor());
+  backends::gemm(a, gemm_ready(a), false, gemm_ready(b), false, out, Tensor(), backends::GemmEpilogue::None);
   if (autograd::needs_grad({&a, &b})) {
     Tensor a_s = b.requires_grad() ? autograd::saved(a) : Tensor();
     Tensor b_s = a.requires_grad() ? autograd::saved(b) : Tensor();
@@ -45,7 +47,7 @@ Tensor mm(const char* op, const Tensor& a, const Tensor& b) {
 // the unfused path.
 Tensor relu_backward_from_output(const Tensor& out, const Tensor& grad_out) {
   Tensor grad = new_empty(grad_out.shape(), grad_out);
-  backend_for(grad_out).unary_backward(UnaryOp::Relu, out, Tensor(), grad_out, grad, 0.0);
+  backends::unary_backward(grad_out, UnaryOp::Relu, out, Tensor(), grad_out, grad, 0.0);
   return grad;
 }
 
@@ -70,7 +72,7 @@ Tensor linear_with_epilogue(const char* op, const Tensor& x_in, const Tensor& w_
   Shape out_shape = x.shape();
   out_shape.back() = out_features;
   Tensor out = new_empty({x2.size(0), out_features}, x);
-  backend_for(x).gemm(gemm_ready(x2), false, gemm_ready(w), true, out, b, epilogue);
+  backends::gemm(x, gemm_ready(x2), false, gemm_ready(w), true, out, b, epilogue);
   if (autograd::needs_grad({&x2, &w, &b})) {
     Tensor x_s = w.requires_grad() ? autograd::saved(x2) : Tensor();
     Tensor w_s = x2.requires_grad() ? autograd::saved(w) : Tensor();

@@ -1,7 +1,8 @@
 // batch_norm, group_norm and layer_norm. Statistics are kept in the stat dtype (fp32 for half
 // inputs, fp64 for fp64) whatever autocast does: batch_norm is Passthrough under autocast, so a
 // half activation reaches it as is, and its running statistics must stay fp32.
-#include "mixtrain/nn/functional.h"
+#include "backends/norm.h"
+#include "mixtrain/ops/nn_functional.h"
 #include "ops/op_helpers.h"
 
 namespace mixtrain::nn::functional {
@@ -81,7 +82,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   if (training) {
     mean = new_empty({c}, x, st);
     invstd = new_empty({c}, x, st);
-    backend_for(x).batch_norm_stats(xc, n, c, s, eps, mean, invstd, running_mean, running_var, momentum);
+    backends::batch_norm_stats(x, xc, n, c, s, eps, mean, invstd, running_mean, running_var, momentum);
     for (const Tensor* r : {&running_mean, &running_var})
       if (r->defined()) ++r->impl()->version;
   } else {
@@ -91,14 +92,14 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
     invstd = rsqrt(add(running_var.detach().to(st), eps)).contiguous();
   }
   Tensor out = Tensor::empty(x.shape(), x.options(), f);
-  backend_for(x).batch_norm(xc, n, c, s, mean, invstd, wc, bc, kernel_view(out));
+  backends::batch_norm(x, xc, n, c, s, mean, invstd, wc, bc, kernel_view(out));
   if (autograd::needs_grad({&x, &w, &b})) {
     const bool gx = x.requires_grad(), gw = w.defined() && w.requires_grad(), gb = b.defined() && b.requires_grad();
     const Shape xs = x.shape();
     const TensorOptions wo = options_of(w), bo = options_of(b);
     autograd::record("BatchNormBackward", {&out}, {&x, &w, &b}, [=](const TensorList& g) {
       TensorList r{gx ? Tensor::empty(xs, g[0].options(), f) : Tensor(), grad_buffer(gw, {c}, wo), grad_buffer(gb, {c}, bo)};
-      backend_for(xc).batch_norm_backward(xc, kernel_view(g[0]), n, c, s, mean, invstd, wc, training,
+      backends::batch_norm_backward(xc, xc, kernel_view(g[0]), n, c, s, mean, invstd, wc, training,
                                           gx ? kernel_view(r[0]) : Tensor(), r[1], r[2]);
       return r;
     });
@@ -121,14 +122,14 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
   const Tensor xc = kernel_input(x), wc = kernel_input(w), bc = kernel_input(b);
   Tensor out = new_empty(x.shape(), x);
   Tensor mean = new_empty({n, num_groups}, x, st), rstd = new_empty({n, num_groups}, x, st);
-  backend_for(x).group_norm(xc, n, c, s, num_groups, eps, wc, bc, out, mean, rstd);
+  backends::group_norm(x, xc, n, c, s, num_groups, eps, wc, bc, out, mean, rstd);
   if (autograd::needs_grad({&x, &w, &b})) {
     const bool gx = x.requires_grad(), gw = w.defined() && w.requires_grad(), gb = b.defined() && b.requires_grad();
     const Shape xs = x.shape();
     const TensorOptions wo = options_of(w), bo = options_of(b);
     autograd::record("GroupNormBackward", {&out}, {&x, &w, &b}, [=](const TensorList& g) {
       TensorList r{grad_buffer(gx, xs, g[0].options()), grad_buffer(gw, {c}, wo), grad_buffer(gb, {c}, bo)};
-      backend_for(xc).group_norm_backward(xc, g[0].contiguous(), n, c, s, num_groups, mean, rstd, wc, r[0], r[1], r[2]);
+      backends::group_norm_backward(xc, xc, g[0].contiguous(), n, c, s, num_groups, mean, rstd, wc, r[0], r[1], r[2]);
       return r;
     });
   }
@@ -154,14 +155,14 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
   const Tensor xc = kernel_input(x), wc = kernel_input(w), bc = kernel_input(b);
   Tensor out = new_empty(x.shape(), x);
   Tensor mean = new_empty({rows}, x, st), rstd = new_empty({rows}, x, st);
-  backend_for(x).layer_norm(xc, rows, cols, eps, wc, bc, out, mean, rstd);
+  backends::layer_norm(x, xc, rows, cols, eps, wc, bc, out, mean, rstd);
   if (autograd::needs_grad({&x, &w, &b})) {
     const bool gx = x.requires_grad(), gw = w.defined() && w.requires_grad(), gb = b.defined() && b.requires_grad();
     const Shape xs = x.shape(), ps = normalized_shape;
     const TensorOptions wo = options_of(w), bo = options_of(b);
     autograd::record("LayerNormBackward", {&out}, {&x, &w, &b}, [=](const TensorList& g) {
       TensorList r{grad_buffer(gx, xs, g[0].options()), grad_buffer(gw, ps, wo), grad_buffer(gb, ps, bo)};
-      backend_for(xc).layer_norm_backward(xc, g[0].contiguous(), rows, cols, mean, rstd, wc, r[0], r[1], r[2]);
+      backends::layer_norm_backward(xc, xc, g[0].contiguous(), rows, cols, mean, rstd, wc, r[0], r[1], r[2]);
       return r;
     });
   }

@@ -3,7 +3,7 @@
 // allocation, and the reduction that undoes broadcasting in backward.
 #include <string>
 
-#include "backends/backend.h"
+#include "backends/kernel_types.h"
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/core/error.h"
@@ -15,7 +15,6 @@
 namespace mixtrain::ops {
 
 using autograd::TensorList;
-using backends::backend_for;
 
 // "[2, 3] float32 cpu"
 std::string describe(const Tensor& t);

@@ -2,7 +2,8 @@
 // sizes and the source-coordinate scales with PyTorch's rules, so the kernels only index.
 #include <cmath>
 
-#include "mixtrain/nn/functional.h"
+#include "backends/pool_upsample.h"
+#include "mixtrain/ops/nn_functional.h"
 #include "ops/op_helpers.h"
 
 namespace mixtrain::nn::functional {
@@ -69,13 +70,13 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, IntPair k
   Tensor indices = Tensor::empty(out_shape, TensorOptions(kInt64).device(x.device()), f);
   {
     NoGradGuard no_grad;
-    backend_for(x).max_pool2d(x.detach().contiguous(f), p, out, indices);
+    backends::max_pool2d(x, x.detach().contiguous(f), p, out, indices);
   }
   if (autograd::needs_grad({&x})) {
     const Shape xs = x.shape();
     autograd::record("MaxPool2dBackward", out, {&x}, [indices, xs, f](const TensorList& g) {
       Tensor gx = Tensor::empty(xs, g[0].options(), f);
-      backend_for(gx).max_pool2d_backward(g[0].contiguous(f), indices, gx);
+      backends::max_pool2d_backward(gx, g[0].contiguous(f), indices, gx);
       return TensorList{gx};
     });
   }
@@ -112,13 +113,13 @@ Tensor upsample(OpId id, const Tensor& input, IntPair size, Upsample2dParams p, 
     p.scale_w = ratio(w, size.w, sw);
   }
   Tensor out = new_empty({x.size(0), x.size(1), size.h, size.w}, x);
-  backend_for(x).upsample2d(kernel_input(x), p, out);
+  backends::upsample2d(x, kernel_input(x), p, out);
   if (autograd::needs_grad({&x})) {
     const Shape xs = x.shape();
     autograd::record(p.mode == UpsampleMode::Nearest ? "UpsampleNearest2dBackward" : "UpsampleBilinear2dBackward", out,
                      {&x}, [p, xs](const TensorList& g) {
                        Tensor gx = Tensor::empty(xs, g[0].options());
-                       backend_for(gx).upsample2d_backward(g[0].contiguous(), p, gx);
+                       backends::upsample2d_backward(gx, g[0].contiguous(), p, gx);
                        return TensorList{gx};
                      });
   }

@@ -1,6 +1,9 @@
 // Reductions (sum, mean, max, min, argmax) and softmax / log_softmax.
 #include <algorithm>
 
+#include "backends/copy.h"
+#include "backends/reduce.h"
+#include "backends/softmax.h"
 #include "ops/op_helpers.h"
 
 namespace mixtrain {
@@ -56,10 +59,10 @@ bool sum_around_kept(const Tensor& x, const ReducePlan& p, const Tensor& out) {
   const DType acc = x.device().is_cpu() ? kFloat64 : (is_half(x.dtype()) ? kFloat32 : x.dtype());
   NoGradGuard no_grad;
   const Tensor partial = Tensor::empty({outer * kept}, x.options().dtype(acc));
-  backend_for(x).reduce(ReduceOp::Sum, x, outer * kept, n_trail, 1, partial, Tensor());
+  backends::reduce(x, ReduceOp::Sum, x, outer * kept, n_trail, 1, partial, Tensor());
   const Tensor total = out.dtype() == acc ? out : Tensor::empty(out.shape(), out.options().dtype(acc));
-  backend_for(x).reduce(ReduceOp::Sum, partial, 1, outer, kept, total, Tensor());
-  if (!total.is_same(out)) backend_for(out).copy(total, out);
+  backends::reduce(x, ReduceOp::Sum, partial, 1, outer, kept, total, Tensor());
+  if (!total.is_same(out)) backends::copy(out, total, out);
   return true;
 }
 
@@ -109,7 +112,7 @@ void run_reduce(ReduceOp op, const Tensor& x_in, const ReducePlan& p, const Tens
     else if (d < first + count) n *= x.size(d);
     else inner *= x.size(d);
   }
-  backend_for(x).reduce(op, x, outer, n, inner, out, indices);
+  backends::reduce(x, op, x, outer, n, inner, out, indices);
 }
 
 int64_t reduced_count(const Tensor& x, const ReducePlan& p) {
@@ -162,13 +165,13 @@ Tensor softmax_impl(OpId id, const Tensor& x_in, int64_t dim, std::optional<DTyp
   for (int64_t k = d + 1; k < x.dim(); ++k) inner *= x.size(k);
   const int64_t n = x.dim() == 0 ? 1 : x.size(d);
   Tensor out = new_empty(x.shape(), x);
-  backend_for(x).softmax(xc, outer, n, inner, log, causal_rows, out);
+  backends::softmax(x, xc, outer, n, inner, log, causal_rows, out);
   if (autograd::needs_grad({&x})) {
     Tensor y = autograd::saved(out);
     autograd::record(log ? "LogSoftmaxBackward" : "SoftmaxBackward", out, {&x}, [y, outer, n, inner, log](const TensorList& g) {
       Tensor gc = g[0].contiguous();
       Tensor gx = new_empty(gc.shape(), gc);
-      backend_for(gc).softmax_backward(y, gc, outer, n, inner, log, gx);
+      backends::softmax_backward(gc, y, gc, outer, n, inner, log, gx);
       return TensorList{gx};
     });
   }

@@ -2,6 +2,7 @@
 // kernel (which converts dtypes, so mixed inputs need no separate casts); its backward hands
 // each input the matching slice of the gradient, which the engine casts back to the input's
 // dtype. split and chunk are views.
+#include "backends/copy.h"
 #include "ops/op_helpers.h"
 
 namespace mixtrain {
@@ -46,7 +47,7 @@ Tensor cat_impl(const char* op, std::vector<Tensor>& ts, int64_t dim) {
     for (size_t i = 0; i < ts.size(); ++i) {
       if (legacy_empty(ts[i]) && &ts[i] != ref) continue;
       offsets[i] = off, lengths[i] = ts[i].size(d);
-      backend_for(out).copy(ts[i].detach(), dst.narrow(d, off, lengths[i]));
+      backends::copy(out, ts[i].detach(), dst.narrow(d, off, lengths[i]));
       off += lengths[i];
     }
   }

@@ -1,7 +1,36 @@
-// Tensor methods and operators: thin forwards to the functional ops.
+// Tensor methods and operators: thin forwards to the functional ops, and the value readers
+// (to_vector, item), which copy to the host through to().
+#include "mixtrain/core/dtype_traits.h"
+#include "mixtrain/core/error.h"
 #include "mixtrain/ops/functional.h"
 
 namespace mixtrain {
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor host = to(Device::cpu(), dtype_of<T>::value).contiguous();
+  const T* p = host.data_ptr<T>();
+  return std::vector<T>(p, p + host.numel());
+}
+
+template <class T>
+T Tensor::item() const {
+  MT_CHECK(numel() == 1, "item: tensor of shape ", shape_str(shape()), " has ", numel(),
+           " elements, expected exactly one");
+  return to_vector<T>()[0];
+}
+
+#define MT_INSTANTIATE_READERS(T)                   \
+  template std::vector<T> Tensor::to_vector<T>() const; \
+  template T Tensor::item<T>() const;
+MT_INSTANTIATE_READERS(float)
+MT_INSTANTIATE_READERS(double)
+MT_INSTANTIATE_READERS(Half)
+MT_INSTANTIATE_READERS(BFloat16)
+MT_INSTANTIATE_READERS(int64_t)
+MT_INSTANTIATE_READERS(int32_t)
+MT_INSTANTIATE_READERS(bool)
+#undef MT_INSTANTIATE_READERS
 
 Tensor Tensor::neg() const { return mixtrain::neg(*this); }
 Tensor Tensor::exp() const { return mixtrain::exp(*this); }

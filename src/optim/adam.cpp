@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "backends/optim.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/optim/adamw.h"

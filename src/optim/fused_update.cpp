@@ -1,8 +1,8 @@
 // The optimizers' fused updates: operand checks, then the backend of the weight's device runs
-// the update (Backend::adam_step / sgd_step).
+// the update (backends::adam_step / sgd_step).
 #include "optim/fused_update.h"
 
-#include "backends/backend.h"
+#include "backends/optim.h"
 #include "mixtrain/core/error.h"
 
 namespace mixtrain::optim::detail {
@@ -54,7 +54,7 @@ void fused_adam(const Tensor& weight, const Tensor& grad, const Tensor& exp_avg,
   if (args.amsgrad) check_operand(op, max_exp_avg_sq, weight, "max_exp_avg_sq");
   if (half_out.defined()) check_operand(op, half_out, weight, "the half parameter");
   check_gate(op, gate, weight);
-  backends::backend_for(weight).adam_step(weight, g, exp_avg, exp_avg_sq, max_exp_avg_sq, half_out, args, gate);
+  backends::adam_step(weight, weight, g, exp_avg, exp_avg_sq, max_exp_avg_sq, half_out, args, gate);
 }
 
 void fused_sgd(const Tensor& weight, const Tensor& grad, const Tensor& momentum_buffer, const Tensor& half_out,
@@ -65,7 +65,7 @@ void fused_sgd(const Tensor& weight, const Tensor& grad, const Tensor& momentum_
   if (args.momentum != 0.0) check_operand("SGD.step", momentum_buffer, weight, "momentum_buffer");
   if (half_out.defined()) check_operand("SGD.step", half_out, weight, "the half parameter");
   check_gate("SGD.step", gate, weight);
-  backends::backend_for(weight).sgd_step(weight, g, momentum_buffer, half_out, args, gate);
+  backends::sgd_step(weight, weight, g, momentum_buffer, half_out, args, gate);
 }
 
 }  // namespace mixtrain::optim::detail

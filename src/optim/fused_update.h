@@ -10,7 +10,7 @@
 // tensors: none) lets the device skip the update (backends::StepGate).
 #include <cstdint>
 
-#include "backends/backend.h"
+#include "backends/optim.h"
 #include "mixtrain/core/tensor.h"
 
 namespace mixtrain::optim::detail {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/backend.h"
+#include "backends/all_kernels.h"
 #include "support/testing.h"
 
 namespace mixtrain::testing {
@@ -25,8 +25,8 @@ class CudaTest : public ::testing::Test {
   void SetUp() override {
     if (!cuda::is_available()) GTEST_SKIP() << no_cuda_reason();
   }
-  static backends::Backend& cpu() { return backends::backend_for(DeviceType::CPU); }
-  static backends::Backend& gpu() { return backends::backend_for(DeviceType::CUDA); }
+  static DeviceType cpu() { return DeviceType::CPU; }
+  static DeviceType gpu() { return DeviceType::CUDA; }
 };
 
 inline Device gpu_device() { return Device::cuda(0); }
@@ -66,7 +66,8 @@ struct OutputSpec {
   Tolerance tol;
 };
 
-using KernelCall = std::function<void(backends::Backend&, const std::vector<Tensor>& in, const std::vector<Tensor>& out)>;
+// Runs one kernel call on the given device type (e.g. backends::unary(device, ...)).
+using KernelCall = std::function<void(DeviceType&, const std::vector<Tensor>& in, const std::vector<Tensor>& out)>;
 
 // Runs call on the CPU backend (inputs as given) and on the CUDA backend (inputs copied to the
 // GPU), into poisoned outputs, and compares each CUDA output with the CPU one.
@@ -79,8 +80,9 @@ inline void compare_backends(const std::string& what, const std::vector<Tensor>&
     out_cpu.push_back(poisoned_on(o.shape, o.dtype, Device::cpu()));
     out_gpu.push_back(poisoned_on(o.shape, o.dtype, gpu_device()));
   }
-  call(backends::backend_for(DeviceType::CPU), inputs, out_cpu);
-  call(backends::backend_for(DeviceType::CUDA), in_gpu, out_gpu);
+  DeviceType on_cpu = DeviceType::CPU, on_gpu = DeviceType::CUDA;
+  call(on_cpu, inputs, out_cpu);
+  call(on_gpu, in_gpu, out_gpu);
   for (size_t i = 0; i < outputs.size(); ++i) {
     EXPECT_EQ(out_gpu[i].device(), gpu_device());
     const std::vector<double> want = to_doubles(out_cpu[i]);

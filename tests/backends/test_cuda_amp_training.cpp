@@ -1,6 +1,7 @@
 // The GradScaler's kernels and the fused optimizer updates on CUDA against the CPU backend, the
 // caching allocator on the device, and whole training steps under autocast on the GPU compared
 // with the same steps on the CPU.
+#include "backends/amp.h"
 #include "backends/cuda_test_util.h"
 
 namespace mixtrain::testing {
@@ -27,9 +28,9 @@ TEST_F(CudaAmp, CheckAndUnscaleFindsInfAndMatchesTheCpu) {
         compare_backends(std::string("unscale ") + dtype_name(gd) + " -> " + dtype_name(od), ins, outs,
                          [](auto& bk, const auto& in, const auto& out) {
                            const size_t n = in.size() - 1;
-                           bk.fill(out[n], 0.0);
-                           bk.fill(out[n + 1], 0.0);
-                           bk.non_finite_check_and_unscale({in.begin(), in.begin() + n}, {out.begin(), out.begin() + n},
+                           backends::fill(bk, out[n], 0.0);
+                           backends::fill(bk, out[n + 1], 0.0);
+                           backends::non_finite_check_and_unscale(bk, {in.begin(), in.begin() + n}, {out.begin(), out.begin() + n},
                                                            in[n], out[n], out[n + 1]);
                          });
       }
@@ -54,7 +55,7 @@ TEST_F(CudaAmp, ScaleUpdateFollowsTheCpuThroughASequence) {
   for (size_t i = 0; i < overflow.size(); ++i) {
     for (int d = 0; d < 2; ++d) {
       const Tensor found = full({}, overflow[i], TensorOptions(kFloat32).device(devs[d]));
-      backends::backend_for(devs[d].type).update_scale(scale[d], growth[d], hyst[d], found, args, at_min[d]);
+      backends::update_scale(devs[d].type, scale[d], growth[d], hyst[d], found, args, at_min[d]);
     }
     ASSERT_EQ(scale[1].item<float>(), scale[0].item<float>()) << "step " << i;
     ASSERT_EQ(growth[1].item<int32_t>(), growth[0].item<int32_t>()) << "step " << i;
@@ -84,12 +85,12 @@ TEST_F(CudaAmp, FusedOptimizerUpdatesMatchTheCpu) {
                         {shape, c.weight, "exp_avg_sq", tol}, {shape, c.weight, "max_exp_avg_sq", tol},
                         {shape, hd, "half_out", tolerance_for(hd)}},
                        [a, c](auto& bk, const auto& in, const auto& out) {
-                         bk.copy(in[0], out[0]);
-                         bk.copy(in[2], out[1]);
-                         bk.copy(in[3], out[2]);
-                         bk.copy(in[3], out[3]);
-                         if (!c.half_out) bk.copy(in[1], out[4]);  // untouched: compared as copied
-                         bk.adam_step(out[0], in[1], out[1], out[2], a.amsgrad ? out[3] : Tensor(),
+                         backends::copy(bk, in[0], out[0]);
+                         backends::copy(bk, in[2], out[1]);
+                         backends::copy(bk, in[3], out[2]);
+                         backends::copy(bk, in[3], out[3]);
+                         if (!c.half_out) backends::copy(bk, in[1], out[4]);  // untouched: compared as copied
+                         backends::adam_step(bk, out[0], in[1], out[1], out[2], a.amsgrad ? out[3] : Tensor(),
                                       c.half_out ? out[4] : Tensor(), a, {});
                        });
     }
@@ -98,9 +99,9 @@ TEST_F(CudaAmp, FusedOptimizerUpdatesMatchTheCpu) {
     compare_backends(std::string("sgd ") + dtype_name(c.weight), {w, g, m},
                      {{shape, c.weight, "weight", tol}, {shape, c.weight, "buf", tol}},
                      [s](auto& bk, const auto& in, const auto& out) {
-                       bk.copy(in[0], out[0]);
-                       bk.copy(in[2], out[1]);
-                       bk.sgd_step(out[0], in[1], out[1], Tensor(), s, {});
+                       backends::copy(bk, in[0], out[0]);
+                       backends::copy(bk, in[2], out[1]);
+                       backends::sgd_step(bk, out[0], in[1], out[1], Tensor(), s, {});
                      });
     // Gated on a device flag (GradScaler's sync-free skip): open, with two skips counted before,
     // the kernels run step a.step - 2 (Adam's bias corrections, SGD's buffer initialisation at
@@ -115,11 +116,11 @@ TEST_F(CudaAmp, FusedOptimizerUpdatesMatchTheCpu) {
                        {{shape, c.weight, "weight", tol}, {shape, c.weight, "exp_avg", tol},
                         {shape, c.weight, "exp_avg_sq", tol}, {{}, kInt32, "skipped_steps", exact()}},
                        [a](auto& bk, const auto& in, const auto& out) {
-                         bk.copy(in[0], out[0]);
-                         bk.copy(in[2], out[1]);
-                         bk.copy(in[3], out[2]);
-                         bk.copy(in[5], out[3]);
-                         bk.adam_step(out[0], in[1], out[1], out[2], Tensor(), Tensor(), a, {in[4], out[3]});
+                         backends::copy(bk, in[0], out[0]);
+                         backends::copy(bk, in[2], out[1]);
+                         backends::copy(bk, in[3], out[2]);
+                         backends::copy(bk, in[5], out[3]);
+                         backends::adam_step(bk, out[0], in[1], out[1], out[2], Tensor(), Tensor(), a, {in[4], out[3]});
                        });
       backends::SgdArgs gs = s;
       gs.step = 3;  // 3 - 2 skips: the first step taken, so buf = g
@@ -127,10 +128,10 @@ TEST_F(CudaAmp, FusedOptimizerUpdatesMatchTheCpu) {
                        {{shape, c.weight, "weight", tol}, {shape, c.weight, "buf", tol},
                         {{}, kInt32, "skipped_steps", exact()}},
                        [gs](auto& bk, const auto& in, const auto& out) {
-                         bk.copy(in[0], out[0]);
-                         bk.copy(in[2], out[1]);
-                         bk.copy(in[4], out[2]);
-                         bk.sgd_step(out[0], in[1], out[1], Tensor(), gs, {in[3], out[2]});
+                         backends::copy(bk, in[0], out[0]);
+                         backends::copy(bk, in[2], out[1]);
+                         backends::copy(bk, in[4], out[2]);
+                         backends::sgd_step(bk, out[0], in[1], out[1], Tensor(), gs, {in[3], out[2]});
                        });
     }
   }

@@ -27,7 +27,7 @@ TEST_F(CudaElementwise, UnaryOpsMatchTheCpu) {
       const Tensor x = needs_positive(op) ? random_tensor({37, 65}, dt, 1, 0.1, 3.0) : random_tensor({37, 65}, dt, 1, -3, 3);
       compare_backends(std::string(backends::unary_op_name(op)) + " " + dtype_name(dt), {x},
                        {{x.shape(), dt, "out", tolerance_for(dt)}}, [op](auto& b, const auto& in, const auto& out) {
-                         b.unary(op, in[0], out[0], 1.7);
+                         backends::unary(b, op, in[0], out[0], 1.7);
                        });
     }
   }
@@ -41,8 +41,8 @@ TEST_F(CudaElementwise, UnaryBackwardMatchesTheCpu) {
       compare_backends(std::string(backends::unary_op_name(op)) + " backward " + dtype_name(dt), {x, g},
                        {{x.shape(), dt, "y", tolerance_for(dt)}, {x.shape(), dt, "grad_x", tolerance_for(dt)}},
                        [op](auto& b, const auto& in, const auto& out) {
-                         b.unary(op, in[0], out[0], 1.7);
-                         b.unary_backward(op, in[0], out[0], in[1], out[1], 1.7);
+                         backends::unary(b, op, in[0], out[0], 1.7);
+                         backends::unary_backward(b, op, in[0], out[0], in[1], out[1], 1.7);
                        });
     }
   }
@@ -57,13 +57,13 @@ TEST_F(CudaElementwise, BinaryOpsBroadcastAndStridedOperands) {
       compare_backends(std::string(backends::binary_op_name(op)) + " " + dtype_name(dt), {a, b},
                        {{a.shape(), dt, "out", tolerance_for(dt)}}, [op](auto& bk, const auto& in, const auto& out) {
                          const Tensor bt = in[1].t().unsqueeze(0).expand(in[0].shape());
-                         bk.binary(op, in[0], bt, out[0]);
+                         backends::binary(bk, op, in[0], bt, out[0]);
                        });
       compare_backends(std::string(backends::binary_op_name(op)) + " scalar " + dtype_name(dt), {a},
                        {{a.shape(), dt, "a op s", tolerance_for(dt)}, {a.shape(), dt, "s op a", tolerance_for(dt)}},
                        [op](auto& bk, const auto& in, const auto& out) {
-                         bk.binary_scalar(op, in[0], 1.25, false, out[0]);
-                         bk.binary_scalar(op, in[0].transpose(0, 2).contiguous().transpose(0, 2), 1.25, true, out[1]);
+                         backends::binary_scalar(bk, op, in[0], 1.25, false, out[0]);
+                         backends::binary_scalar(bk, op, in[0].transpose(0, 2).contiguous().transpose(0, 2), 1.25, true, out[1]);
                        });
     }
   }
@@ -75,10 +75,10 @@ TEST_F(CudaElementwise, LargeContiguousAndMisalignedOperands) {
   for (DType dt : {kFloat32, kFloat16}) {
     const Tensor a = random_tensor({3 * 1000 * 1000 + 3}, dt, 6), b = random_tensor({3 * 1000 * 1000 + 3}, dt, 7);
     compare_backends(std::string("add large ") + dtype_name(dt), {a, b}, {{a.shape(), dt, "out", tolerance_for(dt)}},
-                     [](auto& bk, const auto& in, const auto& out) { bk.binary(BinaryOp::Add, in[0], in[1], out[0]); });
+                     [](auto& bk, const auto& in, const auto& out) { backends::binary(bk, BinaryOp::Add, in[0], in[1], out[0]); });
     compare_backends(std::string("mul offset ") + dtype_name(dt), {a, b},
                      {{{999}, dt, "out", tolerance_for(dt)}}, [](auto& bk, const auto& in, const auto& out) {
-                       bk.binary(BinaryOp::Mul, in[0].narrow(0, 1, 999), in[1].narrow(0, 3, 999), out[0]);
+                       backends::binary(bk, BinaryOp::Mul, in[0].narrow(0, 1, 999), in[1].narrow(0, 3, 999), out[0]);
                      });
   }
 }
@@ -92,11 +92,11 @@ TEST_F(CudaElementwise, ComparisonsAndWhere) {
                          .to(dt);
     for (CompareOp op : {CompareOp::Eq, CompareOp::Ne, CompareOp::Lt, CompareOp::Le, CompareOp::Gt, CompareOp::Ge}) {
       compare_backends(std::string("compare ") + dtype_name(dt), {a, b}, {{a.shape(), kBool, "mask", exact()}},
-                       [op](auto& bk, const auto& in, const auto& out) { bk.compare(op, in[0], in[1], out[0]); });
+                       [op](auto& bk, const auto& in, const auto& out) { backends::compare(bk, op, in[0], in[1], out[0]); });
     }
     if (is_floating(dt))
       compare_backends(std::string("where ") + dtype_name(dt), {a, b, lt(a, b)}, {{a.shape(), dt, "out", exact()}},
-                       [](auto& bk, const auto& in, const auto& out) { bk.where(in[2], in[0], in[1], out[0]); });
+                       [](auto& bk, const auto& in, const auto& out) { backends::where(bk, in[2], in[0], in[1], out[0]); });
   }
 }
 
@@ -114,8 +114,8 @@ TEST_F(CudaElementwise, CopiesBetweenAllDtypesRoundLikeTheCpu) {
       compare_backends(std::string("copy ") + dtype_name(from) + " -> " + dtype_name(to), {s},
                        {{s.shape(), to, "contiguous", exact()}, {{33, 64}, to, "transposed", exact()}},
                        [to](auto& bk, const auto& in, const auto& out) {
-                         bk.copy(in[0], out[0]);
-                         bk.copy(in[0].t(), out[1]);
+                         backends::copy(bk, in[0], out[0]);
+                         backends::copy(bk, in[0].t(), out[1]);
                        });
     }
   }
@@ -135,19 +135,19 @@ TEST_F(CudaElementwise, HostDeviceRoundTripsKeepEveryBit) {
 TEST_F(CudaElementwise, FillAndRandomMatchTheCpu) {
   for (DType dt : {kFloat32, kFloat16, kBFloat16, kFloat64, kInt64, kInt32, kBool}) {
     compare_backends(std::string("fill ") + dtype_name(dt), {}, {{{17, 5}, dt, "out", exact()}},
-                     [](auto& bk, const auto&, const auto& out) { bk.fill(out[0], 3.14159); });
+                     [](auto& bk, const auto&, const auto& out) { backends::fill(bk, out[0], 3.14159); });
   }
   for (DType dt : float_types()) {
     compare_backends(std::string("uniform ") + dtype_name(dt), {}, {{{1000, 37}, dt, "out", exact()}},
                      [](auto& bk, const auto&, const auto& out) {
-                       bk.random(out[0], backends::RandomKind::Uniform, 42, 1000);
+                       backends::random(bk, out[0], backends::RandomKind::Uniform, 42, 1000);
                      });
     // Normal draws go through log and cos, whose last fp64 bit may differ between the host libm
     // and the device: compare with a tolerance, not exactly.
     compare_backends(std::string("normal ") + dtype_name(dt), {},
                      {{{1000, 37}, dt, "out", dt == kFloat64 ? Tolerance{1e-14, 1e-12, 1e-14} : tolerance_for(dt)}},
                      [](auto& bk, const auto&, const auto& out) {
-                       bk.random(out[0], backends::RandomKind::Normal, 42, 1000);
+                       backends::random(bk, out[0], backends::RandomKind::Normal, 42, 1000);
                      });
   }
 }
@@ -156,7 +156,7 @@ TEST_F(CudaElementwise, DropoutDrawsTheCpusMaskAndScale) {
   for (DType dt : float_types()) {
     const Tensor x = random_tensor({1000, 33}, dt, 15, -4, 4);
     compare_backends(std::string("dropout ") + dtype_name(dt), {x}, {{x.shape(), dt, "out", exact()}},
-                     [](auto& bk, const auto& in, const auto& out) { bk.dropout(in[0], 0.3, 99, 12345, out[0]); });
+                     [](auto& bk, const auto& in, const auto& out) { backends::dropout(bk, in[0], 0.3, 99, 12345, out[0]); });
   }
 }
 

@@ -39,7 +39,7 @@ TEST_F(CudaGemm, ProductsInEveryLayoutMatchTheCpu) {
       compare_backends(std::string("gemm ") + dtype_name(dt) + " m=" + std::to_string(c.m) + " k=" + std::to_string(c.k),
                        {a, b, bias}, {{out_shape, dt, "out", gemm_tolerance(dt, c.k)}},
                        [c](auto& bk, const auto& in, const auto& out) {
-                         bk.gemm(in[0], c.ta, in[1], c.tb, out[0], c.bias ? in[2] : Tensor());
+                         backends::gemm(bk, in[0], c.ta, in[1], c.tb, out[0], c.bias ? in[2] : Tensor(), backends::GemmEpilogue::None);
                        });
     }
   }
@@ -49,7 +49,7 @@ TEST_F(CudaGemm, TransposedViewsAreReadInPlace) {
   // Operands whose unit stride is in the second-to-last dimension (a transpose view).
   const Tensor a = random_tensor({48, 20}, kFloat16, 34), b = random_tensor({36, 48}, kFloat16, 35);
   compare_backends("gemm on views", {a, b}, {{{20, 36}, kFloat16, "out", tolerance_for(kFloat16)}},
-                   [](auto& bk, const auto& in, const auto& out) { bk.gemm(in[0].t(), false, in[1].t(), false, out[0], Tensor()); });
+                   [](auto& bk, const auto& in, const auto& out) { backends::gemm(bk, in[0].t(), false, in[1].t(), false, out[0], Tensor(), backends::GemmEpilogue::None); });
 }
 
 TEST_F(CudaGemm, ReluEpilogueMatchesTheCpu) {
@@ -68,7 +68,7 @@ TEST_F(CudaGemm, ReluEpilogueMatchesTheCpu) {
                              (with_bias ? " bias" : ""),
                          {x, w, bias}, {{{c.m, c.n}, dt, "out", gemm_tolerance(dt, c.k)}},
                          [with_bias](auto& bk, const auto& in, const auto& out) {
-                           bk.gemm(in[0], false, in[1], true, out[0], with_bias ? in[2] : Tensor(),
+                           backends::gemm(bk, in[0], false, in[1], true, out[0], with_bias ? in[2] : Tensor(),
                                    backends::GemmEpilogue::Relu);
                          });
       }
@@ -139,9 +139,9 @@ TEST_F(CudaConv, ForwardAndBothBackwardsMatchTheCpu) {
       compare_backends(std::string("conv2d ") + dtype_name(dt) + " groups=" + std::to_string(p.groups), {x, w, bias, gy},
                        {{gy.shape(), dt, "y", tol}, {x.shape(), dt, "grad_x", tol}, {w.shape(), dt, "grad_w", tol}},
                        [p](auto& bk, const auto& in, const auto& out) {
-                         bk.conv2d(in[0], in[1], in[2], p, out[0]);
-                         bk.conv2d_backward_input(in[3], in[1], p, out[1]);
-                         bk.conv2d_backward_weight(in[3], in[0], p, out[2]);
+                         backends::conv2d(bk, in[0], in[1], in[2], p, out[0]);
+                         backends::conv2d_backward_input(bk, in[3], in[1], p, out[1]);
+                         backends::conv2d_backward_weight(bk, in[3], in[0], p, out[2]);
                        });
     }
     cuda::set_cudnn_allow_tf32(true);

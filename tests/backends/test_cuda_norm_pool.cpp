@@ -30,12 +30,12 @@ TEST_F(CudaNorm, BatchNormTrainingAndEval) {
                         {{c}, kFloat32, "running_var", st}, {x.shape(), dt, "y", tol}, {x.shape(), dt, "grad_x", tol},
                         {{c}, sd, "grad_w", st}, {{c}, sd, "grad_b", st}, {x.shape(), dt, "grad_x eval", tol}},
                        [=](auto& bk, const auto& in, const auto& out) {
-                         bk.copy(in[4], out[2]);
-                         bk.copy(in[5], out[3]);
-                         bk.batch_norm_stats(in[0], n, c, s, 1e-5, out[0], out[1], out[2], out[3], 0.1);
-                         bk.batch_norm(in[0], n, c, s, out[0], out[1], in[2], in[3], out[4]);
-                         bk.batch_norm_backward(in[0], in[1], n, c, s, out[0], out[1], in[2], true, out[5], out[6], out[7]);
-                         bk.batch_norm_backward(in[0], in[1], n, c, s, out[0], out[1], in[2], false, out[8], Tensor(),
+                         backends::copy(bk, in[4], out[2]);
+                         backends::copy(bk, in[5], out[3]);
+                         backends::batch_norm_stats(bk, in[0], n, c, s, 1e-5, out[0], out[1], out[2], out[3], 0.1);
+                         backends::batch_norm(bk, in[0], n, c, s, out[0], out[1], in[2], in[3], out[4]);
+                         backends::batch_norm_backward(bk, in[0], in[1], n, c, s, out[0], out[1], in[2], true, out[5], out[6], out[7]);
+                         backends::batch_norm_backward(bk, in[0], in[1], n, c, s, out[0], out[1], in[2], false, out[8], Tensor(),
                                                 Tensor());
                        });
     }
@@ -54,8 +54,8 @@ TEST_F(CudaNorm, LayerNormAndGroupNorm) {
                        {{x.shape(), dt, "y", tol}, {{rows}, sd, "mean", st}, {{rows}, sd, "rstd", st},
                         {x.shape(), dt, "grad_x", tol}, {{cols}, dt, "grad_w", tol}, {{cols}, dt, "grad_b", tol}},
                        [=](auto& bk, const auto& in, const auto& out) {
-                         bk.layer_norm(in[0], rows, cols, 1e-5, in[2], in[3], out[0], out[1], out[2]);
-                         bk.layer_norm_backward(in[0], in[1], rows, cols, out[1], out[2], in[2], out[3], out[4], out[5]);
+                         backends::layer_norm(bk, in[0], rows, cols, 1e-5, in[2], in[3], out[0], out[1], out[2]);
+                         backends::layer_norm_backward(bk, in[0], in[1], rows, cols, out[1], out[2], in[2], out[3], out[4], out[5]);
                        });
     }
     const int64_t n = 3, c = 12, s = 50, groups = 4;
@@ -65,8 +65,8 @@ TEST_F(CudaNorm, LayerNormAndGroupNorm) {
                      {{x.shape(), dt, "y", tol}, {{n, groups}, sd, "mean", st}, {{n, groups}, sd, "rstd", st},
                       {x.shape(), dt, "grad_x", tol}, {{c}, kFloat32, "grad_w", st}, {{c}, kFloat32, "grad_b", st}},
                      [=](auto& bk, const auto& in, const auto& out) {
-                       bk.group_norm(in[0], n, c, s, groups, 1e-5, in[2], in[3], out[0], out[1], out[2]);
-                       bk.group_norm_backward(in[0], in[1], n, c, s, groups, out[1], out[2], in[2], out[3], out[4],
+                       backends::group_norm(bk, in[0], n, c, s, groups, 1e-5, in[2], in[3], out[0], out[1], out[2]);
+                       backends::group_norm_backward(bk, in[0], in[1], n, c, s, groups, out[1], out[2], in[2], out[3], out[4],
                                               out[5]);
                      });
   }
@@ -84,8 +84,8 @@ TEST_F(CudaPool, MaxPoolAndUpsamplingForwardAndBackward) {
                      {{gy.shape(), dt, "y", exact()}, {gy.shape(), kInt64, "indices", exact()},
                       {x.shape(), dt, "grad_x", tolerance_for(dt)}},
                      [p](auto& bk, const auto& in, const auto& out) {
-                       bk.max_pool2d(in[0], p, out[0], out[1]);
-                       bk.max_pool2d_backward(in[1], out[1], out[2]);
+                       backends::max_pool2d(bk, in[0], p, out[0], out[1]);
+                       backends::max_pool2d_backward(bk, in[1], out[1], out[2]);
                      });
     for (auto mode : {backends::UpsampleMode::Nearest, backends::UpsampleMode::Bilinear}) {
       for (bool align : {false, true}) {
@@ -96,8 +96,8 @@ TEST_F(CudaPool, MaxPoolAndUpsamplingForwardAndBackward) {
         compare_backends(std::string("upsample ") + dtype_name(dt), {x, gu},
                          {{gu.shape(), dt, "y", tolerance_for(dt)}, {x.shape(), dt, "grad_x", tolerance_for(dt)}},
                          [u](auto& bk, const auto& in, const auto& out) {
-                           bk.upsample2d(in[0], u, out[0]);
-                           bk.upsample2d_backward(in[1], u, out[1]);
+                           backends::upsample2d(bk, in[0], u, out[0]);
+                           backends::upsample2d_backward(bk, in[1], u, out[1]);
                          });
       }
     }
@@ -112,8 +112,8 @@ TEST_F(CudaPool, EmbeddingGatherAndScatterWithPadding) {
     compare_backends(std::string("embedding ") + dtype_name(dt), {weight, idx, gy},
                      {{{300, 24}, dt, "rows", exact()}, {weight.shape(), dt, "grad", tolerance_for(dt)}},
                      [](auto& bk, const auto& in, const auto& out) {
-                       bk.embedding(in[0], in[1], out[0]);
-                       bk.embedding_backward(in[2], in[1], /*padding_idx=*/7, out[1]);
+                       backends::embedding(bk, in[0], in[1], out[0]);
+                       backends::embedding_backward(bk, in[2], in[1], /*padding_idx=*/7, out[1]);
                      });
   }
 }

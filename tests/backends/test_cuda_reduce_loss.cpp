@@ -33,13 +33,13 @@ TEST_F(CudaReduce, SumMaxMinWithIndicesMatchTheCpu) {
                                std::to_string(v.n) + ", " + std::to_string(v.inner) + "]";
       compare_backends("sum " + what, {x}, {{{v.outer, v.inner}, sum_dt, "sum", is_floating(dt) ? sum_tolerance(dt, v.n, 50.0) : exact()}},
                        [v](auto& b, const auto& in, const auto& out) {
-                         b.reduce(ReduceOp::Sum, in[0], v.outer, v.n, v.inner, out[0], Tensor());
+                         backends::reduce(b, ReduceOp::Sum, in[0], v.outer, v.n, v.inner, out[0], Tensor());
                        });
       for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min}) {
         compare_backends("max/min " + what, {x},
                          {{{v.outer, v.inner}, dt, "value", exact()}, {{v.outer, v.inner}, kInt64, "index", exact()}},
                          [v, op](auto& b, const auto& in, const auto& out) {
-                           b.reduce(op, in[0], v.outer, v.n, v.inner, out[0], out[1]);
+                           backends::reduce(b, op, in[0], v.outer, v.n, v.inner, out[0], out[1]);
                          });
       }
     }
@@ -56,7 +56,7 @@ TEST_F(CudaReduce, MaxKeepsTheFirstNanAndTheFirstOfEqualMaxima) {
   for (const Tensor& t : {x, y}) {
     compare_backends("ties and NaN", {t}, {{{1, 1}, kFloat32, "value", exact()}, {{1, 1}, kInt64, "index", exact()}},
                      [](auto& b, const auto& in, const auto& out) {
-                       b.reduce(ReduceOp::Max, in[0], 1, 5000, 1, out[0], out[1]);
+                       backends::reduce(b, ReduceOp::Max, in[0], 1, 5000, 1, out[0], out[1]);
                      });
   }
 }
@@ -71,8 +71,8 @@ TEST_F(CudaReduce, SoftmaxForwardAndBackwardMatchTheCpu) {
         compare_backends(std::string(log ? "log_softmax " : "softmax ") + dtype_name(dt) + " n=" + std::to_string(v.n),
                          {x, g}, {{x.shape(), dt, "y", tolerance_for(dt)}, {x.shape(), dt, "grad_x", tolerance_for(dt)}},
                          [v, log](auto& b, const auto& in, const auto& out) {
-                           b.softmax(in[0], v.outer, v.n, v.inner, log, 0, out[0]);
-                           b.softmax_backward(out[0], in[1], v.outer, v.n, v.inner, log, out[1]);
+                           backends::softmax(b, in[0], v.outer, v.n, v.inner, log, 0, out[0]);
+                           backends::softmax_backward(b, out[0], in[1], v.outer, v.n, v.inner, log, out[1]);
                          });
       }
     }
@@ -82,8 +82,8 @@ TEST_F(CudaReduce, SoftmaxForwardAndBackwardMatchTheCpu) {
       compare_backends(std::string("causal softmax ") + dtype_name(dt) + " L=" + std::to_string(l), {x, g},
                        {{x.shape(), dt, "y", tolerance_for(dt)}, {x.shape(), dt, "grad_x", tolerance_for(dt)}},
                        [l = l, s = s](auto& b, const auto& in, const auto& out) {
-                         b.softmax(in[0], 6 * l, s, 1, false, l, out[0]);
-                         b.softmax_backward(out[0], in[1], 6 * l, s, 1, false, out[1]);
+                         backends::softmax(b, in[0], 6 * l, s, 1, false, l, out[0]);
+                         backends::softmax_backward(b, out[0], in[1], 6 * l, s, 1, false, out[1]);
                        });
     }
   }
@@ -104,8 +104,8 @@ TEST_F(CudaReduce, NllLossWithIgnoreIndexAndLabelSmoothing) {
                          {{{}, dt, "loss", tolerance_for(dt)}, {{}, kInt64, "count", exact()},
                           {logp.shape(), dt, "grad", tolerance_for(dt)}},
                          [v, args](auto& b, const auto& in, const auto& out) {
-                           b.nll_loss(in[0], in[1], v.outer, v.n, v.inner, args, out[0], out[1]);
-                           b.nll_loss_backward(in[1], v.outer, v.n, v.inner, args, in[2], out[1], out[2]);
+                           backends::nll_loss(b, in[0], in[1], v.outer, v.n, v.inner, args, out[0], out[1]);
+                           backends::nll_loss_backward(b, in[1], v.outer, v.n, v.inner, args, in[2], out[1], out[2]);
                          });
       }
     }

@@ -3,7 +3,7 @@
 // dtype, with strides, padding, dilation, groups and bias; gradients against the reference's
 // numerical derivative and against finite differences in fp64; kernels into poisoned outputs;
 // argument errors.
-#include "backends/backend.h"
+#include "backends/all_kernels.h"
 #include "ops/op_reference.h"
 
 namespace mt = mixtrain;
@@ -156,17 +156,17 @@ TEST(Conv2d, KernelsWriteEveryOutputElement) {
   mt::backends::Conv2dParams p;
   p.stride_h = k.stride.h, p.stride_w = k.stride.w, p.pad_h = k.padding.h, p.pad_w = k.padding.w;
   p.dilation_h = k.dilation.h, p.dilation_w = k.dilation.w, p.groups = k.groups;
-  auto& cpu = mt::backends::backend_for(mt::DeviceType::CPU);
+  const mt::DeviceType cpu = mt::DeviceType::CPU;
   for (mt::DType dt : float_types()) {
     const auto in = conv_inputs(k, dt, false, 30);
     const int64_t ho = conv_out(k.h, k.kh, k.stride.h, k.padding.h, k.dilation.h);
     const int64_t wo = conv_out(k.w, k.kw, k.stride.w, k.padding.w, k.dilation.w);
     mt::Tensor out = poisoned({k.n, k.co, ho, wo}, dt);
-    cpu.conv2d(in[0], in[1], in[2], p, out);
+    mt::backends::conv2d(cpu, in[0], in[1], in[2], p, out);
     EXPECT_TRUE(all_finite(out)) << dt;
     mt::Tensor gx = poisoned(in[0].shape(), dt), gw = poisoned(in[1].shape(), dt);
-    cpu.conv2d_backward_input(out, in[1], p, gx);
-    cpu.conv2d_backward_weight(out, in[0], p, gw);
+    mt::backends::conv2d_backward_input(cpu, out, in[1], p, gx);
+    mt::backends::conv2d_backward_weight(cpu, out, in[0], p, gw);
     EXPECT_TRUE(all_finite(gx)) << dt;
     EXPECT_TRUE(all_finite(gw)) << dt;
   }

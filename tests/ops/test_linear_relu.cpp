@@ -3,7 +3,7 @@
 // and its errors.
 #include <string>
 
-#include "backends/backend.h"
+#include "backends/matmul.h"
 #include "ops/op_reference.h"
 
 namespace mt = mixtrain;
@@ -91,7 +91,7 @@ TEST(LinearRelu, CpuEpilogueWritesEveryElement) {
         const Tensor x = random_tensor({33, 40}, dt, 31), w = random_tensor({19, 40}, dt, 32);
         const Tensor b = with_bias ? random_tensor({19}, dt, 33) : Tensor();
         Tensor out = poisoned({33, 19}, dt);
-        mt::backends::backend_for(mt::DeviceType::CPU).gemm(x, false, w, true, out, b, epi);
+        mt::backends::gemm(mt::DeviceType::CPU, x, false, w, true, out, b, epi);
         ASSERT_TRUE(all_finite(out));
         const Values ref = linear_ref(to_doubles(x), to_doubles(w), b.defined() ? to_doubles(b) : Values{}, 40, 19,
                                       epi == GemmEpilogue::Relu);
@@ -100,7 +100,7 @@ TEST(LinearRelu, CpuEpilogueWritesEveryElement) {
     }
     const Tensor a = random_tensor({3, 6, 8}, dt, 34), bt = random_tensor({3, 5, 8}, dt, 35);
     Tensor out = poisoned({3, 6, 5}, dt);
-    mt::backends::backend_for(mt::DeviceType::CPU).gemm(a, false, bt, true, out, Tensor(), GemmEpilogue::Relu);
+    mt::backends::gemm(mt::DeviceType::CPU, a, false, bt, true, out, Tensor(), GemmEpilogue::Relu);
     const Values av = to_doubles(a), bv = to_doubles(bt);
     Values ref;
     for (int64_t i = 0; i < 3; ++i) {

@@ -4,7 +4,7 @@
 // fp64 (non-contiguous input); poisoned kernel outputs; errors.
 #include <cmath>
 
-#include "backends/backend.h"
+#include "backends/all_kernels.h"
 #include "ops/op_reference.h"
 
 namespace mt = mixtrain;
@@ -209,28 +209,28 @@ TEST(Norms, HalfInputsFarFromZeroKeepFp32Statistics) {
 }
 
 TEST(Norms, KernelsWriteEveryOutputElement) {
-  auto& cpu = mt::backends::backend_for(mt::DeviceType::CPU);
+  const mt::DeviceType cpu = mt::DeviceType::CPU;
   for (mt::DType dt : float_types()) {
     const mt::DType st = dt == mt::kFloat64 ? mt::kFloat64 : mt::kFloat32;
     const mt::Tensor x = random_tensor({2, 4, 3}, dt, 50), w = random_tensor({4}, dt, 51), b = random_tensor({4}, dt, 52);
     mt::Tensor mean = poisoned({4}, st), invstd = poisoned({4}, st), out = poisoned(x.shape(), dt);
-    cpu.batch_norm_stats(x, 2, 4, 3, 1e-5, mean, invstd, {}, {}, 0.1);
-    cpu.batch_norm(x, 2, 4, 3, mean, invstd, w, b, out);
+    mt::backends::batch_norm_stats(cpu, x, 2, 4, 3, 1e-5, mean, invstd, {}, {}, 0.1);
+    mt::backends::batch_norm(cpu, x, 2, 4, 3, mean, invstd, w, b, out);
     mt::Tensor gx = poisoned(x.shape(), dt), gw = poisoned({4}, dt), gb = poisoned({4}, dt);
-    cpu.batch_norm_backward(x, out, 2, 4, 3, mean, invstd, w, true, gx, gw, gb);
+    mt::backends::batch_norm_backward(cpu, x, out, 2, 4, 3, mean, invstd, w, true, gx, gw, gb);
     for (const mt::Tensor& t : {mean, invstd, out, gx, gw, gb}) EXPECT_TRUE(all_finite(t)) << dt;
 
     mt::Tensor gm = poisoned({2, 2}, st), gr = poisoned({2, 2}, st), gout = poisoned(x.shape(), dt);
-    cpu.group_norm(x, 2, 4, 3, 2, 1e-5, w, b, gout, gm, gr);
+    mt::backends::group_norm(cpu, x, 2, 4, 3, 2, 1e-5, w, b, gout, gm, gr);
     mt::Tensor ggx = poisoned(x.shape(), dt), ggw = poisoned({4}, dt), ggb = poisoned({4}, dt);
-    cpu.group_norm_backward(x, gout, 2, 4, 3, 2, gm, gr, w, ggx, ggw, ggb);
+    mt::backends::group_norm_backward(cpu, x, gout, 2, 4, 3, 2, gm, gr, w, ggx, ggw, ggb);
     for (const mt::Tensor& t : {gm, gr, gout, ggx, ggw, ggb}) EXPECT_TRUE(all_finite(t)) << dt;
 
     const mt::Tensor lw = random_tensor({3}, dt, 53), lb = random_tensor({3}, dt, 54);
     mt::Tensor lm = poisoned({8}, st), lr = poisoned({8}, st), lout = poisoned(x.shape(), dt);
-    cpu.layer_norm(x, 8, 3, 1e-5, lw, lb, lout, lm, lr);
+    mt::backends::layer_norm(cpu, x, 8, 3, 1e-5, lw, lb, lout, lm, lr);
     mt::Tensor lgx = poisoned(x.shape(), dt), lgw = poisoned({3}, dt), lgb = poisoned({3}, dt);
-    cpu.layer_norm_backward(x, lout, 8, 3, lm, lr, lw, lgx, lgw, lgb);
+    mt::backends::layer_norm_backward(cpu, x, lout, 8, 3, lm, lr, lw, lgx, lgw, lgb);
     for (const mt::Tensor& t : {lm, lr, lout, lgx, lgw, lgb}) EXPECT_TRUE(all_finite(t)) << dt;
   }
 }

@@ -6,7 +6,7 @@
 #include <limits>
 #include <numeric>
 
-#include "backends/backend.h"
+#include "backends/all_kernels.h"
 #include "ops/op_reference.h"
 
 namespace mt = mixtrain;
@@ -215,25 +215,25 @@ TEST(Interpolate, UpsamplingByTwoRepeatsPixelsAndAlignedCornersKeepCorners) {
 }
 
 TEST(PoolUpsample, KernelsWriteEveryOutputElement) {
-  auto& cpu = mt::backends::backend_for(mt::DeviceType::CPU);
+  const mt::DeviceType cpu = mt::DeviceType::CPU;
   for (mt::DType dt : float_types()) {
     const mt::Tensor x = random_tensor({2, 3, 5, 6}, dt, 60);
     mt::backends::Pool2dParams p;
     p.kernel_h = p.kernel_w = 3, p.stride_h = p.stride_w = 2, p.pad_h = p.pad_w = 1;
     mt::Tensor out = poisoned({2, 3, 3, 3}, dt), idx = poisoned({2, 3, 3, 3}, mt::kInt64);
-    cpu.max_pool2d(x, p, out, idx);
+    mt::backends::max_pool2d(cpu, x, p, out, idx);
     EXPECT_TRUE(all_finite(out)) << dt;
     const std::vector<int64_t> iv = idx.to_vector<int64_t>();
     EXPECT_EQ(std::count(iv.begin(), iv.end(), -12345), 0) << dt;
     mt::Tensor gx = poisoned(x.shape(), dt);
-    cpu.max_pool2d_backward(out, idx, gx);
+    mt::backends::max_pool2d_backward(cpu, out, idx, gx);
     EXPECT_TRUE(all_finite(gx)) << dt;
     for (auto mode : {mt::backends::UpsampleMode::Nearest, mt::backends::UpsampleMode::Bilinear}) {
       mt::backends::Upsample2dParams u;
       u.mode = mode, u.scale_h = 5.0 / 11, u.scale_w = 6.0 / 4;
       mt::Tensor up = poisoned({2, 3, 11, 4}, dt), gu = poisoned(x.shape(), dt);
-      cpu.upsample2d(x, u, up);
-      cpu.upsample2d_backward(up, u, gu);
+      mt::backends::upsample2d(cpu, x, u, up);
+      mt::backends::upsample2d_backward(cpu, up, u, gu);
       EXPECT_TRUE(all_finite(up)) << dt;
       EXPECT_TRUE(all_finite(gu)) << dt;
     }

@@ -9,7 +9,7 @@
 //   scaler.update();                 // back off on overflow, grow after growth_interval clean steps
 //
 // The scale and trackers live in 0-dim device tensors and the check+unscale pass and the update
-// are single backend calls (backends::Backend::non_finite_check_and_unscale / update_scale). When
+// are single backend calls (backends::non_finite_check_and_unscale / update_scale). When
 // the gradients sit on one device, step() hands the inf/NaN flag to the optimizer's kernels
 // (optim::Optimizer::step(found_inf)), which skip the update there: no value is read back unless
 // the caller asks (StepOutcome, skipped_steps(), get_scale(), track_stats, min_scale).

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backends/amp.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 #include "mixtrain/core/half.h"
@@ -180,7 +181,7 @@ Partial run_all(const std::vector<Tensor>& grads, const std::vector<Tensor>& out
 
 }  // namespace
 
-void CpuBackend::non_finite_check_and_unscale(const std::vector<Tensor>& grads, const std::vector<Tensor>& outs,
+void non_finite_check_and_unscale(const std::vector<Tensor>& grads, const std::vector<Tensor>& outs,
                                               const Tensor& inv_scale, const Tensor& found_inf, const Tensor& stats) {
   const UnscaleWork w = prepare_unscale(grads, outs, inv_scale, found_inf, stats);
   if (w.grads.empty()) return;
@@ -188,7 +189,7 @@ void CpuBackend::non_finite_check_and_unscale(const std::vector<Tensor>& grads, 
   const std::vector<Tensor>& o_list = w.outs;
   const float inv = *inv_scale.data_ptr<float>();
   const Partial r = stats.defined() ? run_all<true>(g_list, o_list, inv) : run_all<false>(g_list, o_list, inv);
-  for (const auto& [work, target] : w.copy_back) copy(work, target);
+  for (const auto& [work, target] : w.copy_back) copy(DeviceType::CPU, work, target);
   if (r.nonfinite) *found_inf.data_ptr<float>() = 1.0f;
   if (stats.defined()) {
     int64_t elements = 0;
@@ -201,7 +202,7 @@ void CpuBackend::non_finite_check_and_unscale(const std::vector<Tensor>& grads, 
   }
 }
 
-void CpuBackend::update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_tracker,
+void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_tracker,
                               const Tensor& found_inf, const ScaleUpdateArgs& a, const Tensor& at_min_scale) {
   check_update_scale_args(scale, growth_tracker, hysteresis_tracker, found_inf, at_min_scale);
   float& s = *scale.data_ptr<float>();
@@ -238,6 +239,11 @@ void CpuBackend::update_scale(const Tensor& scale, const Tensor& growth_tracker,
       growth = static_cast<int32_t>(successful);
     }
   }
+}
+
+void register_amp() {
+  backends::non_finite_check_and_unscale.set(DeviceType::CPU, non_finite_check_and_unscale);
+  backends::update_scale.set(DeviceType::CPU, update_scale);
 }
 
 }  // namespace mixtrain::backends::cpu

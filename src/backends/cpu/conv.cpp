@@ -8,6 +8,7 @@
 #include <Eigen/Core>
 #include <vector>
 
+#include "backends/conv.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 
@@ -223,7 +224,7 @@ void backward_weight(const Tensor& grad_out, const Tensor& x, const Geometry& g,
 
 }  // namespace
 
-void CpuBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const Conv2dParams& p,
+void conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const Conv2dParams& p,
                         const Tensor& out_in) {
   const Tensor x = as_nchw(x_in), w = as_nchw(w_in);
   write_nchw(out_in, [&](const Tensor& out) {
@@ -232,7 +233,7 @@ void CpuBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bi
   });
 }
 
-void CpuBackend::conv2d_backward_input(const Tensor& grad_out_in, const Tensor& w_in, const Conv2dParams& p,
+void conv2d_backward_input(const Tensor& grad_out_in, const Tensor& w_in, const Conv2dParams& p,
                                        const Tensor& grad_x_in) {
   const Tensor grad_out = as_nchw(grad_out_in), w = as_nchw(w_in);
   write_nchw(grad_x_in, [&](const Tensor& grad_x) {
@@ -242,7 +243,7 @@ void CpuBackend::conv2d_backward_input(const Tensor& grad_out_in, const Tensor& 
   });
 }
 
-void CpuBackend::conv2d_backward_weight(const Tensor& grad_out_in, const Tensor& x_in, const Conv2dParams& p,
+void conv2d_backward_weight(const Tensor& grad_out_in, const Tensor& x_in, const Conv2dParams& p,
                                         const Tensor& grad_w_in) {
   const Tensor grad_out = as_nchw(grad_out_in), x = as_nchw(x_in);
   write_nchw(grad_w_in, [&](const Tensor& grad_w) {
@@ -250,6 +251,12 @@ void CpuBackend::conv2d_backward_weight(const Tensor& grad_out_in, const Tensor&
     dispatch_floating(x.dtype(), "conv2d_backward_weight",
                       [&](auto tag) { backward_weight<typename decltype(tag)::type>(grad_out, x, g, grad_w); });
   });
+}
+
+void register_conv() {
+  backends::conv2d.set(DeviceType::CPU, conv2d);
+  backends::conv2d_backward_input.set(DeviceType::CPU, conv2d_backward_input);
+  backends::conv2d_backward_weight.set(DeviceType::CPU, conv2d_backward_weight);
 }
 
 }  // namespace mixtrain::backends::cpu

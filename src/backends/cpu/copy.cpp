@@ -1,32 +1,13 @@
 // Copies between any two dtypes and layouts, fills and random fills.
 #include <cstring>
 
+#include "backends/copy.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
-#include "mixtrain/core/rng.h"
 
 namespace mixtrain::backends::cpu {
 
-Backend& cpu_backend() {
-  static CpuBackend backend;
-  return backend;
-}
-
 namespace {
-template <class To, class From>
-To convert(From v) {
-  if constexpr (std::is_same_v<To, bool>) {
-    return static_cast<float>(v) != 0.0f;
-  } else if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) {
-    return static_cast<To>(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
-    // fp64 -> half through fp32 would round twice; PyTorch rounds double to float first as well,
-    // and so does the GPU, so we match them.
-    return To(static_cast<float>(v));
-  } else {
-    return static_cast<To>(v);
-  }
-}
 
 template <class A, class B>
 constexpr bool kBulkConvertible = (std::is_same_v<A, float> && (std::is_same_v<B, Half> || std::is_same_v<B, BFloat16>)) ||
@@ -50,7 +31,7 @@ void copy_run(char* dst, const char* src, int64_t n, int64_t dst_stride, int64_t
 }
 }  // namespace
 
-void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
+void copy(const Tensor& src, const Tensor& dst) {
   MT_CHECK(src.shape() == dst.shape(), "copy: shapes ", shape_str(src.shape()), " and ", shape_str(dst.shape()),
            " differ");
   // Fast paths for the casts AMP does all the time.
@@ -84,7 +65,7 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
   });
 }
 
-void CpuBackend::fill(const Tensor& dst, double value) {
+void fill(const Tensor& dst, double value) {
   dispatch_all(dst.dtype(), "fill", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T v = convert<T>(value);
@@ -98,49 +79,16 @@ void CpuBackend::fill(const Tensor& dst, double value) {
   });
 }
 
-}  // namespace mixtrain::backends::cpu
-
-namespace mixtrain::backends::cpu {
-
-void CpuBackend::random(const Tensor& dst, RandomKind kind, uint64_t seed, uint64_t offset) {
-  MT_CHECK(dst.is_contiguous(), "random: expected a contiguous output, got ", dst.str());
-  dispatch_floating(dst.dtype(), "random", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* p = static_cast<T*>(dst.raw_data());
-    parallel_for(dst.numel(), kParallelGrain / 16, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        const uint64_t k = static_cast<uint64_t>(i);
-        p[i] = convert<T>(kind == RandomKind::Uniform ? random_uniform(seed, offset + k)
-                                                       : random_normal(seed, offset + 2 * k));
-      }
-    });
-  });
-}
-
-void CpuBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out) {
-  MT_CHECK(x.is_contiguous() && out.is_contiguous() && x.dtype() == out.dtype() && x.shape() == out.shape(),
-           "dropout: expected contiguous input and output of one dtype and shape, got ", x.str(), " and ", out.str());
-  const float threshold = static_cast<float>(p);
-  dispatch_floating(x.dtype(), "dropout", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = acc_t<T>;
-    const A scale = static_cast<A>(convert<T>(1.0 / (1.0 - p)));
-    const T* px = static_cast<const T*>(x.raw_data());
-    T* po = static_cast<T*>(out.raw_data());
-    parallel_for(x.numel(), kParallelGrain / 16, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        const bool keep = static_cast<float>(random_uniform(seed, offset + static_cast<uint64_t>(i))) >= threshold;
-        po[i] = static_cast<T>(static_cast<A>(px[i]) * (keep ? scale : A(0)));  // x * 0: NaN stays NaN
-      }
-    });
-  });
-}
-
 Tensor as_nchw(const Tensor& t) {
   if (!t.defined() || t.is_contiguous()) return t;
   Tensor c = Tensor::empty(t.shape(), t.options());
-  cpu_backend().copy(t, c);
+  backends::copy(DeviceType::CPU, t, c);
   return c;
+}
+
+void register_copy() {
+  backends::copy.set(DeviceType::CPU, copy);
+  backends::fill.set(DeviceType::CPU, fill);
 }
 
 }  // namespace mixtrain::backends::cpu

@@ -1,6 +1,7 @@
 // Elementwise kernels: unary math and its derivatives, binary arithmetic, comparisons, where.
 #include <cmath>
 
+#include "backends/elementwise.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 #include "backends/op_switch.h"
@@ -69,7 +70,7 @@ A apply_binary(BinaryOp op, A a, A b) {
 
 }  // namespace
 
-void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out, double alpha) {
+void unary(UnaryOp op, const Tensor& x, const Tensor& out, double alpha) {
   dispatch_floating(x.dtype(), unary_op_name(op), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -80,7 +81,7 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out, double al
   });
 }
 
-void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& grad_y,
+void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& grad_y,
                                 const Tensor& grad_x, double alpha) {
   // x or y may be undefined when the formula does not read it; substitute grad_y (same shape).
   const Tensor& xs = x.defined() ? x : grad_y;
@@ -97,7 +98,7 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, co
   });
 }
 
-void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   dispatch_floating(out.dtype(), binary_op_name(op), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -107,7 +108,7 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
   });
 }
 
-void CpuBackend::binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_first, const Tensor& out) {
+void binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_first, const Tensor& out) {
   dispatch_floating(out.dtype(), binary_op_name(op), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -121,7 +122,7 @@ void CpuBackend::binary_scalar(BinaryOp op, const Tensor& a, double s, bool scal
   });
 }
 
-void CpuBackend::compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   dispatch_all(a.dtype(), "compare", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -136,12 +137,21 @@ void CpuBackend::compare(CompareOp op, const Tensor& a, const Tensor& b, const T
   });
 }
 
-void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
   dispatch_all(out.dtype(), "where", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     map_elementwise<T, bool, T, T>(out, [](bool c, A u, A v) { return c ? u : v; }, cond, a, b);
   });
+}
+
+void register_elementwise() {
+  backends::unary.set(DeviceType::CPU, unary);
+  backends::unary_backward.set(DeviceType::CPU, unary_backward);
+  backends::binary.set(DeviceType::CPU, binary);
+  backends::binary_scalar.set(DeviceType::CPU, binary_scalar);
+  backends::compare.set(DeviceType::CPU, compare);
+  backends::where.set(DeviceType::CPU, where);
 }
 
 }  // namespace mixtrain::backends::cpu

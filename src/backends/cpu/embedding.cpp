@@ -2,6 +2,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/embedding.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 
@@ -15,7 +16,7 @@ void check_indices(const int64_t* idx, int64_t k, int64_t v) {
 }
 }  // namespace
 
-void CpuBackend::embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) {
+void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) {
   MT_CHECK(weight.is_contiguous() && indices.is_contiguous() && out.is_contiguous(),
            "embedding: expected contiguous tensors");
   const int64_t v = weight.size(0), d = weight.size(1), k = indices.numel();
@@ -29,7 +30,7 @@ void CpuBackend::embedding(const Tensor& weight, const Tensor& indices, const Te
   });
 }
 
-void CpuBackend::embedding_backward(const Tensor& grad_out, const Tensor& indices, int64_t padding_idx,
+void embedding_backward(const Tensor& grad_out, const Tensor& indices, int64_t padding_idx,
                                     const Tensor& grad_weight) {
   MT_CHECK(grad_out.is_contiguous() && indices.is_contiguous() && grad_weight.is_contiguous(),
            "embedding_backward: expected contiguous tensors");
@@ -54,6 +55,11 @@ void CpuBackend::embedding_backward(const Tensor& grad_out, const Tensor& indice
     });
     for (int64_t i = 0; i < v * d; ++i) pw[i] = static_cast<T>(acc[i]);
   });
+}
+
+void register_embedding() {
+  backends::embedding.set(DeviceType::CPU, embedding);
+  backends::embedding_backward.set(DeviceType::CPU, embedding_backward);
 }
 
 }  // namespace mixtrain::backends::cpu

@@ -176,6 +176,22 @@ S lane_sum(int64_t n, F&& f) {
 }
 
 // n elements between a half type and fp32, in vectorized bulk conversions split over the threads.
+// One value converted as the GPU does it: half types through fp32, bool as x != 0.
+template <class To, class From>
+To convert(From v) {
+  if constexpr (std::is_same_v<To, bool>) {
+    return static_cast<float>(v) != 0.0f;
+  } else if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) {
+    return static_cast<To>(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
+    // fp64 -> half through fp32 would round twice; PyTorch rounds double to float first as well,
+    // and so does the GPU, so we match them.
+    return To(static_cast<float>(v));
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
 template <class From, class To>
 void convert_parallel(const From* src, int64_t n, To* dst) {
   parallel_for(n, kParallelGrain, [&](int64_t b, int64_t e) { convert_array(src + b, dst + b, e - b); });

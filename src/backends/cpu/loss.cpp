@@ -2,12 +2,13 @@
 #include <cmath>
 #include <limits>
 
+#include "backends/loss.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 
 namespace mixtrain::backends::cpu {
 
-void CpuBackend::nll_loss(const Tensor& logp, const Tensor& target, int64_t outer, int64_t classes, int64_t inner,
+void nll_loss(const Tensor& logp, const Tensor& target, int64_t outer, int64_t classes, int64_t inner,
                           const NllLossArgs& args, const Tensor& loss, const Tensor& count) {
   const int64_t* pt = target.data_ptr<int64_t>();
   for (int64_t k = 0; k < outer * inner; ++k) {
@@ -42,12 +43,12 @@ void CpuBackend::nll_loss(const Tensor& logp, const Tensor& target, int64_t oute
   });
 }
 
-void CpuBackend::nll_loss_backward(const Tensor& target, int64_t outer, int64_t classes, int64_t inner,
+void nll_loss_backward(const Tensor& target, int64_t outer, int64_t classes, int64_t inner,
                                    const NllLossArgs& args, const Tensor& grad_loss, const Tensor& count,
                                    const Tensor& grad_logp) {
   const int64_t* pt = target.data_ptr<int64_t>();
   const int64_t valid = *count.data_ptr<int64_t>();
-  fill(grad_logp, 0.0);
+  fill(DeviceType::CPU, grad_logp, 0.0);
   if (valid == 0) return;
   dispatch_floating(grad_logp.dtype(), "nll_loss_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -69,6 +70,11 @@ void CpuBackend::nll_loss_backward(const Tensor& target, int64_t outer, int64_t 
       }
     }
   });
+}
+
+void register_loss() {
+  backends::nll_loss.set(DeviceType::CPU, nll_loss);
+  backends::nll_loss_backward.set(DeviceType::CPU, nll_loss_backward);
 }
 
 }  // namespace mixtrain::backends::cpu

@@ -5,6 +5,7 @@
 
 #include <Eigen/Core>
 
+#include "backends/matmul.h"
 #include "backends/cpu/cpu_backend.h"
 #include "mixtrain/autograd/grad_mode.h"
 #include "backends/cpu/loops.h"
@@ -104,7 +105,7 @@ void gemm_typed(const MatrixView& a, const MatrixView& b, S* out, int64_t batch,
 
 }  // namespace
 
-void CpuBackend::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& out,
+void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& out,
                       const Tensor& bias, GemmEpilogue epilogue) {
   MT_CHECK(out.is_contiguous(), "gemm: output must be contiguous");
   const int64_t batch = out.dim() == 3 ? out.size(0) : 1;
@@ -127,7 +128,7 @@ void CpuBackend::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans
     const bool transposed = tt.defined() && tt.is_contiguous();
     const Tensor& src = transposed ? tt : t;
     Tensor w = Tensor::empty(src.shape(), TensorOptions(kFloat32));
-    copy(src, w);
+    copy(DeviceType::CPU, src, w);
     return transposed ? w.transpose(t.dim() - 2, t.dim() - 1) : w;
   };
   const Tensor a32 = widen(a), b32 = widen(b);
@@ -135,7 +136,11 @@ void CpuBackend::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans
   Tensor out32 = Tensor::empty(out.shape(), TensorOptions(kFloat32));
   gemm_typed<float>(view_of(a32, trans_a), view_of(b32, trans_b), out32.data_ptr<float>(), batch,
                     bias32.defined() ? bias32.data_ptr<float>() : nullptr, epilogue);
-  copy(out32, out);
+  copy(DeviceType::CPU, out32, out);
+}
+
+void register_matmul() {
+  backends::gemm.set(DeviceType::CPU, gemm);
 }
 
 }  // namespace mixtrain::backends::cpu

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "backends/norm.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 
@@ -139,7 +140,7 @@ void row_norm_backward(const Tensor& x, const Tensor& grad_y, const RowLayout& l
 
 // ---- Batch norm: x viewed as [n, c, s].
 
-void CpuBackend::batch_norm_stats(const Tensor& x, int64_t n, int64_t c, int64_t s, double eps, const Tensor& mean,
+void batch_norm_stats(const Tensor& x, int64_t n, int64_t c, int64_t s, double eps, const Tensor& mean,
                                   const Tensor& invstd, const Tensor& running_mean, const Tensor& running_var,
                                   double momentum) {
   MT_CHECK(x.is_contiguous(), "batch_norm: expected a contiguous input");
@@ -186,7 +187,7 @@ void CpuBackend::batch_norm_stats(const Tensor& x, int64_t n, int64_t c, int64_t
   }
 }
 
-void CpuBackend::batch_norm(const Tensor& x, int64_t n, int64_t c, int64_t s, const Tensor& mean,
+void batch_norm(const Tensor& x, int64_t n, int64_t c, int64_t s, const Tensor& mean,
                             const Tensor& invstd, const Tensor& weight, const Tensor& bias, const Tensor& out) {
   MT_CHECK(x.is_contiguous() && out.is_contiguous(), "batch_norm: expected contiguous tensors");
   const std::vector<double> mv = channel_values(mean, c, 0.0), iv = channel_values(invstd, c, 1.0);
@@ -211,7 +212,7 @@ void CpuBackend::batch_norm(const Tensor& x, int64_t n, int64_t c, int64_t s, co
   });
 }
 
-void CpuBackend::batch_norm_backward(const Tensor& x, const Tensor& grad_y, int64_t n, int64_t c, int64_t s,
+void batch_norm_backward(const Tensor& x, const Tensor& grad_y, int64_t n, int64_t c, int64_t s,
                                      const Tensor& mean, const Tensor& invstd, const Tensor& weight, bool batch_stats,
                                      const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
   MT_CHECK(x.is_contiguous() && grad_y.is_contiguous(), "batch_norm_backward: expected contiguous tensors");
@@ -270,7 +271,7 @@ void CpuBackend::batch_norm_backward(const Tensor& x, const Tensor& grad_y, int6
 
 // ---- Group norm and layer norm.
 
-void CpuBackend::group_norm(const Tensor& x, int64_t n, int64_t c, int64_t s, int64_t groups, double eps,
+void group_norm(const Tensor& x, int64_t n, int64_t c, int64_t s, int64_t groups, double eps,
                             const Tensor& weight, const Tensor& bias, const Tensor& out, const Tensor& mean,
                             const Tensor& rstd) {
   MT_CHECK(x.is_contiguous() && out.is_contiguous(), "group_norm: expected contiguous tensors");
@@ -280,7 +281,7 @@ void CpuBackend::group_norm(const Tensor& x, int64_t n, int64_t c, int64_t s, in
   });
 }
 
-void CpuBackend::group_norm_backward(const Tensor& x, const Tensor& grad_y, int64_t n, int64_t c, int64_t s,
+void group_norm_backward(const Tensor& x, const Tensor& grad_y, int64_t n, int64_t c, int64_t s,
                                      int64_t groups, const Tensor& mean, const Tensor& rstd, const Tensor& weight,
                                      const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
   MT_CHECK(x.is_contiguous() && grad_y.is_contiguous(), "group_norm_backward: expected contiguous tensors");
@@ -290,7 +291,7 @@ void CpuBackend::group_norm_backward(const Tensor& x, const Tensor& grad_y, int6
   });
 }
 
-void CpuBackend::layer_norm(const Tensor& x, int64_t rows, int64_t cols, double eps, const Tensor& weight,
+void layer_norm(const Tensor& x, int64_t rows, int64_t cols, double eps, const Tensor& weight,
                             const Tensor& bias, const Tensor& out, const Tensor& mean, const Tensor& rstd) {
   MT_CHECK(x.is_contiguous() && out.is_contiguous(), "layer_norm: expected contiguous tensors");
   const RowLayout lay{rows, cols, 1, 1, cols};
@@ -299,7 +300,7 @@ void CpuBackend::layer_norm(const Tensor& x, int64_t rows, int64_t cols, double 
   });
 }
 
-void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& grad_y, int64_t rows, int64_t cols,
+void layer_norm_backward(const Tensor& x, const Tensor& grad_y, int64_t rows, int64_t cols,
                                      const Tensor& mean, const Tensor& rstd, const Tensor& weight, const Tensor& grad_x,
                                      const Tensor& grad_weight, const Tensor& grad_bias) {
   MT_CHECK(x.is_contiguous() && grad_y.is_contiguous(), "layer_norm_backward: expected contiguous tensors");
@@ -307,6 +308,16 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& grad_y, int6
   dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto tag) {
     row_norm_backward<typename decltype(tag)::type>(x, grad_y, lay, mean, rstd, weight, grad_x, grad_weight, grad_bias);
   });
+}
+
+void register_norm() {
+  backends::batch_norm_stats.set(DeviceType::CPU, batch_norm_stats);
+  backends::batch_norm.set(DeviceType::CPU, batch_norm);
+  backends::batch_norm_backward.set(DeviceType::CPU, batch_norm_backward);
+  backends::group_norm.set(DeviceType::CPU, group_norm);
+  backends::group_norm_backward.set(DeviceType::CPU, group_norm_backward);
+  backends::layer_norm.set(DeviceType::CPU, layer_norm);
+  backends::layer_norm_backward.set(DeviceType::CPU, layer_norm_backward);
 }
 
 }  // namespace mixtrain::backends::cpu

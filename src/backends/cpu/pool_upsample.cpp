@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "backends/pool_upsample.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 
@@ -135,7 +136,7 @@ void upsample_backward(const Tensor& grad_out, const Upsample2dParams& p, const 
 
 }  // namespace
 
-void CpuBackend::max_pool2d(const Tensor& x_in, const Pool2dParams& p, const Tensor& out_in,
+void max_pool2d(const Tensor& x_in, const Pool2dParams& p, const Tensor& out_in,
                             const Tensor& indices_in) {
   if (!out_in.is_contiguous() || !indices_in.is_contiguous()) {
     const Tensor x = as_nchw(x_in);
@@ -184,7 +185,7 @@ void CpuBackend::max_pool2d(const Tensor& x_in, const Pool2dParams& p, const Ten
   });
 }
 
-void CpuBackend::max_pool2d_backward(const Tensor& grad_out_in, const Tensor& indices_in, const Tensor& grad_x_in) {
+void max_pool2d_backward(const Tensor& grad_out_in, const Tensor& indices_in, const Tensor& grad_x_in) {
   if (!grad_x_in.is_contiguous()) {
     return write_nchw(grad_x_in, [&](const Tensor& grad_x) { max_pool2d_backward(grad_out_in, indices_in, grad_x); });
   }
@@ -204,15 +205,22 @@ void CpuBackend::max_pool2d_backward(const Tensor& grad_out_in, const Tensor& in
   });
 }
 
-void CpuBackend::upsample2d(const Tensor& x, const Upsample2dParams& p, const Tensor& out) {
+void upsample2d(const Tensor& x, const Upsample2dParams& p, const Tensor& out) {
   MT_CHECK(x.is_contiguous() && out.is_contiguous(), "upsample2d: expected contiguous tensors");
   dispatch_floating(x.dtype(), "upsample2d", [&](auto tag) { upsample_forward<typename decltype(tag)::type>(x, p, out); });
 }
 
-void CpuBackend::upsample2d_backward(const Tensor& grad_out, const Upsample2dParams& p, const Tensor& grad_x) {
+void upsample2d_backward(const Tensor& grad_out, const Upsample2dParams& p, const Tensor& grad_x) {
   MT_CHECK(grad_out.is_contiguous() && grad_x.is_contiguous(), "upsample2d_backward: expected contiguous tensors");
   dispatch_floating(grad_x.dtype(), "upsample2d_backward",
                     [&](auto tag) { upsample_backward<typename decltype(tag)::type>(grad_out, p, grad_x); });
+}
+
+void register_pool_upsample() {
+  backends::max_pool2d.set(DeviceType::CPU, max_pool2d);
+  backends::max_pool2d_backward.set(DeviceType::CPU, max_pool2d_backward);
+  backends::upsample2d.set(DeviceType::CPU, upsample2d);
+  backends::upsample2d_backward.set(DeviceType::CPU, upsample2d_backward);
 }
 
 }  // namespace mixtrain::backends::cpu

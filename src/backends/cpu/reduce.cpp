@@ -1,7 +1,9 @@
 // Reductions, softmax and log_softmax over the middle axis of an [outer, n, inner] view.
 #include <cmath>
 #include <limits>
+#include <vector>
 
+#include "backends/reduce.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 
@@ -13,9 +15,44 @@ namespace {
 template <class T>
 using sum_t = std::conditional_t<std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>,
                                  double, int64_t>;
+// The larger of two norm parts; a NaN wins, as torch.max propagates it.
+double max_keeping_nan(double total, double part) { return (part > total || part != part) ? part : total; }
+
+// One pass over a contiguous gradient: sum of |g|^p (p = 2 fast path) or max |g|, in fp64.
+// Split in fixed chunks whose partial results are combined in order, so the value does not
+// depend on the number of threads.
+template <class T>
+double grad_norm_part(const T* g, int64_t n, double p) {
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> part(static_cast<size_t>(chunks), 0.0);
+  const bool inf = std::isinf(p);
+#pragma omp parallel for schedule(static) if (n > kChunk)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
+    double acc = 0.0;
+    if (inf) {
+      for (int64_t i = b; i < e; ++i) {
+        acc = max_keeping_nan(acc, std::fabs(static_cast<double>(static_cast<acc_t<T>>(g[i]))));
+      }
+    } else if (p == 2.0) {
+      acc = lane_sum(e - b, [&](int64_t i) {
+        const double v = static_cast<double>(static_cast<acc_t<T>>(g[b + i]));
+        return v * v;
+      });
+    } else {
+      for (int64_t i = b; i < e; ++i) acc += std::pow(std::fabs(static_cast<double>(static_cast<acc_t<T>>(g[i]))), p);
+    }
+    part[static_cast<size_t>(c)] = acc;
+  }
+  double total = 0.0;
+  for (double v : part) total = inf ? max_keeping_nan(total, v) : total + v;
+  return total;
+}
+
 }  // namespace
 
-void CpuBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner, const Tensor& out,
+void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner, const Tensor& out,
                         const Tensor& indices) {
   MT_CHECK(x.is_contiguous() && out.is_contiguous(), "reduce: expected contiguous tensors");
   dispatch_all(x.dtype(), "reduce", [&](auto tag) {
@@ -62,64 +99,18 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, 
   });
 }
 
-void CpuBackend::softmax(const Tensor& x, int64_t outer, int64_t n, int64_t inner, bool log, int64_t causal_rows,
-                         const Tensor& out) {
-  MT_CHECK(x.is_contiguous() && out.dtype() == x.dtype(), "softmax: expected a contiguous input of the output dtype");
-  MT_CHECK(causal_rows == 0 || (inner == 1 && !log), "softmax: a causal mask needs rows (inner == 1), not log");
-  dispatch_floating(x.dtype(), log ? "log_softmax" : "softmax", [&](auto tag) {
+void norm_part(const Tensor& x, double p, const Tensor& out) {
+  MT_CHECK(x.is_dense() && out.dtype() == kFloat64 && out.numel() == 1 && out.device().is_cpu(),
+           "norm_part: expected a dense input and a 1-element float64 host output, got ", x.str(), " and ", out.str());
+  dispatch_floating(x.dtype(), "norm_part", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using A = acc_t<T>;
-    const T* px = static_cast<const T*>(x.raw_data());
-    T* po = static_cast<T*>(out.raw_data());
-    parallel_for(outer * inner, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, n)), [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        const int64_t o = r / inner, i = r % inner;
-        const T* row = px + o * n * inner + i;
-        T* orow = po + o * n * inner + i;
-        const int64_t kept = causal_rows > 0 ? std::min(n, o % causal_rows + 1) : n;
-        A mx = -std::numeric_limits<A>::infinity();
-        for (int64_t j = 0; j < kept; ++j) mx = std::max(mx, static_cast<A>(row[j * inner]));
-        if (std::isinf(mx) && mx < 0) mx = 0;  // all -inf: keep exp finite so the row becomes NaN/0 as torch
-        A total = 0;
-        for (int64_t j = 0; j < kept; ++j) total += std::exp(static_cast<A>(row[j * inner]) - mx);
-        if (log) {
-          const A lse = mx + std::log(total);
-          for (int64_t j = 0; j < n; ++j) orow[j * inner] = static_cast<T>(static_cast<A>(row[j * inner]) - lse);
-        } else {
-          const A inv = A(1) / total;
-          for (int64_t j = 0; j < kept; ++j) orow[j * inner] = static_cast<T>(std::exp(static_cast<A>(row[j * inner]) - mx) * inv);
-          for (int64_t j = kept; j < n; ++j) orow[j * inner] = T(0);
-        }
-      }
-    });
+    *out.data_ptr<double>() = grad_norm_part(x.data_ptr<T>(), x.numel(), p);
   });
 }
 
-void CpuBackend::softmax_backward(const Tensor& y, const Tensor& grad_y, int64_t outer, int64_t n, int64_t inner,
-                                  bool log, const Tensor& grad_x) {
-  MT_CHECK(y.is_contiguous() && grad_y.is_contiguous(), "softmax_backward: expected contiguous tensors");
-  dispatch_floating(y.dtype(), "softmax_backward", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = acc_t<T>;
-    const T* py = static_cast<const T*>(y.raw_data());
-    const T* pg = static_cast<const T*>(grad_y.raw_data());
-    T* px = static_cast<T*>(grad_x.raw_data());
-    parallel_for(outer * inner, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, n)), [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        const int64_t base = (r / inner) * n * inner + r % inner;
-        A dot = 0;
-        for (int64_t j = 0; j < n; ++j) {
-          const int64_t k = base + j * inner;
-          dot += log ? static_cast<A>(pg[k]) : static_cast<A>(pg[k]) * static_cast<A>(py[k]);
-        }
-        for (int64_t j = 0; j < n; ++j) {
-          const int64_t k = base + j * inner;
-          const A yv = static_cast<A>(py[k]), gv = static_cast<A>(pg[k]);
-          px[k] = static_cast<T>(log ? gv - std::exp(yv) * dot : yv * (gv - dot));
-        }
-      }
-    });
-  });
+void register_reduce() {
+  backends::reduce.set(DeviceType::CPU, reduce);
+  backends::norm_part.set(DeviceType::CPU, norm_part);
 }
 
 }  // namespace mixtrain::backends::cpu

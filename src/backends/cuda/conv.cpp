@@ -15,8 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "backends/conv.h"
+#include "backends/copy.h"
+#include "backends/elementwise.h"
 #include "backends/cuda/context.h"
-#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/operands.h"
 #include "backends/cuda/cuda_check.h"
 
 namespace mixtrain::backends::cuda {
@@ -200,7 +203,7 @@ Geometry geometry(const Tensor& x_shape_of, const Tensor& w, const Tensor& y_sha
 
 }  // namespace
 
-void CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const Conv2dParams& p,
+void conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const Conv2dParams& p,
                          const Tensor& out) {
   check_device("conv2d", out.device(), {&x_in, &w_in, &bias});
   DeviceContext& ctx = context(out);
@@ -216,18 +219,18 @@ void CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b
             });
   if (bias.defined()) {
     const Tensor b = as_contiguous(bias, out.dtype()).reshape({1, out.size(1), 1, 1}).expand(out.shape());
-    binary(BinaryOp::Add, out, b, out);
+    backends::binary(DeviceType::CUDA, BinaryOp::Add, out, b, out);
   }
 }
 
-void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w_in, const Conv2dParams& p,
+void conv2d_backward_input(const Tensor& grad_out, const Tensor& w_in, const Conv2dParams& p,
                                         const Tensor& grad_x) {
   check_device("conv2d_backward_input", grad_x.device(), {&grad_out, &w_in});
   DeviceContext& ctx = context(grad_x);
   const MemoryFormat f = layout_of("conv2d", grad_x, grad_out);
   const Tensor dy = as_layout(grad_out, grad_x.dtype(), f), w = as_layout(w_in, grad_x.dtype(), f);
   if (grad_x.numel() == 0) return;
-  if (dy.numel() == 0) return fill(grad_x, 0.0);
+  if (dy.numel() == 0) return backends::fill(DeviceType::CUDA, grad_x, 0.0);
   with_plan(geometry(grad_x, w, dy, p, f), Direction::BackwardData, ctx,
             [&](ConvPlan& plan, int algo, cudnnHandle_t h, void* ws, size_t ws_bytes, const void* alpha,
                 const void* beta) {
@@ -237,14 +240,14 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w_
             });
 }
 
-void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x_in, const Conv2dParams& p,
+void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x_in, const Conv2dParams& p,
                                          const Tensor& grad_w) {
   check_device("conv2d_backward_weight", grad_w.device(), {&grad_out, &x_in});
   DeviceContext& ctx = context(grad_w);
   const MemoryFormat f = layout_of("conv2d", grad_w, x_in);
   const Tensor dy = as_layout(grad_out, grad_w.dtype(), f), x = as_layout(x_in, grad_w.dtype(), f);
   if (grad_w.numel() == 0) return;
-  if (dy.numel() == 0) return fill(grad_w, 0.0);
+  if (dy.numel() == 0) return backends::fill(DeviceType::CUDA, grad_w, 0.0);
   with_plan(geometry(x, grad_w, dy, p, f), Direction::BackwardFilter, ctx,
             [&](ConvPlan& plan, int algo, cudnnHandle_t h, void* ws, size_t ws_bytes, const void* alpha,
                 const void* beta) {
@@ -252,6 +255,12 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x
                                                     static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws, ws_bytes,
                                                     beta, plan.w, grad_w.raw_data());
             });
+}
+
+void register_conv() {
+  backends::conv2d.set(DeviceType::CUDA, conv2d);
+  backends::conv2d_backward_input.set(DeviceType::CUDA, conv2d_backward_input);
+  backends::conv2d_backward_weight.set(DeviceType::CUDA, conv2d_backward_weight);
 }
 
 }  // namespace mixtrain::backends::cuda

@@ -1,8 +1,10 @@
 // Host side of batch norm, group norm and layer norm on CUDA. The kernels take per-channel
 // tensors (weight, bias, statistics, running statistics, affine gradients) in the stat dtype;
 // tensors of another dtype are converted on the way in and written back on the way out.
+#include "backends/norm.h"
+#include "backends/copy.h"
 #include "backends/cuda/context.h"
-#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/operands.h"
 
 namespace mixtrain::backends::cuda {
 
@@ -19,12 +21,12 @@ class StatOut {
   }
   // In-out tensors (running statistics) start from the target's values.
   StatOut& load() {
-    if (work_.defined() && !work_.is_same(target_)) cuda_backend()->copy(target_, work_);
+    if (work_.defined() && !work_.is_same(target_)) backends::copy(DeviceType::CUDA, target_, work_);
     return *this;
   }
   void* get() const { return ptr(work_); }
   void finish() const {
-    if (work_.defined() && !work_.is_same(target_)) cuda_backend()->copy(work_, target_);
+    if (work_.defined() && !work_.is_same(target_)) backends::copy(DeviceType::CUDA, work_, target_);
   }
 
  private:
@@ -62,7 +64,7 @@ void row_norm_backward(const Tensor& x_in, const Tensor& grad_y, const kernels::
 
 }  // namespace
 
-void CudaBackend::batch_norm_stats(const Tensor& x_in, int64_t n, int64_t c, int64_t s, double eps, const Tensor& mean,
+void batch_norm_stats(const Tensor& x_in, int64_t n, int64_t c, int64_t s, double eps, const Tensor& mean,
                                    const Tensor& invstd, const Tensor& running_mean, const Tensor& running_var,
                                    double momentum) {
   check_device("batch_norm", x_in.device(), {&mean, &invstd, &running_mean, &running_var});
@@ -81,7 +83,7 @@ void CudaBackend::batch_norm_stats(const Tensor& x_in, int64_t n, int64_t c, int
   rv.finish();
 }
 
-void CudaBackend::batch_norm(const Tensor& x_in, int64_t n, int64_t c, int64_t s, const Tensor& mean,
+void batch_norm(const Tensor& x_in, int64_t n, int64_t c, int64_t s, const Tensor& mean,
                              const Tensor& invstd, const Tensor& weight, const Tensor& bias, const Tensor& out) {
   check_device("batch_norm", out.device(), {&x_in, &mean, &invstd, &weight, &bias});
   const DType sd = stat_dtype(x_in);
@@ -92,7 +94,7 @@ void CudaBackend::batch_norm(const Tensor& x_in, int64_t n, int64_t c, int64_t s
                             out.raw_data(), context(out).stream);
 }
 
-void CudaBackend::batch_norm_backward(const Tensor& x_in, const Tensor& grad_y, int64_t n, int64_t c, int64_t s,
+void batch_norm_backward(const Tensor& x_in, const Tensor& grad_y, int64_t n, int64_t c, int64_t s,
                                       const Tensor& mean, const Tensor& invstd, const Tensor& weight, bool batch_stats,
                                       const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
   check_device("batch_norm_backward", x_in.device(), {&grad_y, &mean, &invstd, &weight, &grad_x, &grad_weight, &grad_bias});
@@ -107,29 +109,39 @@ void CudaBackend::batch_norm_backward(const Tensor& x_in, const Tensor& grad_y, 
   gb.finish();
 }
 
-void CudaBackend::group_norm(const Tensor& x, int64_t n, int64_t c, int64_t s, int64_t groups, double eps,
+void group_norm(const Tensor& x, int64_t n, int64_t c, int64_t s, int64_t groups, double eps,
                              const Tensor& weight, const Tensor& bias, const Tensor& out, const Tensor& mean,
                              const Tensor& rstd) {
   row_norm(x, {n * groups, c / groups * s, groups, s, c}, eps, weight, bias, out, mean, rstd, "group_norm");
 }
 
-void CudaBackend::group_norm_backward(const Tensor& x, const Tensor& grad_y, int64_t n, int64_t c, int64_t s,
+void group_norm_backward(const Tensor& x, const Tensor& grad_y, int64_t n, int64_t c, int64_t s,
                                       int64_t groups, const Tensor& mean, const Tensor& rstd, const Tensor& weight,
                                       const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
   row_norm_backward(x, grad_y, {n * groups, c / groups * s, groups, s, c}, mean, rstd, weight, grad_x, grad_weight,
                     grad_bias, "group_norm_backward");
 }
 
-void CudaBackend::layer_norm(const Tensor& x, int64_t rows, int64_t cols, double eps, const Tensor& weight,
+void layer_norm(const Tensor& x, int64_t rows, int64_t cols, double eps, const Tensor& weight,
                              const Tensor& bias, const Tensor& out, const Tensor& mean, const Tensor& rstd) {
   row_norm(x, {rows, cols, 1, 1, cols}, eps, weight, bias, out, mean, rstd, "layer_norm");
 }
 
-void CudaBackend::layer_norm_backward(const Tensor& x, const Tensor& grad_y, int64_t rows, int64_t cols,
+void layer_norm_backward(const Tensor& x, const Tensor& grad_y, int64_t rows, int64_t cols,
                                       const Tensor& mean, const Tensor& rstd, const Tensor& weight,
                                       const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
   row_norm_backward(x, grad_y, {rows, cols, 1, 1, cols}, mean, rstd, weight, grad_x, grad_weight, grad_bias,
                     "layer_norm_backward");
+}
+
+void register_norm() {
+  backends::batch_norm_stats.set(DeviceType::CUDA, batch_norm_stats);
+  backends::batch_norm.set(DeviceType::CUDA, batch_norm);
+  backends::batch_norm_backward.set(DeviceType::CUDA, batch_norm_backward);
+  backends::group_norm.set(DeviceType::CUDA, group_norm);
+  backends::group_norm_backward.set(DeviceType::CUDA, group_norm_backward);
+  backends::layer_norm.set(DeviceType::CUDA, layer_norm);
+  backends::layer_norm_backward.set(DeviceType::CUDA, layer_norm_backward);
 }
 
 }  // namespace mixtrain::backends::cuda

@@ -1,42 +1,14 @@
-// Host side of the reductions, softmax and the NLL loss on CUDA.
+// Host side of the negative log-likelihood loss on CUDA.
 #include <vector>
 
+#include "backends/loss.h"
 #include "backends/cuda/context.h"
-#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/operands.h"
 #include "backends/cuda/cuda_check.h"
 
 namespace mixtrain::backends::cuda {
 
-void CudaBackend::reduce(ReduceOp op, const Tensor& x_in, int64_t outer, int64_t n, int64_t inner, const Tensor& out,
-                         const Tensor& indices) {
-  check_device("reduce", out.device(), {&x_in, &indices});
-  MT_CHECK(out.is_contiguous() && (!indices.defined() || indices.is_contiguous()), "reduce: expected contiguous outputs");
-  DeviceContext& ctx = context(out);
-  const Tensor x = as_contiguous(x_in, x_in.dtype());
-  const size_t ws_bytes = kernels::reduce_workspace_bytes(x.dtype(), outer, n, inner);
-  const Tensor ws = ws_bytes ? scratch(ws_bytes, out.device()) : Tensor();
-  kernels::reduce(op, x.dtype(), out.dtype(), x.raw_data(), out.raw_data(),
-                  indices.defined() ? indices.data_ptr<int64_t>() : nullptr, outer, n, inner, ptr(ws), ctx.stream);
-}
-
-void CudaBackend::softmax(const Tensor& x_in, int64_t outer, int64_t n, int64_t inner, bool log, int64_t causal_rows,
-                          const Tensor& out) {
-  check_device("softmax", out.device(), {&x_in});
-  MT_CHECK(out.is_contiguous() && out.dtype() == x_in.dtype(), "softmax: expected a contiguous output of the input's dtype");
-  MT_CHECK(causal_rows == 0 || (inner == 1 && !log), "softmax: a causal mask needs rows (inner == 1), not log");
-  const Tensor x = as_contiguous(x_in, x_in.dtype());
-  kernels::softmax(x.dtype(), x.raw_data(), out.raw_data(), outer, n, inner, log, causal_rows, context(out).stream);
-}
-
-void CudaBackend::softmax_backward(const Tensor& y_in, const Tensor& grad_y_in, int64_t outer, int64_t n, int64_t inner,
-                                   bool log, const Tensor& grad_x) {
-  check_device("softmax_backward", grad_x.device(), {&y_in, &grad_y_in});
-  const Tensor y = as_contiguous(y_in, grad_x.dtype()), g = as_contiguous(grad_y_in, grad_x.dtype());
-  kernels::softmax_backward(grad_x.dtype(), y.raw_data(), g.raw_data(), grad_x.raw_data(), outer, n, inner, log,
-                            context(grad_x).stream);
-}
-
-void CudaBackend::nll_loss(const Tensor& logp_in, const Tensor& target_in, int64_t outer, int64_t classes,
+void nll_loss(const Tensor& logp_in, const Tensor& target_in, int64_t outer, int64_t classes,
                            int64_t inner, const NllLossArgs& args, const Tensor& loss, const Tensor& count) {
   check_device("cross_entropy", loss.device(), {&logp_in, &target_in, &count});
   DeviceContext& ctx = context(loss);
@@ -61,7 +33,7 @@ void CudaBackend::nll_loss(const Tensor& logp_in, const Tensor& target_in, int64
                     loss.raw_data(), count.data_ptr<int64_t>(), ws.raw_data(), ctx.stream);
 }
 
-void CudaBackend::nll_loss_backward(const Tensor& target_in, int64_t outer, int64_t classes, int64_t inner,
+void nll_loss_backward(const Tensor& target_in, int64_t outer, int64_t classes, int64_t inner,
                                     const NllLossArgs& args, const Tensor& grad_loss, const Tensor& count,
                                     const Tensor& grad_logp) {
   check_device("cross_entropy backward", grad_logp.device(), {&target_in, &grad_loss, &count});
@@ -69,6 +41,11 @@ void CudaBackend::nll_loss_backward(const Tensor& target_in, int64_t outer, int6
   const Tensor g = as_contiguous(grad_loss, grad_logp.dtype());
   kernels::nll_loss_backward(grad_logp.dtype(), target.data_ptr<int64_t>(), outer, classes, inner, args, g.raw_data(),
                              count.data_ptr<int64_t>(), grad_logp.raw_data(), context(grad_logp).stream);
+}
+
+void register_loss() {
+  backends::nll_loss.set(DeviceType::CUDA, nll_loss);
+  backends::nll_loss_backward.set(DeviceType::CUDA, nll_loss_backward);
 }
 
 }  // namespace mixtrain::backends::cuda

@@ -9,8 +9,11 @@
 #include <mutex>
 #include <tuple>
 
+#include "backends/copy.h"
+#include "backends/elementwise.h"
+#include "backends/matmul.h"
 #include "backends/cuda/context.h"
-#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/operands.h"
 #include "backends/cuda/cuda_check.h"
 
 namespace mixtrain::backends::cuda {
@@ -166,7 +169,7 @@ cublasStatus_t build_plan(DeviceContext& ctx, DType dt, const Operand& x, const 
 
 }  // namespace
 
-void CudaBackend::gemm(const Tensor& a_in, bool trans_a, const Tensor& b_in, bool trans_b, const Tensor& out,
+void gemm(const Tensor& a_in, bool trans_a, const Tensor& b_in, bool trans_b, const Tensor& out,
                        const Tensor& bias, GemmEpilogue epilogue) {
   check_device("gemm", out.device(), {&a_in, &b_in, &bias});
   MT_CHECK(out.is_contiguous(), "gemm: output must be contiguous");
@@ -191,11 +194,11 @@ void CudaBackend::gemm(const Tensor& a_in, bool trans_a, const Tensor& b_in, boo
   // What a plan without the fused epilogue leaves to elementwise passes: the bias, then the
   // activation, in place.
   auto unfused_epilogue = [&] {
-    if (bias.defined()) binary(BinaryOp::Add, out, bias_c.expand(out.shape()), out);
-    if (epilogue == GemmEpilogue::Relu) unary(UnaryOp::Relu, out, out, 0.0);
+    if (bias.defined()) backends::binary(DeviceType::CUDA, BinaryOp::Add, out, bias_c.expand(out.shape()), out);
+    if (epilogue == GemmEpilogue::Relu) backends::unary(DeviceType::CUDA, UnaryOp::Relu, out, out, 0.0);
   };
   if (k == 0) {  // an empty sum: zeros, then the epilogue
-    fill(out, 0.0);
+    backends::fill(DeviceType::CUDA, out, 0.0);
     unfused_epilogue();
     return;
   }
@@ -234,6 +237,10 @@ void CudaBackend::gemm(const Tensor& a_in, bool trans_a, const Tensor& b_in, boo
                                  out.raw_data(), plan.c, out.raw_data(), plan.c, &plan.algo, ctx.gemm_workspace,
                                  ctx.gemm_workspace_bytes, ctx.stream));
   if (!plan.fused_epilogue) unfused_epilogue();
+}
+
+void register_matmul() {
+  backends::gemm.set(DeviceType::CUDA, gemm);
 }
 
 }  // namespace mixtrain::backends::cuda

@@ -1,4 +1,5 @@
 // Casts, device moves, copies and fills.
+#include "backends/copy.h"
 #include "ops/op_helpers.h"
 
 namespace mixtrain {
@@ -9,7 +10,7 @@ namespace {
 // Copies src into dst (same shape); a cross-device copy runs on the non-CPU side's backend.
 void copy_into(const Tensor& src, const Tensor& dst) {
   const DeviceType t = src.device().is_cpu() ? dst.device().type : src.device().type;
-  backend_for(t).copy(src, dst);
+  backends::copy(t, src, dst);
 }
 }  // namespace
 
@@ -94,7 +95,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 
 Tensor& Tensor::fill_(double value) {
   check_inplace("fill_", *this);
-  backend_for(*this).fill(*this, value);
+  backends::fill(*this, *this, value);
   ++impl()->version;
   return *this;
 }

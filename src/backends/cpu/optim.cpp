@@ -1,4 +1,4 @@
-// The CPU backend's fused optimizer updates (Backend::adam_step, sgd_step): one pass over a
+// The CPU backend's fused optimizer updates (backends::adam_step, sgd_step in backends/optim.h): one pass over a
 // parameter's elements reads the weight, the gradient and the state, computes in fp32 (fp64 for
 // fp64 weights) and stores each result once. Large tensors are split across OpenMP threads;
 // elements are independent, so the result does not depend on the thread count (resumed runs are
@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backends/optim.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 #include "backends/optim_scalars.h"
@@ -206,7 +207,7 @@ bool gate_closed(const StepGate& gate, int64_t& step) {
 
 }  // namespace
 
-void CpuBackend::adam_step(const Tensor& weight, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+void adam_step(const Tensor& weight, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                            const Tensor& max_exp_avg_sq, const Tensor& half_out, const AdamArgs& args,
                            const StepGate& gate) {
   AdamArgs a = args;
@@ -220,7 +221,7 @@ void CpuBackend::adam_step(const Tensor& weight, const Tensor& grad, const Tenso
   }
 }
 
-void CpuBackend::sgd_step(const Tensor& weight, const Tensor& grad, const Tensor& momentum_buffer,
+void sgd_step(const Tensor& weight, const Tensor& grad, const Tensor& momentum_buffer,
                           const Tensor& half_out, const SgdArgs& args, const StepGate& gate) {
   SgdArgs a = args;
   if (gate_closed(gate, a.step)) return;
@@ -230,6 +231,11 @@ void CpuBackend::sgd_step(const Tensor& weight, const Tensor& grad, const Tensor
   } else {
     sgd_typed<float>(weight, grad, momentum_buffer, half_out, a);
   }
+}
+
+void register_optim() {
+  backends::adam_step.set(DeviceType::CPU, adam_step);
+  backends::sgd_step.set(DeviceType::CPU, sgd_step);
 }
 
 }  // namespace mixtrain::backends::cpu

@@ -1,7 +1,8 @@
 #pragma once
-// The CUDA kernels' host-side entry points, called by the CUDA backend (src/backends/cuda). Plain
-// pointers, sizes and the op codes of backends/kernel_types.h: no Tensor, so the .cu files stay
-// light to compile. Every launcher enqueues on `stream` and checks the launch; none synchronises.
+// The device half of the CUDA backend: the launchers of kernels/<family>.cu, called by the host
+// half (backends/cuda/<family>.cpp), which turns tensors into these plain pointers, sizes and the
+// op codes of backends/kernel_types.h. No Tensor here, so the .cu files stay light to compile.
+// Every launcher enqueues on `stream` and checks the launch; none synchronises.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -25,9 +26,18 @@ struct ElemIter {
   char* data[N] = {};
 };
 
-// ---- elementwise.cu
+// ---- copy.cu
 void copy(const ElemIter<2>& it, DType dst, DType src, cudaStream_t stream);
 void fill(const ElemIter<1>& it, DType dtype, double value, cudaStream_t stream);
+
+// ---- random.cu
+void random(DType dtype, void* out, int64_t n, backends::RandomKind kind, uint64_t seed, uint64_t offset,
+            cudaStream_t stream);
+// out = x * (keep ? scale : 0), keep from the counter-based draws (backends::dropout); contiguous.
+void dropout(DType dtype, const void* x, void* out, int64_t n, double p, uint64_t seed, uint64_t offset,
+             cudaStream_t stream);
+
+// ---- elementwise.cu
 void unary(backends::UnaryOp op, DType dtype, const ElemIter<2>& it, double alpha, cudaStream_t stream);
 // operands: grad_x, x, y, grad_y
 void unary_backward(backends::UnaryOp op, DType dtype, const ElemIter<4>& it, double alpha, cudaStream_t stream);
@@ -37,11 +47,6 @@ void binary_scalar(backends::BinaryOp op, DType dtype, const ElemIter<2>& it, do
 void compare(backends::CompareOp op, DType dtype, const ElemIter<3>& it, cudaStream_t stream);
 // operands: out, cond (bool), a, b
 void where(DType dtype, const ElemIter<4>& it, cudaStream_t stream);
-void random(DType dtype, void* out, int64_t n, backends::RandomKind kind, uint64_t seed, uint64_t offset,
-            cudaStream_t stream);
-// out = x * (keep ? scale : 0), keep from the counter-based draws (Backend::dropout); contiguous.
-void dropout(DType dtype, const void* x, void* out, int64_t n, double p, uint64_t seed, uint64_t offset,
-             cudaStream_t stream);
 
 // ---- reduce.cu. x [outer, n, inner] contiguous -> out [outer, inner]; indices (may be null) get
 // the argmax/argmin. workspace: reduce_workspace_bytes(...) bytes, or null when that is 0.
@@ -50,7 +55,7 @@ void reduce(backends::ReduceOp op, DType in, DType out_dtype, const void* x, voi
             int64_t outer, int64_t n, int64_t inner, void* workspace, cudaStream_t stream);
 
 // ---- softmax.cu. Over the middle axis of [outer, n, inner], one dtype for x and out.
-// causal_rows: see backends::Backend::softmax (rows only).
+// causal_rows: see backends::softmax (backends/softmax.h; rows only).
 void softmax(DType dtype, const void* x, void* out, int64_t outer, int64_t n, int64_t inner, bool log, int64_t causal_rows,
              cudaStream_t stream);
 void softmax_backward(DType dtype, const void* y, const void* grad_y, void* grad_x, int64_t outer, int64_t n,
@@ -81,7 +86,7 @@ size_t row_norm_workspace_bytes(DType dtype, const RowNormShape& sh);
 void row_norm_backward(DType dtype, const void* x, const void* grad_y, const RowNormShape& sh, const void* mean,
                        const void* rstd, const void* weight, void* grad_x, void* grad_weight, void* grad_bias,
                        void* workspace, cudaStream_t stream);
-// Batch norm over [n, c, s]. running_* may be null.
+// ---- norm_batch.cu. Batch norm over [n, c, s]. running_* may be null.
 size_t batch_norm_workspace_bytes(DType dtype, int64_t n, int64_t c, int64_t s);
 void batch_norm_stats(DType dtype, const void* x, int64_t n, int64_t c, int64_t s, double eps, void* mean,
                       void* invstd, void* running_mean, void* running_var, double momentum, void* workspace,

@@ -10,7 +10,7 @@ namespace mixtrain::kernels {
 namespace {
 
 
-// causal_rows > 0: row r keeps entries j <= r % causal_rows (Backend::softmax), the rest are 0.
+// causal_rows > 0: row r keeps entries j <= r % causal_rows (backends::softmax), the rest are 0.
 template <int Group, class T, bool Log>
 __global__ void softmax_rows(const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t n,
                              int64_t causal_rows) {

@@ -1,21 +1,11 @@
-// Copies between any two dtypes and layouts, fills, and the counter-based random fill.
+// The counter-based random fill and dropout: each element's draw depends on (seed, offset + i)
+// only, so the values equal the CPU backend's (backends/cpu/random.cpp).
 #include "elementwise_loops.cuh"
 #include "mixtrain/core/rng.h"
 
 namespace mixtrain::kernels {
 
 namespace {
-
-struct Identity {
-  template <class A>
-  __device__ __forceinline__ A operator()(A x) const { return x; }
-};
-
-template <class T>
-struct Constant {
-  T value;
-  __device__ __forceinline__ T operator()() const { return value; }
-};
 
 template <class T>
 __global__ void random_kernel(T* out, int64_t n, backends::RandomKind kind, uint64_t seed, uint64_t offset) {
@@ -38,33 +28,7 @@ __global__ void dropout_kernel(const T* __restrict__ x, T* __restrict__ out, int
   }
 }
 
-// The fill value as the CPU backend stores it (convert<T>(double) on the host side).
-template <class T>
-T host_value(double v) {
-  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(static_cast<float>(v));
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(static_cast<float>(v));
-  else if constexpr (std::is_same_v<T, bool>) return static_cast<float>(v) != 0.0f;
-  else return static_cast<T>(v);
-}
-
 }  // namespace
-
-void copy(const ElemIter<2>& it, DType dst, DType src, cudaStream_t stream) {
-  dispatch_all(dst, "copy", [&](auto to_tag) {
-    using To = typename decltype(to_tag)::type;
-    dispatch_all(src, "copy", [&](auto from_tag) {
-      using From = typename decltype(from_tag)::type;
-      launch_map<To, From>(it, Identity{}, stream, "copy");
-    });
-  });
-}
-
-void fill(const ElemIter<1>& it, DType dtype, double value, cudaStream_t stream) {
-  dispatch_all(dtype, "fill", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    launch_map<T>(it, Constant<T>{host_value<T>(value)}, stream, "fill");
-  });
-}
 
 void random(DType dtype, void* out, int64_t n, backends::RandomKind kind, uint64_t seed, uint64_t offset,
             cudaStream_t stream) {

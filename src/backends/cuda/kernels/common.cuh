@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "kernel_api.h"
+#include "launchers.h"
 #include "mixtrain/core/error.h"
 
 namespace mixtrain::kernels {
@@ -209,5 +209,14 @@ struct MaxOp {
   template <class T>
   __device__ __forceinline__ T operator()(T a, T b) const { return a > b ? a : b; }
 };
+
+// A host double as the CPU backend stores it in T (its convert<T>(double)): fills and dropout's scale.
+template <class T>
+inline T host_value(double v) {
+  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(static_cast<float>(v));
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(static_cast<float>(v));
+  else if constexpr (std::is_same_v<T, bool>) return static_cast<float>(v) != 0.0f;
+  else return static_cast<T>(v);
+}
 
 }  // namespace mixtrain::kernels

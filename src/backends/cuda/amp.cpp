@@ -1,14 +1,15 @@
-// Host side of the GradScaler's kernels and the optimizers' fused updates on CUDA. The update's
-// operands arrive checked (device, shape, contiguity) by the optimizers (src/optim/fused_update.cpp).
+// Host side of the GradScaler's kernels on CUDA.
 #include <vector>
 
+#include "backends/amp.h"
+#include "backends/copy.h"
 #include "backends/cuda/context.h"
-#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/operands.h"
 #include "backends/cuda/cuda_check.h"
 
 namespace mixtrain::backends::cuda {
 
-void CudaBackend::non_finite_check_and_unscale(const std::vector<Tensor>& grads, const std::vector<Tensor>& outs,
+void non_finite_check_and_unscale(const std::vector<Tensor>& grads, const std::vector<Tensor>& outs,
                                                const Tensor& inv_scale, const Tensor& found_inf, const Tensor& stats) {
   const UnscaleWork w = prepare_unscale(grads, outs, inv_scale, found_inf, stats);
   std::vector<kernels::TensorSpan> spans;
@@ -30,10 +31,10 @@ void CudaBackend::non_finite_check_and_unscale(const std::vector<Tensor>& grads,
                                         kernels::multi_tensor_vectorizable(spans.data(), count, gd, od),
                                         inv_scale.data_ptr<float>(), found_inf.data_ptr<float>(),
                                         stats.defined() ? stats.data_ptr<double>() : nullptr, ctx.stream);
-  for (const auto& [work, target] : w.copy_back) copy(work, target);
+  for (const auto& [work, target] : w.copy_back) backends::copy(DeviceType::CUDA, work, target);
 }
 
-void CudaBackend::update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_tracker,
+void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_tracker,
                                const Tensor& found_inf, const ScaleUpdateArgs& args, const Tensor& at_min_scale) {
   check_update_scale_args(scale, growth_tracker, hysteresis_tracker, found_inf, at_min_scale);
   kernels::update_scale(scale.data_ptr<float>(), growth_tracker.data_ptr<int32_t>(),
@@ -41,21 +42,9 @@ void CudaBackend::update_scale(const Tensor& scale, const Tensor& growth_tracker
                         at_min_scale.data_ptr<float>(), context(scale).stream);
 }
 
-void CudaBackend::adam_step(const Tensor& weight, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                            const Tensor& max_exp_avg_sq, const Tensor& half_out, const AdamArgs& args,
-                            const StepGate& gate) {
-  kernels::adam_step(weight.dtype(), grad.dtype(), half_out.defined() ? half_out.dtype() : weight.dtype(),
-                     weight.raw_data(), grad.raw_data(), exp_avg.raw_data(), exp_avg_sq.raw_data(), ptr(max_exp_avg_sq),
-                     ptr(half_out), weight.numel(), args, static_cast<const float*>(ptr(gate.found_inf)),
-                     static_cast<int32_t*>(ptr(gate.skipped_steps)), context(weight).stream);
-}
-
-void CudaBackend::sgd_step(const Tensor& weight, const Tensor& grad, const Tensor& momentum_buffer,
-                           const Tensor& half_out, const SgdArgs& args, const StepGate& gate) {
-  kernels::sgd_step(weight.dtype(), grad.dtype(), half_out.defined() ? half_out.dtype() : weight.dtype(),
-                    weight.raw_data(), grad.raw_data(), ptr(momentum_buffer), ptr(half_out), weight.numel(), args,
-                    static_cast<const float*>(ptr(gate.found_inf)), static_cast<int32_t*>(ptr(gate.skipped_steps)),
-                    context(weight).stream);
+void register_amp() {
+  backends::non_finite_check_and_unscale.set(DeviceType::CUDA, non_finite_check_and_unscale);
+  backends::update_scale.set(DeviceType::CUDA, update_scale);
 }
 
 }  // namespace mixtrain::backends::cuda

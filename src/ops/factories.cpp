@@ -2,7 +2,8 @@
 
 #include <cmath>
 
-#include "backends/backend.h"
+#include "backends/copy.h"
+#include "backends/random.h"
 #include "mixtrain/core/dtype_traits.h"
 #include "mixtrain/core/error.h"
 
@@ -13,11 +14,11 @@ namespace {
 Tensor finish(const Tensor& host_f64, const TensorOptions& options) {
   Tensor t = Tensor::empty(host_f64.shape(), TensorOptions().dtype(options.dtype()).device(options.device()));
   if (options.device().is_cpu()) {
-    backends::backend_for(DeviceType::CPU).copy(host_f64, t);
+    backends::copy(DeviceType::CPU, host_f64, t);
   } else {
     Tensor cast = Tensor::empty(host_f64.shape(), TensorOptions().dtype(options.dtype()));
-    backends::backend_for(DeviceType::CPU).copy(host_f64, cast);
-    backends::backend_for(options.device().type).copy(cast, t);
+    backends::copy(DeviceType::CPU, host_f64, cast);
+    backends::copy(options.device().type, cast, t);
   }
   if (options.requires_grad()) t.set_requires_grad(true);
   return t;
@@ -36,7 +37,7 @@ Tensor empty(const Shape& shape, const TensorOptions& options) { return Tensor::
 
 Tensor full(const Shape& shape, double value, const TensorOptions& options) {
   Tensor t = Tensor::empty(shape, TensorOptions().dtype(options.dtype()).device(options.device()));
-  backends::backend_for(t).fill(t, value);
+  backends::fill(t, t, value);
   if (options.requires_grad()) t.set_requires_grad(true);
   return t;
 }
@@ -54,7 +55,7 @@ Tensor random_tensor(const char* op, const Shape& shape, Generator& gen, const T
   Tensor t = Tensor::empty(shape, TensorOptions().dtype(options.dtype()).device(options.device()));
   const uint64_t per_element = kind == backends::RandomKind::Normal ? 2 : 1;
   const uint64_t offset = gen.reserve(static_cast<uint64_t>(t.numel()) * per_element);
-  backends::backend_for(t).random(t, kind, gen.state().seed, offset);
+  backends::random(t, t, kind, gen.state().seed, offset);
   if (options.requires_grad()) t.set_requires_grad(true);
   return t;
 }
