@@ -140,16 +140,16 @@ std::vector<SampleScratch<W>> for_each_sample(const Geometry& g, F&& f) {
   }
   // An exception must not leave the parallel region: each thread's is kept and rethrown after it.
   std::vector<std::exception_ptr> failure(static_cast<size_t>(threads));
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t chunk = (g.n + nt - 1) / nt;
+  // The runs are fixed by `threads`: when the CPU governor runs them on one thread (threads.h),
+  // the per-run weight-gradient sums, and so the result, do not change.
+  const int64_t chunk = (g.n + threads - 1) / threads;
+  run_parallel(threads, [&](int r, int) {
     try {
-      for (int64_t s = t * chunk; s < std::min(g.n, (t + 1) * chunk); ++s) f(s, scratch[static_cast<size_t>(t)]);
+      for (int64_t s = r * chunk; s < std::min(g.n, (r + 1) * chunk); ++s) f(s, scratch[static_cast<size_t>(r)]);
     } catch (...) {
-      failure[static_cast<size_t>(t)] = std::current_exception();
+      failure[static_cast<size_t>(r)] = std::current_exception();
     }
-  }
+  });
   for (const std::exception_ptr& e : failure)
     if (e) std::rethrow_exception(e);
   return scratch;

@@ -1,7 +1,7 @@
 #pragma once
 // Building blocks of the CPU kernels: dtype dispatch and a strided N-ary elementwise loop that
 // coalesces dimensions, runs the contiguous case as a plain vectorizable loop and splits large
-// work across OpenMP threads.
+// work across OpenMP threads (as many as threads.h allows).
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -15,6 +15,7 @@
 #include "mixtrain/core/dtype_traits.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/tensor.h"
+#include "backends/cpu/threads.h"
 
 namespace mixtrain::backends::cpu {
 
@@ -120,44 +121,40 @@ void strided_loop(const Shape& shape, std::array<char*, N> base, std::array<cons
     inner(ptrs, end - begin, inner_strides);
   };
 
-  if (total < kParallelGrain) {
+  const int threads = total < kParallelGrain ? 1 : split_threads();
+  if (threads == 1) {
     if (nd == 1) run_flat(0, total);
     else run_rows(0, outer_total);
     return;
   }
   if (nd == 1) {
-#pragma omp parallel
-    {
-      const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    run_parallel(threads, [&](int t, int nt) {
       const int64_t chunk = (total + nt - 1) / nt;
       const int64_t b = std::min<int64_t>(total, t * chunk), e = std::min<int64_t>(total, b + chunk);
       if (b < e) run_flat(b, e);
-    }
+    });
   } else {
-#pragma omp parallel
-    {
-      const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    run_parallel(threads, [&](int t, int nt) {
       const int64_t chunk = (outer_total + nt - 1) / nt;
       const int64_t b = std::min<int64_t>(outer_total, t * chunk), e = std::min<int64_t>(outer_total, b + chunk);
       if (b < e) run_rows(b, e);
-    }
+    });
   }
 }
 
 // Runs f(begin, end) over [0, n) split across threads when n is large enough.
 template <class F>
 void parallel_for(int64_t n, int64_t grain, F&& f) {
-  if (n <= grain) {
+  const int threads = n <= grain ? 1 : split_threads();
+  if (threads == 1) {
     f(int64_t{0}, n);
     return;
   }
-#pragma omp parallel
-  {
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+  run_parallel(threads, [&](int t, int nt) {
     const int64_t chunk = (n + nt - 1) / nt;
     const int64_t b = std::min<int64_t>(n, t * chunk), e = std::min<int64_t>(n, b + chunk);
     if (b < e) f(b, e);
-  }
+  });
 }
 
 // The sum of f(k) over [0, n) in independent lanes, so the adds pipeline (and vectorize) instead
