@@ -119,8 +119,8 @@ Tensor dropout(const Tensor& x_in, double p, bool training) {
   if (!training || p == 0.0) return x;
   if (p == 1.0) return mul(x, 0.0);
   // One draw per element from the default generator, as rand(x.shape()) would take.
-  Generator& gen = default_generator();
-  const uint64_t seed = gen.state().seed, offset = gen.reserve(static_cast<uint64_t>(x.numel()));
+  const GeneratorState draws = default_generator().reserve_draws(static_cast<uint64_t>(x.numel()));
+  const uint64_t seed = draws.seed, offset = draws.offset;
   Tensor out = apply_dropout_mask(x, p, seed, offset);
   autograd::record("DropoutBackward", out, {&x}, [p, seed, offset](const TensorList& g) {
     return TensorList{apply_dropout_mask(g[0], p, seed, offset)};
