@@ -139,6 +139,7 @@ std::vector<Tensor> GradScaler::unscale_grads(optim::Optimizer& opt) {
     }
     backends::backend_for(d.type).non_finite_check_and_unscale(lists.first, lists.second, inv.to(d), it->second,
                                                                stats);
+    for (const Tensor& out : lists.second) out.bump_version();  // written in place by the kernel
   }
   std::vector<Tensor> found;
   for (auto& [dk, f] : found_by_device) found.push_back(f);
@@ -219,6 +220,7 @@ void GradScaler::update() {
   args.max_scale = std::isinf(options_.max_scale()) ? 0.0 : options_.max_scale();
   backends::backend_for(scale_.device().type)
       .update_scale(scale_, growth_tracker_, hysteresis_tracker_, found, args, at_min_scale_);
+  scale_.bump_version();  // scale(loss) saved it for backward: a backward after update() must not use the new one
   per_optimizer_.clear();
   ++iterations_;
 

@@ -59,9 +59,10 @@ Tensor nll_loss(const Tensor& logp_in, const Tensor& target, const CrossEntropyO
   backend_for(logp).nll_loss(lp, tc, outer, classes, inner, args, loss, count);
   if (autograd::needs_grad({&logp})) {
     const Shape shape = logp.shape();
-    autograd::record("NllLossBackward", loss, {&logp}, [tc, count, shape, outer, classes, inner, args](const TensorList& g) {
+    const autograd::SavedTensor tc_s = autograd::saved(tc, "input 1 (target)");  // count: private
+    autograd::record("NllLossBackward", loss, {&logp}, [tc_s, count, shape, outer, classes, inner, args](const TensorList& g) {
       Tensor grad = Tensor::empty(shape, g[0].options());
-      backend_for(grad).nll_loss_backward(tc, outer, classes, inner, args, g[0].contiguous(), count, grad);
+      backend_for(grad).nll_loss_backward(tc_s, outer, classes, inner, args, g[0].contiguous(), count, grad);
       return TensorList{grad};
     });
   }
