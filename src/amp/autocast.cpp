@@ -46,8 +46,8 @@ AutocastGuard::AutocastGuard(DeviceType device, DType dtype, bool enabled, bool 
 
 AutocastGuard::~AutocastGuard() {
   detail::ThreadState& s = detail::thread_state();
-  // The cache lives for one outermost scope: weights usually change (optimizer step) between
-  // forward passes, and nothing tracks their version.
+  // The cache lives for one outermost scope (as PyTorch's), so casts do not outlive the scope
+  // that made them; within a scope an entry is also dropped when its weight's version moves.
   if (--s.nesting == 0) detail::clear_thread_cache();
   const int d = detail::device_index(device_);
   s.enabled[d] = prev_enabled_;

@@ -43,6 +43,7 @@ struct Entry {
   // expires, or belongs to another control block, and the lookup is a miss.
   std::weak_ptr<TensorImpl> source;
   Tensor cast;
+  uint64_t version = 0;  // the source's when cast: an in-place update since (an optimizer step) is a miss
 };
 
 std::mutex g_mutex;
@@ -112,7 +113,7 @@ Tensor cached_cast(const Tensor& weight, DType dtype) {
     std::lock_guard<std::mutex> lock(g_mutex);
     auto it = cache().find(key);
     if (it != cache().end()) {
-      if (same_object(it->second.source, weight.impl())) {
+      if (same_object(it->second.source, weight.impl()) && it->second.version == weight.version()) {
         c.cache_hits.fetch_add(1, std::memory_order_relaxed);
         return it->second.cast;
       }
@@ -121,11 +122,12 @@ Tensor cached_cast(const Tensor& weight, DType dtype) {
     }
   }
   // Only this thread writes entries with this key, so casting outside the lock races with no one.
+  const uint64_t version = weight.version();
   Tensor out = make_cast(weight, dtype);
   c.cache_misses.fetch_add(1, std::memory_order_relaxed);
   count_cast(out);
   std::lock_guard<std::mutex> lock(g_mutex);
-  cache()[key] = Entry{weight.impl(), out};
+  cache()[key] = Entry{weight.impl(), out, version};
   return out;
 }
 

@@ -1,10 +1,12 @@
 #include "mixtrain/amp/grad_scaler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <map>
 #include <optional>
+#include <string>
 #include <tuple>
 
 #include "backends/amp.h"
@@ -30,9 +32,23 @@ void check_growth_interval(int64_t v, const char* who) {
   MT_CHECK(v >= 1 && v <= kInt32Max, who, ": growth_interval must be in [1, ", kInt32Max, "], got ", v);
 }
 
-// A scale must survive the trip into the fp32 scale tensor as a positive finite value.
+// A scale must survive the trip into the fp32 scale tensor as a positive finite value, and so
+// must its inverse as unscale_grads computes it (in fp64, then rounded to fp32).
 bool valid_scale(double v) {
-  return std::isfinite(v) && v > 0.0 && std::isfinite(static_cast<float>(v)) && static_cast<float>(v) > 0.0f;
+  if (!(std::isfinite(v) && v > 0.0)) return false;
+  const float f = static_cast<float>(v);
+  return std::isfinite(f) && f > 0.0f && std::isfinite(static_cast<float>(1.0 / static_cast<double>(f)));
+}
+
+// Refuses a scale with the reason: not positive and finite in float32, or an inverse that
+// overflows float32.
+void check_scale(double v, const std::string& what) {
+  if (valid_scale(v)) return;
+  const float f = static_cast<float>(v);
+  MT_CHECK(std::isfinite(v) && v > 0.0 && std::isfinite(f) && f > 0.0f, what,
+           " must be > 0, finite and within float32 range, got ", v);
+  MT_ERROR(what, " = ", v, " is so small that its inverse overflows float32 (1/scale = inf would turn every ",
+           "unscaled gradient into inf or NaN); the lowest scale is 2^-126 = 1.17549435e-38 (amp::kScaleFloor)");
 }
 
 }  // namespace
@@ -45,8 +61,7 @@ struct GradScaler::Loaded {
 
 GradScaler::GradScaler(const GradScalerOptions& o) : options_(o) {
   const char* who = "GradScalerOptions";
-  MT_CHECK(valid_scale(o.init_scale()), who, ": init_scale must be a finite value > 0 (and within float32 range), got ",
-           o.init_scale());
+  check_scale(o.init_scale(), std::string(who) + ": init_scale");
   check_growth_factor(o.growth_factor(), who);
   check_backoff_factor(o.backoff_factor(), who);
   check_growth_interval(o.growth_interval(), who);
@@ -55,10 +70,10 @@ GradScaler::GradScaler(const GradScalerOptions& o) : options_(o) {
   MT_CHECK(std::isfinite(o.min_scale()) && o.min_scale() >= 0.0, who, ": min_scale must be a finite value >= 0, got ",
            o.min_scale());
   MT_CHECK(o.max_scale() > 0.0, who, ": max_scale must be > 0 (infinity for no ceiling), got ", o.max_scale());
-  MT_CHECK(o.min_scale() <= o.max_scale(), who, ": min_scale (", o.min_scale(), ") must not exceed max_scale (",
-           o.max_scale(), ")");
-  MT_CHECK(o.init_scale() >= o.min_scale() && o.init_scale() <= o.max_scale(), who, ": init_scale (", o.init_scale(),
-           ") must lie in [min_scale, max_scale] = [", o.min_scale(), ", ", o.max_scale(), "]");
+  MT_CHECK(floor() <= o.max_scale(), who, ": min_scale (", floor(), ") must not exceed max_scale (", o.max_scale(),
+           ")");
+  MT_CHECK(o.init_scale() >= floor() && o.init_scale() <= o.max_scale(), who, ": init_scale (", o.init_scale(),
+           ") must lie in [min_scale, max_scale] = [", floor(), ", ", o.max_scale(), "]");
   // The state is created at once (on the CPU; scale() moves it to the loss's device the first
   // time), so unscale_/update after a resume cannot meet a missing scale as in PyTorch.
   scale_ = full({}, o.init_scale(), TensorOptions(kFloat32));
@@ -66,6 +81,8 @@ GradScaler::GradScaler(const GradScalerOptions& o) : options_(o) {
   hysteresis_tracker_ = full({}, static_cast<double>(o.hysteresis()), TensorOptions(kInt32));
   at_min_scale_ = zeros({}, TensorOptions(kFloat32));
 }
+
+double GradScaler::floor() const { return std::max(options_.min_scale(), kScaleFloor); }
 
 void GradScaler::move_state_to(Device device) {
   scale_ = scale_.to(device);
@@ -139,6 +156,7 @@ std::vector<Tensor> GradScaler::unscale_grads(optim::Optimizer& opt) {
     }
     backends::non_finite_check_and_unscale(d.type, lists.first, lists.second, inv.to(d), it->second,
                                                                stats);
+    for (const Tensor& out : lists.second) out.bump_version();  // written in place by the kernel
   }
   std::vector<Tensor> found;
   for (auto& [dk, f] : found_by_device) found.push_back(f);
@@ -215,9 +233,10 @@ void GradScaler::update() {
   args.backoff_factor = options_.backoff_factor();
   args.growth_interval = options_.growth_interval();
   args.hysteresis = options_.hysteresis();
-  args.min_scale = options_.min_scale();
+  args.min_scale = floor();
   args.max_scale = std::isinf(options_.max_scale()) ? 0.0 : options_.max_scale();
   backends::update_scale(scale_.device().type, scale_, growth_tracker_, hysteresis_tracker_, found, args, at_min_scale_);
+  scale_.bump_version();  // scale(loss) saved it for backward: a backward after update() must not use the new one
   per_optimizer_.clear();
   ++iterations_;
 
@@ -245,11 +264,12 @@ void GradScaler::update() {
     stats_ = s;
   }
 
-  if (options_.min_scale() > 0.0) {
-    // Opt-in as well: the check reads one flag back.
+  if (options_.min_scale() > kScaleFloor || options_.error_at_min_scale()) {
+    // Opt-in as well: the check reads one flag back. (At the default floor, kScaleFloor, the scale
+    // just stays there and overflowing steps keep being skipped; nothing is read back.)
     if (at_min_scale_.item<float>() != 0.0f) {
       const std::string msg = "GradScaler.update: gradients overflowed (inf/NaN) with the scale already at min_scale = " +
-                              std::to_string(options_.min_scale()) +
+                              std::to_string(floor()) +
                               ", so it cannot back off further; the inf/NaN is likely not a scaling problem (check "
                               "the inputs and the loss, lower the learning rate, or clip gradients)";
       MT_CHECK(!options_.error_at_min_scale(), msg, ". (error_at_min_scale(false) turns this error into a warning.)");
@@ -263,10 +283,9 @@ void GradScaler::update() {
 
 void GradScaler::update(double new_scale) {
   if (!is_enabled()) return;
-  MT_CHECK(valid_scale(new_scale), "GradScaler.update: new_scale must be a finite value > 0 (and within float32 ",
-           "range), got ", new_scale);
-  MT_CHECK(new_scale >= options_.min_scale() && new_scale <= options_.max_scale(), "GradScaler.update: new_scale = ",
-           new_scale, " lies outside [min_scale, max_scale] = [", options_.min_scale(), ", ", options_.max_scale(), "]");
+  check_scale(new_scale, "GradScaler.update: new_scale");
+  MT_CHECK(new_scale >= floor() && new_scale <= options_.max_scale(), "GradScaler.update: new_scale = ", new_scale,
+           " lies outside [min_scale, max_scale] = [", floor(), ", ", options_.max_scale(), "]");
   scale_.fill_(new_scale);  // the growth tracker is left as it is, as in PyTorch
   per_optimizer_.clear();
   stats_parts_.clear();
@@ -310,9 +329,9 @@ GradScaler::Loaded GradScaler::parse_state(const nlohmann::json& state) const {
                              {"_hysteresis_tracker"}, where);
   Loaded l;
   l.scale = json_io::json_number(state, "scale", where);
-  MT_CHECK(valid_scale(l.scale), where, ".scale must be > 0 and within float32 range, got ", l.scale);
-  MT_CHECK(l.scale >= options_.min_scale() && l.scale <= options_.max_scale(), where, ".scale = ", l.scale,
-           " lies outside [min_scale, max_scale] = [", options_.min_scale(), ", ", options_.max_scale(), "]");
+  check_scale(l.scale, where + ".scale");
+  MT_CHECK(l.scale >= floor() && l.scale <= options_.max_scale(), where, ".scale = ", l.scale,
+           " lies outside [min_scale, max_scale] = [", floor(), ", ", options_.max_scale(), "]");
   l.growth_factor = json_io::json_number(state, "growth_factor", where);
   check_growth_factor(l.growth_factor, (where + ".growth_factor").c_str());
   l.backoff_factor = json_io::json_number(state, "backoff_factor", where);

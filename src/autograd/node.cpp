@@ -23,13 +23,34 @@ Edge gradient_edge(const Tensor& t) {
   }
   return {acc, 0};
 }
+
+// The node whose closure this thread is running, for SavedTensor's error.
+thread_local const char* t_running_node = nullptr;
+
+struct RunningNode {
+  explicit RunningNode(const char* name) : previous(t_running_node) { t_running_node = name; }
+  ~RunningNode() { t_running_node = previous; }
+  const char* previous;
+};
 }  // namespace
 
 Node::Node() : sequence_nr(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
 
+const Tensor& SavedTensor::unpack() const {
+  if (data_.defined() && data_.version() != version_) {
+    MT_ERROR(t_running_node ? t_running_node : "backward", ": one of the variables needed for gradient computation ",
+             "has been modified by an inplace operation: ", role_, " ", data_.str(), " is at version ",
+             data_.version(), "; expected version ", version_, " instead. It was saved for backward and written in ",
+             "place afterwards (an optimizer step, mul_/add_/copy_/fill_ on it or on a view of it); run backward ",
+             "before changing it, or change a clone.");
+  }
+  return data_;
+}
+
 TensorList FunctionNode::apply(TensorList&& grad_outputs) {
   MT_CHECK(fn_ != nullptr, name_, ": trying to run backward through the graph a second time; the ",
            "saved tensors were freed after the first backward");
+  RunningNode running(name_);
   return fn_(grad_outputs);
 }
 

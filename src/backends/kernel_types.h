@@ -32,7 +32,7 @@ struct ScaleUpdateArgs {
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;
   int64_t hysteresis = 1;  // 1: back off on every overflow (PyTorch)
-  double min_scale = 0.0;  // 0: no floor
+  double min_scale = 1.1754943508222875e-38;  // 2^-126 (amp::kScaleFloor); 0: no floor
   double max_scale = 0.0;  // 0: no ceiling
 };
 

@@ -56,7 +56,8 @@ void convert_in_place(Tensor& t, std::optional<Device> device, std::optional<DTy
   impl.is_view = false;
   impl.grad.reset();
   impl.grad_accumulator.reset();
-  ++impl.version;
+  // New memory, with its own version count: tensors saved for backward still hold the old memory,
+  // which nothing changed.
 }
 
 void check_local_name(const Module& m, const std::string& name, const char* what) {

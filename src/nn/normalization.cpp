@@ -56,9 +56,9 @@ Tensor BatchNorm2dImpl::forward(const Tensor& input) {
     // The count lives on the host too, so counting costs no device read. Integer add is not an op
     // here, so the buffer is rewritten with fill_; its version counter tells whether anything else
     // (load_state_dict, to(device)) wrote it since, and only then is it read back.
-    if (num_batches_tracked.impl()->version != tracked_version_) tracked_ = num_batches_tracked.item<int64_t>();
+    if (num_batches_tracked.version() != tracked_version_) tracked_ = num_batches_tracked.item<int64_t>();
     num_batches_tracked.fill_(static_cast<double>(++tracked_));
-    tracked_version_ = num_batches_tracked.impl()->version;
+    tracked_version_ = num_batches_tracked.version();
     if (!options_.momentum()) momentum = 1.0 / static_cast<double>(tracked_);
   }
   // Without running statistics, eval mode normalizes with the batch's own, as PyTorch does.

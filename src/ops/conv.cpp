@@ -109,7 +109,8 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
   backends::conv2d(x, xc, wc, bc, p, out);
   if (autograd::needs_grad({&x, &w, &b})) {
     const bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.defined() && b.requires_grad();
-    const Tensor x_s = gw ? xc : Tensor(), w_s = gx ? wc : Tensor();
+    const autograd::SavedTensor x_s = gw ? autograd::saved(xc, "input 0 (input)") : autograd::SavedTensor(),
+                                w_s = gx ? autograd::saved(wc, "input 1 (weight)") : autograd::SavedTensor();
     const Shape xs = x.shape(), ws = w.shape();
     autograd::record("Conv2dBackward", {&out}, {&x, &w, &b},
                      [x_s, w_s, xs, ws, p, f, wf, gx, gw, gb](const TensorList& g) {
@@ -167,7 +168,8 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
   }
   if (autograd::needs_grad({&x, &w, &b})) {
     const bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.defined() && b.requires_grad();
-    const Tensor x_s = gw ? xc : Tensor(), w_s = gx ? wc : Tensor();
+    const autograd::SavedTensor x_s = gw ? autograd::saved(xc, "input 0 (input)") : autograd::SavedTensor(),
+                                w_s = gx ? autograd::saved(wc, "input 1 (weight)") : autograd::SavedTensor();
     const Shape xs = x.shape(), ws = w.shape();
     autograd::record("ConvTranspose2dBackward", {&out}, {&x, &w, &b},
                      [x_s, w_s, xs, ws, p, f, wf, gx, gw, gb](const TensorList& g) {

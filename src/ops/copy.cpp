@@ -89,14 +89,14 @@ Tensor& Tensor::copy_(const Tensor& src) {
   if (s.shape() != shape()) s = s.expand(shape());
   if (s.device() != device()) s = s.to(device());
   copy_into(s, *this);
-  ++impl()->version;
+  bump_version();
   return *this;
 }
 
 Tensor& Tensor::fill_(double value) {
   check_inplace("fill_", *this);
   backends::fill(*this, *this, value);
-  ++impl()->version;
+  bump_version();
   return *this;
 }
 

@@ -65,7 +65,8 @@ Tensor binary_op(OpId id, BinaryOp kop, const Tensor& a_in, const Tensor& b_in) 
       });
       break;
     case BinaryOp::Mul: {
-      Tensor a_s = gb ? autograd::saved(p.a) : Tensor(), b_s = ga ? autograd::saved(p.b) : Tensor();
+      const autograd::SavedTensor a_s = gb ? autograd::saved(p.a, "input 0") : autograd::SavedTensor(),
+                                  b_s = ga ? autograd::saved(p.b, "input 1") : autograd::SavedTensor();
       autograd::record("MulBackward", {&out}, {&p.a, &p.b}, [a_s, b_s, sa, sb](const TensorList& g) {
         return TensorList{b_s.defined() ? sum_to(mul(g[0], b_s), sa) : Tensor(),
                           a_s.defined() ? sum_to(mul(g[0], a_s), sb) : Tensor()};
@@ -73,7 +74,8 @@ Tensor binary_op(OpId id, BinaryOp kop, const Tensor& a_in, const Tensor& b_in) 
       break;
     }
     case BinaryOp::Div: {
-      Tensor a_s = gb ? autograd::saved(p.a) : Tensor(), b_s = autograd::saved(p.b);
+      const autograd::SavedTensor a_s = gb ? autograd::saved(p.a, "input 0") : autograd::SavedTensor(),
+                                  b_s = autograd::saved(p.b, "input 1");
       autograd::record("DivBackward", {&out}, {&p.a, &p.b}, [a_s, b_s, sa, sb, ga](const TensorList& g) {
         return TensorList{ga ? sum_to(div(g[0], b_s), sa) : Tensor(),
                           a_s.defined() ? sum_to(neg(div(mul(g[0], a_s), mul(b_s, b_s))), sb) : Tensor()};
@@ -81,7 +83,8 @@ Tensor binary_op(OpId id, BinaryOp kop, const Tensor& a_in, const Tensor& b_in) 
       break;
     }
     case BinaryOp::Pow: {
-      Tensor a_s = autograd::saved(p.a), b_s = autograd::saved(p.b), o_s = autograd::saved(out);
+      const autograd::SavedTensor a_s = autograd::saved(p.a, "input 0"), b_s = autograd::saved(p.b, "input 1"),
+                                  o_s = autograd::saved(out, "output 0");
       autograd::record("PowBackward", {&out}, {&p.a, &p.b}, [a_s, b_s, o_s, sa, sb, ga, gb](const TensorList& g) {
         return TensorList{ga ? sum_to(mul(g[0], mul(b_s, pow(a_s, sub(b_s, 1.0)))), sa) : Tensor(),
                           gb ? sum_to(mul(g[0], mul(o_s, log(a_s))), sb) : Tensor()};
@@ -92,7 +95,7 @@ Tensor binary_op(OpId id, BinaryOp kop, const Tensor& a_in, const Tensor& b_in) 
     case BinaryOp::Minimum: {
       // The gradient goes to the input that was picked (to a on ties, as torch splits evenly; we
       // keep the simpler rule and document it).
-      Tensor a_s = autograd::saved(p.a), b_s = autograd::saved(p.b);
+      const autograd::SavedTensor a_s = autograd::saved(p.a, "input 0"), b_s = autograd::saved(p.b, "input 1");
       const bool is_max = kop == BinaryOp::Maximum;
       autograd::record(is_max ? "MaximumBackward" : "MinimumBackward", {&out}, {&p.a, &p.b},
                        [a_s, b_s, sa, sb, is_max](const TensorList& g) {
@@ -115,8 +118,11 @@ Tensor scalar_op(OpId id, BinaryOp kop, const Tensor& a_in, double s, bool scala
   Tensor out = new_empty_preserving(a.shape(), a);
   backends::binary_scalar(a, kop, a, s, scalar_first, out);
   if (!autograd::needs_grad({&a})) return out;
-  Tensor a_s = (kop == BinaryOp::Div && scalar_first) || kop == BinaryOp::Pow ? autograd::saved(a) : Tensor();
-  Tensor o_s = kop == BinaryOp::Pow && scalar_first ? autograd::saved(out) : Tensor();
+  const autograd::SavedTensor a_s = (kop == BinaryOp::Div && scalar_first) || kop == BinaryOp::Pow
+                                        ? autograd::saved(a, "input 0")
+                                        : autograd::SavedTensor();
+  const autograd::SavedTensor o_s =
+      kop == BinaryOp::Pow && scalar_first ? autograd::saved(out, "output 0") : autograd::SavedTensor();
   autograd::record(name, out, {&a}, [kop, s, scalar_first, a_s, o_s](const TensorList& g) -> TensorList {
     switch (kop) {
       case BinaryOp::Add: return {g[0]};
@@ -150,8 +156,8 @@ Tensor unary_op(OpId id, UnaryOp kop, const Tensor& x_in, double alpha = 0.0) {
   Tensor out = new_empty_preserving(x.shape(), x);
   backends::unary(x, kop, x, out, alpha);
   if (!autograd::needs_grad({&x})) return out;
-  Tensor x_s = backward_reads_input(kop) ? autograd::saved(x) : Tensor();
-  Tensor y_s = backward_reads_output(kop) ? autograd::saved(out) : Tensor();
+  const autograd::SavedTensor x_s = backward_reads_input(kop) ? autograd::saved(x, "input 0") : autograd::SavedTensor();
+  const autograd::SavedTensor y_s = backward_reads_output(kop) ? autograd::saved(out, "output 0") : autograd::SavedTensor();
   autograd::record(name, out, {&x}, [kop, alpha, x_s, y_s](const TensorList& g) {
     Tensor gx = new_empty_preserving(g[0].shape(), g[0]);
     backends::unary_backward(g[0], kop, x_s, y_s, g[0], gx, alpha);
@@ -242,7 +248,7 @@ Tensor where(const Tensor& cond_in, const Tensor& a_in, const Tensor& b_in) {
                          broadcast_for_kernel(p.b, shape), out);
   if (autograd::needs_grad({&p.a, &p.b})) {
     const Shape sa = p.a.shape(), sb = p.b.shape();
-    Tensor c = autograd::saved(cond);
+    const autograd::SavedTensor c = autograd::saved(cond, "input 0 (condition)");
     autograd::record("WhereBackward", {&out}, {&p.a, &p.b}, [c, sa, sb](const TensorList& g) {
       Tensor zero = zeros({}, g[0].options());
       return TensorList{sum_to(where(c, g[0], zero), sa), sum_to(where(c, zero, g[0]), sb)};
@@ -258,7 +264,7 @@ Tensor& binary_inplace(const char* name, BinaryOp op, Tensor& self, const Tensor
   check_same_device(name, self, other);
   const Tensor o = other.dtype() == self.dtype() ? other : other.to(self.dtype());
   backends::binary(self, op, self, broadcast_for_kernel(o, self.shape()), self);
-  ++self.impl()->version;
+  self.bump_version();
   return self;
 }
 }  // namespace
@@ -272,7 +278,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
 Tensor& Tensor::mul_(double value) {
   check_inplace("mul_", *this);
   backends::binary_scalar(*this, BinaryOp::Mul, *this, value, false, *this);
-  ++impl()->version;
+  bump_version();
   return *this;
 }
 

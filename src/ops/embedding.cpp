@@ -37,9 +37,10 @@ Tensor embedding(const Tensor& input, const Tensor& weight, std::optional<int64_
   backends::embedding(w, wc, idx, out);
   if (autograd::needs_grad({&w})) {
     const Shape ws = w.shape();
-    autograd::record("EmbeddingBackward", out, {&w}, [idx, pad, ws](const TensorList& g) {
+    const autograd::SavedTensor idx_s = autograd::saved(idx, "input 0 (indices)");
+    autograd::record("EmbeddingBackward", out, {&w}, [idx_s, pad, ws](const TensorList& g) {
       Tensor gw = Tensor::empty(ws, g[0].options());
-      backends::embedding_backward(gw, g[0].contiguous(), idx, pad, gw);
+      backends::embedding_backward(gw, g[0].contiguous(), idx_s, pad, gw);
       return TensorList{gw};
     });
   }

@@ -54,8 +54,8 @@ Tensor random_tensor(const char* op, const Shape& shape, Generator& gen, const T
   MT_CHECK(is_floating(options.dtype()), op, ": expected a floating dtype, got ", options.dtype());
   Tensor t = Tensor::empty(shape, TensorOptions().dtype(options.dtype()).device(options.device()));
   const uint64_t per_element = kind == backends::RandomKind::Normal ? 2 : 1;
-  const uint64_t offset = gen.reserve(static_cast<uint64_t>(t.numel()) * per_element);
-  backends::random(t, t, kind, gen.state().seed, offset);
+  const GeneratorState draws = gen.reserve_draws(static_cast<uint64_t>(t.numel()) * per_element);
+  backends::random(t, t, kind, draws.seed, draws.offset);
   if (options.requires_grad()) t.set_requires_grad(true);
   return t;
 }
@@ -75,8 +75,14 @@ Tensor randn(const Shape& shape, const TensorOptions& options) { return randn(sh
 Tensor randint(int64_t low, int64_t high, const Shape& shape, const TensorOptions& options) {
   MT_CHECK(high > low, "randint: empty range [", low, ", ", high, ")");
   const uint64_t span = static_cast<uint64_t>(high - low);
-  Generator& gen = default_generator();
-  return generate(shape, options, [&](int64_t) { return static_cast<double>(low + static_cast<int64_t>(gen.next_u64() % span)); });
+  // One reservation for the whole tensor: the same values as a next_u64() per element, and the
+  // tensor's draws stay contiguous when other threads draw from the default generator too.
+  Tensor host = Tensor::empty(shape, TensorOptions(kFloat64));
+  const GeneratorState draws = default_generator().reserve_draws(static_cast<uint64_t>(host.numel()));
+  double* p = host.data_ptr<double>();
+  for (int64_t i = 0, n = host.numel(); i < n; ++i)
+    p[i] = static_cast<double>(low + static_cast<int64_t>(random_draw(draws.seed, draws.offset + static_cast<uint64_t>(i)) % span));
+  return finish(host, options);
 }
 
 Tensor arange(double start, double end, double step, const TensorOptions& options) {

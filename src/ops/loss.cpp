@@ -61,9 +61,10 @@ Tensor nll_loss(const Tensor& logp_in, const Tensor& target, const CrossEntropyO
   backends::nll_loss(logp, lp, tc, outer, classes, inner, args, loss, count);
   if (autograd::needs_grad({&logp})) {
     const Shape shape = logp.shape();
-    autograd::record("NllLossBackward", loss, {&logp}, [tc, count, shape, outer, classes, inner, args](const TensorList& g) {
+    const autograd::SavedTensor tc_s = autograd::saved(tc, "input 1 (target)");  // count: private
+    autograd::record("NllLossBackward", loss, {&logp}, [tc_s, count, shape, outer, classes, inner, args](const TensorList& g) {
       Tensor grad = Tensor::empty(shape, g[0].options());
-      backends::nll_loss_backward(grad, tc, outer, classes, inner, args, g[0].contiguous(), count, grad);
+      backends::nll_loss_backward(grad, tc_s, outer, classes, inner, args, g[0].contiguous(), count, grad);
       return TensorList{grad};
     });
   }
@@ -121,8 +122,8 @@ Tensor dropout(const Tensor& x_in, double p, bool training) {
   if (!training || p == 0.0) return x;
   if (p == 1.0) return mul(x, 0.0);
   // One draw per element from the default generator, as rand(x.shape()) would take.
-  Generator& gen = default_generator();
-  const uint64_t seed = gen.state().seed, offset = gen.reserve(static_cast<uint64_t>(x.numel()));
+  const GeneratorState draws = default_generator().reserve_draws(static_cast<uint64_t>(x.numel()));
+  const uint64_t seed = draws.seed, offset = draws.offset;
   Tensor out = apply_dropout_mask(x, p, seed, offset);
   autograd::record("DropoutBackward", out, {&x}, [p, seed, offset](const TensorList& g) {
     return TensorList{apply_dropout_mask(g[0], p, seed, offset)};

@@ -32,11 +32,11 @@ Tensor mm(const char* op, const Tensor& a, const Tensor& b) {
   Tensor out = new_empty(out_shape, a);
   backends::gemm(a, gemm_ready(a), false, gemm_ready(b), false, out, Tensor(), backends::GemmEpilogue::None);
   if (autograd::needs_grad({&a, &b})) {
-    Tensor a_s = b.requires_grad() ? autograd::saved(a) : Tensor();
-    Tensor b_s = a.requires_grad() ? autograd::saved(b) : Tensor();
+    const autograd::SavedTensor a_s = b.requires_grad() ? autograd::saved(a, "input 0") : autograd::SavedTensor();
+    const autograd::SavedTensor b_s = a.requires_grad() ? autograd::saved(b, "input 1") : autograd::SavedTensor();
     autograd::record("MmBackward", out, {&a, &b}, [a_s, b_s, op](const TensorList& g) {
-      return TensorList{b_s.defined() ? mm(op, g[0], b_s.transpose(-1, -2)) : Tensor(),
-                        a_s.defined() ? mm(op, a_s.transpose(-1, -2), g[0]) : Tensor()};
+      return TensorList{b_s.defined() ? mm(op, g[0], b_s.unpack().transpose(-1, -2)) : Tensor(),
+                        a_s.defined() ? mm(op, a_s.unpack().transpose(-1, -2), g[0]) : Tensor()};
     });
   }
   return out;
@@ -74,9 +74,10 @@ Tensor linear_with_epilogue(const char* op, const Tensor& x_in, const Tensor& w_
   Tensor out = new_empty({x2.size(0), out_features}, x);
   backends::gemm(x, gemm_ready(x2), false, gemm_ready(w), true, out, b, epilogue);
   if (autograd::needs_grad({&x2, &w, &b})) {
-    Tensor x_s = w.requires_grad() ? autograd::saved(x2) : Tensor();
-    Tensor w_s = x2.requires_grad() ? autograd::saved(w) : Tensor();
-    Tensor y_s = epilogue == GemmEpilogue::Relu ? autograd::saved(out) : Tensor();
+    const autograd::SavedTensor x_s = w.requires_grad() ? autograd::saved(x2, "input 0 (input)") : autograd::SavedTensor();
+    const autograd::SavedTensor w_s = x2.requires_grad() ? autograd::saved(w, "input 1 (weight)") : autograd::SavedTensor();
+    const autograd::SavedTensor y_s =
+        epilogue == GemmEpilogue::Relu ? autograd::saved(out, "output 0") : autograd::SavedTensor();
     const bool gb = b.defined() && b.requires_grad();
     const char* node = epilogue == GemmEpilogue::Relu ? "LinearReluBackward" : "LinearBackward";
     autograd::record(node, {&out}, {&x2, &w, &b}, [x_s, w_s, y_s, gb, op](const TensorList& g) {

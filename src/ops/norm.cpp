@@ -84,7 +84,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
     invstd = new_empty({c}, x, st);
     backends::batch_norm_stats(x, xc, n, c, s, eps, mean, invstd, running_mean, running_var, momentum);
     for (const Tensor* r : {&running_mean, &running_var})
-      if (r->defined()) ++r->impl()->version;
+      if (r->defined()) r->bump_version();
   } else {
     NoGradGuard no_grad;
     // A copy: backward must see these values even if the buffers are updated in the meantime.
@@ -97,9 +97,11 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
     const bool gx = x.requires_grad(), gw = w.defined() && w.requires_grad(), gb = b.defined() && b.requires_grad();
     const Shape xs = x.shape();
     const TensorOptions wo = options_of(w), bo = options_of(b);
+    // mean and invstd are the op's own (nothing else can write them); x and w are checked.
+    const autograd::SavedTensor xc_s = autograd::saved(xc, "input 0 (input)"), wc_s = autograd::saved(wc, "input 1 (weight)");
     autograd::record("BatchNormBackward", {&out}, {&x, &w, &b}, [=](const TensorList& g) {
       TensorList r{gx ? Tensor::empty(xs, g[0].options(), f) : Tensor(), grad_buffer(gw, {c}, wo), grad_buffer(gb, {c}, bo)};
-      backends::batch_norm_backward(xc, xc, kernel_view(g[0]), n, c, s, mean, invstd, wc, training,
+      backends::batch_norm_backward(g[0], xc_s, kernel_view(g[0]), n, c, s, mean, invstd, wc_s, training,
                                           gx ? kernel_view(r[0]) : Tensor(), r[1], r[2]);
       return r;
     });
@@ -127,9 +129,10 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
     const bool gx = x.requires_grad(), gw = w.defined() && w.requires_grad(), gb = b.defined() && b.requires_grad();
     const Shape xs = x.shape();
     const TensorOptions wo = options_of(w), bo = options_of(b);
+    const autograd::SavedTensor xc_s = autograd::saved(xc, "input 0 (input)"), wc_s = autograd::saved(wc, "input 1 (weight)");
     autograd::record("GroupNormBackward", {&out}, {&x, &w, &b}, [=](const TensorList& g) {
       TensorList r{grad_buffer(gx, xs, g[0].options()), grad_buffer(gw, {c}, wo), grad_buffer(gb, {c}, bo)};
-      backends::group_norm_backward(xc, xc, g[0].contiguous(), n, c, s, num_groups, mean, rstd, wc, r[0], r[1], r[2]);
+      backends::group_norm_backward(g[0], xc_s, g[0].contiguous(), n, c, s, num_groups, mean, rstd, wc_s, r[0], r[1], r[2]);
       return r;
     });
   }
@@ -160,9 +163,10 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
     const bool gx = x.requires_grad(), gw = w.defined() && w.requires_grad(), gb = b.defined() && b.requires_grad();
     const Shape xs = x.shape(), ps = normalized_shape;
     const TensorOptions wo = options_of(w), bo = options_of(b);
+    const autograd::SavedTensor xc_s = autograd::saved(xc, "input 0 (input)"), wc_s = autograd::saved(wc, "input 1 (weight)");
     autograd::record("LayerNormBackward", {&out}, {&x, &w, &b}, [=](const TensorList& g) {
       TensorList r{grad_buffer(gx, xs, g[0].options()), grad_buffer(gw, ps, wo), grad_buffer(gb, ps, bo)};
-      backends::layer_norm_backward(xc, xc, g[0].contiguous(), rows, cols, mean, rstd, wc, r[0], r[1], r[2]);
+      backends::layer_norm_backward(g[0], xc_s, g[0].contiguous(), rows, cols, mean, rstd, wc_s, r[0], r[1], r[2]);
       return r;
     });
   }

@@ -74,9 +74,11 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, IntPair k
   }
   if (autograd::needs_grad({&x})) {
     const Shape xs = x.shape();
-    autograd::record("MaxPool2dBackward", out, {&x}, [indices, xs, f](const TensorList& g) {
+    // The indices are returned to the caller, so they are checked like any saved output.
+    const autograd::SavedTensor indices_s = autograd::saved(indices, "output 1 (indices)");
+    autograd::record("MaxPool2dBackward", out, {&x}, [indices_s, xs, f](const TensorList& g) {
       Tensor gx = Tensor::empty(xs, g[0].options(), f);
-      backends::max_pool2d_backward(gx, g[0].contiguous(f), indices, gx);
+      backends::max_pool2d_backward(gx, g[0].contiguous(f), indices_s, gx);
       return TensorList{gx};
     });
   }

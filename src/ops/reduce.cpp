@@ -136,13 +136,14 @@ Tensor minmax(const Tensor& x_in, int64_t dim, bool keepdim, bool is_max, Tensor
   if (autograd::needs_grad({&x})) {
     const int64_t d = p.dims[0];
     const Shape xs = x.shape(), ks = p.keepdim_shape;
-    Tensor idx_s = idx;
+    // The indices are an output the caller can hold (indices_out), so they are checked as well.
+    const autograd::SavedTensor idx_s = autograd::saved(idx, "output 1 (indices)");
     autograd::record(is_max ? "MaxBackward" : "MinBackward", out, {&x}, [d, xs, ks, idx_s](const TensorList& g) {
       // One-hot of the picked positions along d, built from arange so any backend can run it.
       Shape pos_shape(xs.size(), 1);
       pos_shape[d] = xs[d];
       Tensor pos = arange(0, static_cast<double>(xs[d]), 1.0, TensorOptions(kInt64).device(g[0].device())).reshape(pos_shape);
-      Tensor picked = eq(pos, idx_s.reshape(ks));
+      Tensor picked = eq(pos, idx_s.unpack().reshape(ks));
       return TensorList{where(picked, g[0].reshape(ks), zeros({}, g[0].options()))};
     });
   }
@@ -167,7 +168,7 @@ Tensor softmax_impl(OpId id, const Tensor& x_in, int64_t dim, std::optional<DTyp
   Tensor out = new_empty(x.shape(), x);
   backends::softmax(x, xc, outer, n, inner, log, causal_rows, out);
   if (autograd::needs_grad({&x})) {
-    Tensor y = autograd::saved(out);
+    const autograd::SavedTensor y = autograd::saved(out, "output 0");
     autograd::record(log ? "LogSoftmaxBackward" : "SoftmaxBackward", out, {&x}, [y, outer, n, inner, log](const TensorList& g) {
       Tensor gc = g[0].contiguous();
       Tensor gx = new_empty(gc.shape(), gc);

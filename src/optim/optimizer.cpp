@@ -193,12 +193,12 @@ void Optimizer::update_all(const Tensor& found_inf) {
         UpdateTarget t{s.master, s.master_grad_fresh ? s.master_grad : p.grad(), p, s, found_inf};
         update(options, t);
         s.master_grad_fresh = false;
-        ++s.master.impl()->version;
+        s.master.bump_version();
       } else {
         UpdateTarget t{p, p.grad(), Tensor(), s, found_inf};
         update(options, t);
       }
-      ++p.impl()->version;  // written in place: autograd's saved-tensor checks must see it
+      p.bump_version();  // written in place: autograd's saved-tensor checks must see it
     }
   }
 }

@@ -165,6 +165,24 @@ TEST_F(WeightCacheTest, LivesForTheOutermostScope) {
   EXPECT_EQ(amp::autocast_stats().cache_misses, 3u) << "a new outermost scope casts afresh";
 }
 
+// An in-place update of the weight inside the scope (an optimizer step between two forward
+// passes) makes its cached cast stale: the next use casts afresh.
+TEST_F(WeightCacheTest, AnInPlaceUpdateOfTheWeightIsACacheMiss) {
+  const Tensor x = ones({1, 4});
+  Tensor w = leaf({4, 4});
+  AutocastGuard autocast(kCpu, kFloat16);
+  const Tensor before = matmul(x, w);
+  {
+    NoGradGuard no_grad;
+    w.fill_(0.5);
+  }
+  const Tensor after = matmul(x, w);
+  EXPECT_EQ(amp::autocast_stats().cache_misses, 2u);
+  for (float v : after.to(kFloat32).to_vector<float>()) EXPECT_EQ(v, 2.0f);  // 4 x 0.5, not the old weight
+  (void)matmul(x, w);
+  EXPECT_EQ(amp::autocast_stats().cache_hits, 1u);
+}
+
 // Another thread's outermost exit drops its own casts only, and never hands its casts to us.
 TEST_F(WeightCacheTest, EntriesBelongToTheirThread) {
   const Tensor x = randn({2, 4});

@@ -108,7 +108,7 @@ TEST(ScaleRule, GrowthToNonFiniteIsNotTaken) {
   run_table(O().init_scale(3e38).growth_interval(2), {{C, near_max, 1}, {C, near_max, 0}, {C, near_max, 1}});
 }
 
-TEST(ScaleRule, BackoffChainHasNoFloorByDefault) {
+TEST(ScaleRule, BackoffChainGoesBelowOne) {
   std::vector<Row> rows;
   for (int k = 1; k <= 24; ++k) rows.push_back({k % 3 ? I : N, std::ldexp(1.0, 16 - k), 0});
   rows.push_back({C, std::ldexp(1.0, -8), 1});

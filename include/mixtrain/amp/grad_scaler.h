@@ -28,6 +28,13 @@
 
 namespace mixtrain::amp {
 
+// The lowest scale any GradScaler takes: 2^-126, float32's smallest normal value. Below about
+// 2.9e-39 the inverse 1/scale overflows float32 and unscaling turns every gradient into inf/NaN;
+// between that and 2^-126 the scale is subnormal (flushed to 0 under flush-to-zero arithmetic).
+// 2^-126 has an exact, finite inverse (2^126), and powers-of-two backoffs from a power-of-two
+// scale land on it exactly. docs/GRAD_SCALER.md, "The scale floor".
+constexpr double kScaleFloor = 1.1754943508222875e-38;
+
 class GradScalerOptions {
   // PyTorch's options and defaults.
   MT_ARG(double, init_scale) = 65536.0;
@@ -38,9 +45,10 @@ class GradScalerOptions {
   // Beyond PyTorch, each off by default.
   // Overflowing steps tolerated in a row before backing off (1: back off at once, as PyTorch).
   MT_ARG(int64_t, hysteresis) = 1;
-  // Floor of the scale (0: none). An overflow with the scale already at the floor is reported:
-  // an Error from update() when error_at_min_scale, else a warning on stderr.
-  MT_ARG(double, min_scale) = 0.0;
+  // Floor of the scale; values below kScaleFloor (0 included) mean kScaleFloor, the default. An
+  // overflow with the scale already at a floor set above kScaleFloor, or with error_at_min_scale,
+  // is reported: an Error from update() when error_at_min_scale, else a warning on stderr.
+  MT_ARG(double, min_scale) = kScaleFloor;
   MT_ARG(bool, error_at_min_scale) = false;
   // Ceiling of the scale (inf: none).
   MT_ARG(double, max_scale) = std::numeric_limits<double>::infinity();
@@ -125,6 +133,7 @@ class GradScaler {
   struct Loaded;
   Loaded parse_state(const nlohmann::json& state) const;
   void move_state_to(Device device);
+  double floor() const;  // the effective min_scale
   std::vector<Tensor> unscale_grads(optim::Optimizer& optimizer);
 
   GradScalerOptions options_;

@@ -1,8 +1,8 @@
 #pragma once
 // The autograd graph: each differentiable op call records a Node whose edges point at the nodes
 // that produced its inputs (or at the accumulator of a leaf). Backward formulas are closures
-// written with mixtrain ops; their captured tensors are the saved tensors, freed as soon as the
-// node has run.
+// written with mixtrain ops; their captured SavedTensors are the saved tensors, checked against
+// in-place changes when read and freed as soon as the node has run.
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -84,9 +84,31 @@ inline void record(const char* name, Tensor& output, std::initializer_list<const
   record(name, std::vector<Tensor*>{&output}, std::vector<const Tensor*>(inputs), std::move(fn));
 }
 
-// A handle to the data for a backward closure: no history, so saving an op's own output makes
-// no reference cycle through its grad_fn.
-inline Tensor saved(const Tensor& t) { return t.defined() ? t.detach() : Tensor(); }
+// A tensor saved for backward: a handle to its data with no history (saving an op's own output
+// makes no reference cycle through its grad_fn), plus the version of its memory when saved.
+// Reading it in backward checks that no in-place write (an optimizer step, mul_, copy_, ... on it
+// or on any view of its memory) happened since: such a write would silently give wrong gradients,
+// so it raises PyTorch's "modified by an inplace operation" Error naming the node and the tensor.
+// Every tensor a backward closure reads that the caller could write (inputs, outputs, views of
+// them) is captured as a SavedTensor; private intermediates (statistics, indices) need not be.
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+  // role says which tensor of the op it is, for the error ("input 1 (weight)", "output 0").
+  SavedTensor(const Tensor& t, const char* role)
+      : data_(t.defined() ? t.detach() : Tensor()), version_(t.defined() ? t.version() : 0), role_(role) {}
+  bool defined() const { return data_.defined(); }
+  // The data, after checking that its version is the one it was saved at.
+  const Tensor& unpack() const;
+  operator const Tensor&() const { return unpack(); }  // NOLINT: reads like the tensor in formulas
+
+ private:
+  Tensor data_;
+  uint64_t version_ = 0;
+  const char* role_ = "";
+};
+
+inline SavedTensor saved(const Tensor& t, const char* role) { return SavedTensor(t, role); }
 
 // Runs backward from roots; grads must match roots' shapes (undefined: ones for scalars).
 void run_backward(const TensorList& roots, const TensorList& grads);

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include <cstdint>
+#include <mutex>
 
 namespace mixtrain {
 
@@ -13,19 +14,29 @@ struct GeneratorState {
   uint64_t offset = 0;  // number of 64-bit draws taken
 };
 
+// Thread-safe: threads sharing a generator (the default one, typically) each get their own
+// draws: every call takes a distinct range of offsets, so the values drawn by several threads are,
+// as a multiset, those of one thread drawing the same count. A mutex (not an atomic offset) guards
+// the state because the seed and the offset are read together: a reservation never pairs the old
+// seed with the new offset of a concurrent manual_seed/set_state.
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0) { state_.seed = seed; }
+  Generator(const Generator& other) : state_(other.state()) {}
+  Generator& operator=(const Generator& other);
   uint64_t next_u64();
   double next_uniform();  // [0, 1)
   double next_normal();   // standard normal (Box-Muller on two draws)
   // Reserves n draws and returns the offset of the first, for kernels that draw by counter.
-  uint64_t reserve(uint64_t n);
-  GeneratorState state() const { return state_; }
-  void set_state(const GeneratorState& s) { state_ = s; }
-  void manual_seed(uint64_t seed) { state_ = {seed, 0}; }
+  uint64_t reserve(uint64_t n) { return reserve_draws(n).offset; }
+  // Reserves n draws and returns the seed with the offset of the first, read as one state.
+  GeneratorState reserve_draws(uint64_t n);
+  GeneratorState state() const;
+  void set_state(const GeneratorState& s);
+  void manual_seed(uint64_t seed) { set_state({seed, 0}); }
 
  private:
+  mutable std::mutex mutex_;
   GeneratorState state_;
 };
 

@@ -1,6 +1,8 @@
 #pragma once
 // A block of device memory owned by the allocator of its device; shared by a tensor and its views.
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "mixtrain/core/device.h"
@@ -22,7 +24,14 @@ class StorageImpl {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
 
+  // Bumped by every in-place write to the memory (through any tensor or view of it), so autograd
+  // can tell that a tensor saved for backward changed after it was saved. On the storage, not on
+  // the tensor, because views and detached handles share the memory and hence the count.
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
  private:
+  std::atomic<uint64_t> version_{0};
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;

@@ -33,7 +33,6 @@ struct TensorImpl {
   uint32_t output_nr = 0;
   std::shared_ptr<TensorImpl> grad;
   std::weak_ptr<autograd::Node> grad_accumulator;  // leaves: the node that accumulates into grad
-  uint64_t version = 0;  // bumped by in-place ops
 };
 
 class Tensor {
@@ -145,6 +144,11 @@ class Tensor {
   Tensor& add_(const Tensor& other, double alpha = 1.0);
   Tensor& mul_(double value);
   Tensor& mul_(const Tensor& other);  // other broadcast to this shape, cast to this dtype
+
+  // The in-place write count of the memory, shared with every view (StorageImpl::version).
+  // Anything that writes a tensor's values in place outside the in-place ops bumps it.
+  uint64_t version() const { return impl_->storage->version(); }
+  void bump_version() const { impl_->storage->bump_version(); }
 
   std::shared_ptr<TensorImpl>& impl() { return impl_; }
   const std::shared_ptr<TensorImpl>& impl() const { return impl_; }

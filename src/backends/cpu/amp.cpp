@@ -31,13 +31,16 @@ struct Partial {
 // Scans x[0, n) (as float), writes y = x * inv when y is given, and accumulates into p. The
 // branch-free bodies vectorize: a comparison that is false for NaN catches inf and NaN at once;
 // the statistics keep 16 independent lanes (max and counts) so their reductions vectorize too.
+// Both the gradient and the unscaled value are checked: a finite gradient times a huge inverse
+// scale can overflow (docs/GRAD_SCALER.md, "The scale floor"), and that step must be skipped too.
 template <bool Write>
 inline void scan_check(const float* x, float* y, int64_t n, float inv, Partial& p) {
   int bad = 0;
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
-    bad |= static_cast<int>(!(std::fabs(v) <= FLT_MAX));
-    if constexpr (Write) y[i] = v * inv;
+    const float u = v * inv;
+    bad |= static_cast<int>(!(std::fabs(v) <= FLT_MAX)) | static_cast<int>(!(std::fabs(u) <= FLT_MAX));
+    if constexpr (Write) y[i] = u;
   }
   p.nonfinite |= bad;
 }
@@ -52,8 +55,9 @@ inline void scan_stats(const float* x, float* y, int64_t n, float inv, Partial& 
     const float v = x[i];
     const float a = std::fabs(v);
     const bool finite = a <= FLT_MAX;
-    bad[j] |= static_cast<int>(!finite);
-    if constexpr (Write) y[i] = v * inv;
+    const float u = v * inv;
+    bad[j] |= static_cast<int>(!finite) | static_cast<int>(!(std::fabs(u) <= FLT_MAX));
+    if constexpr (Write) y[i] = u;
     const float fa = finite ? a : 0.0f;
     mx[j] = fa > mx[j] ? fa : mx[j];
     zeros[j] += v == 0.0f;
@@ -88,8 +92,9 @@ inline void scan_double(const double* x, double* y, int64_t n, double inv, Parti
     const double v = x[i];
     const double a = std::fabs(v);
     const bool finite = a <= DBL_MAX;
-    p.nonfinite |= static_cast<int>(!finite);
-    if (y) y[i] = v * inv;
+    const double u = v * inv;
+    p.nonfinite |= static_cast<int>(!finite) | static_cast<int>(!(std::fabs(u) <= DBL_MAX));
+    if (y) y[i] = u;
     if constexpr (Stats) {
       const float fa = finite ? static_cast<float>(std::min(a, static_cast<double>(FLT_MAX))) : 0.0f;
       p.max_abs = std::max(p.max_abs, fa);

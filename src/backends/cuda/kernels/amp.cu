@@ -40,6 +40,14 @@ __device__ __forceinline__ void scan_one(C v, ScanState<C>& s) {
   }
 }
 
+// The unscaled value must be finite too: a finite gradient times a huge inverse scale can
+// overflow (as src/backends/cpu/amp.cpp checks).
+template <class C>
+__device__ __forceinline__ void check_unscaled(C u, ScanState<C>& s) {
+  const C a = u < C(0) ? -u : u;
+  s.bad |= !(a <= (std::is_same_v<C, double> ? DBL_MAX : FLT_MAX));
+}
+
 template <class G, class O, bool Stats, int V>
 __global__ void check_unscale_kernel(const TensorSpan* spans, const ChunkRef* chunks, const float* inv_scale,
                                      float* found_inf, double* stats) {
@@ -62,14 +70,18 @@ __global__ void check_unscale_kernel(const TensorSpan* spans, const ChunkRef* ch
       for (int k = 0; k < V; ++k) {
         const C v = convert<C>(p.v[k]);
         scan_one<C, Stats>(v, st);
-        q.v[k] = convert<O>(v * inv);
+        const C u = v * inv;
+        check_unscaled(u, st);
+        q.v[k] = convert<O>(u);
       }
       if (write) *reinterpret_cast<OutPack*>(out + i) = q;
     } else {
       for (int64_t k = i; k < end && k < i + V; ++k) {
         const C v = convert<C>(in[k]);
         scan_one<C, Stats>(v, st);
-        if (write) out[k] = convert<O>(v * inv);
+        const C u = v * inv;
+        check_unscaled(u, st);
+        if (write) out[k] = convert<O>(u);
       }
     }
   }
