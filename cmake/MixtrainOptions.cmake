@@ -37,6 +37,11 @@ endif()
 # a branch to the library for negative inputs, and loops that call it do not vectorize.
 add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fno-math-errno>)
 
+if(MIXTRAIN_FUZZ)
+  # Coverage feedback for libFuzzer in every mixtrain object; the fuzz targets link the runtime.
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link>)
+endif()
+
 if(MIXTRAIN_SANITIZE)
   add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=${MIXTRAIN_SANITIZE}>
                       $<$<COMPILE_LANGUAGE:CXX>:-fno-omit-frame-pointer>

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include <mixtrain/mixtrain.h>
@@ -39,9 +40,20 @@ class FlagReader {
   T number() {
     return parse<T>(value());
   }
+  // A number that must be >= min (e.g. a model size, where 0 or a negative is a mistake).
+  template <class T>
+  T number(T min) {
+    const std::string text = value();
+    const T v = parse<T>(text);
+    MT_CHECK(v >= min, program_, ": ", flag_, " must be >= ", min, ", got '", text, "'");
+    return v;
+  }
   // text as a number for the current flag (a list flag parses its items with it).
   template <class T>
   T parse(const std::string& text) const {
+    // istream reads "-1" into an unsigned type as 2^64 - 1.
+    MT_CHECK(std::is_signed<T>::value || text.find('-') == std::string::npos, program_, ": bad value '", text,
+             "' for ", flag_, " (must not be negative)");
     std::istringstream is(text);
     T out{};
     is >> out;

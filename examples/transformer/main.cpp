@@ -5,6 +5,7 @@
 // Options: --precision fp32|fp16|bf16 (fp16) --device cpu|cuda (cuda when present) --steps N
 //          --batch-size N --lr X --seed N --preset tiny|small|bert-base --layers N --width N
 //          --heads N --context N --log-every K
+#include <optional>
 #include <iostream>
 
 #include "common/flags.h"
@@ -25,7 +26,7 @@ ex::TransformerConfig parse_args(int argc, char** argv) {
   ex::FlagReader flags("transformer", kUsage, argc, argv);
   std::string f;
   // Size flags apply on top of the preset, whatever their order.
-  int64_t layers = 0, width = 0, heads = 0, context = 0;
+  std::optional<int64_t> layers, width, heads, context;
   while (flags.next(f)) {
     if (ex::read_run_flag(flags, f, c)) continue;
     if (f == "--synthetic") {
@@ -35,21 +36,21 @@ ex::TransformerConfig parse_args(int argc, char** argv) {
     } else if (f == "--preset") {
       c.model = ex::gpt_preset(flags.value());
     } else if (f == "--layers") {
-      layers = flags.number<int64_t>();
+      layers = flags.number<int64_t>(1);
     } else if (f == "--width") {
-      width = flags.number<int64_t>();
+      width = flags.number<int64_t>(1);
     } else if (f == "--heads") {
-      heads = flags.number<int64_t>();
+      heads = flags.number<int64_t>(1);
     } else if (f == "--context") {
-      context = flags.number<int64_t>();
+      context = flags.number<int64_t>(1);
     } else {
       flags.unknown();
     }
   }
-  if (layers) c.model.layers = layers;
-  if (width) c.model.width = width;
-  if (heads) c.model.heads = heads;
-  if (context) c.model.context = context;
+  if (layers) c.model.layers = *layers;
+  if (width) c.model.width = *width;
+  if (heads) c.model.heads = *heads;
+  if (context) c.model.context = *context;
   return c;
 }
 

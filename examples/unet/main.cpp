@@ -29,9 +29,9 @@ ex::UnetConfig parse_args(int argc, char** argv) {
     } else if (f == "--data-dir") {
       c.data_dir = flags.value();
     } else if (f == "--image-size") {
-      c.image_size = flags.number<int64_t>();
+      c.image_size = flags.number<int64_t>(1);
     } else if (f == "--width") {
-      c.width = flags.number<int64_t>();
+      c.width = flags.number<int64_t>(1);
     } else if (f == "--channels-last") {
       c.channels_last = true;
     } else {

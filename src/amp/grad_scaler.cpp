@@ -1,3 +1,4 @@
+#include "core/json_limits.h"
 #include "mixtrain/amp/grad_scaler.h"
 
 #include <algorithm>
@@ -322,6 +323,7 @@ nlohmann::json GradScaler::state_dict() const {
 
 GradScaler::Loaded GradScaler::parse_state(const nlohmann::json& state) const {
   const std::string where = "GradScaler.load_state_dict";
+  detail::check_json_depth(state, where);
   MT_CHECK(state.is_object(), where, ": expected a JSON object, got ", state.type_name());
   MT_CHECK(!state.empty(), where, ": The source state dict is empty, possibly because it was saved from a disabled ",
            "instance of GradScaler.");
@@ -339,7 +341,9 @@ GradScaler::Loaded GradScaler::parse_state(const nlohmann::json& state) const {
   l.growth_interval = json_io::json_integer(state, "growth_interval", where, 1, kInt32Max);
   l.growth_tracker = json_io::json_integer(state, "_growth_tracker", where, 0, kInt32Max);
   if (state.contains("_hysteresis_tracker"))
-    l.hysteresis_tracker = json_io::json_integer(state, "_hysteresis_tracker", where, 0, kInt32Max);
+    // The tracker counts down from hysteresis; a larger value would postpone (or, near
+    // INT32_MAX, disable) backing off on overflow.
+    l.hysteresis_tracker = json_io::json_integer(state, "_hysteresis_tracker", where, 0, options_.hysteresis());
   return l;
 }
 

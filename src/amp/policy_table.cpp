@@ -1,8 +1,9 @@
 // The policy table seen from amp: listing, per-op overrides, JSON dump and load.
-#include <fstream>
 #include <utility>
 #include <vector>
 
+#include "core/input_file.h"
+#include "core/json_limits.h"
 #include "mixtrain/amp/cast_policy.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/ops/op_list.h"
@@ -56,6 +57,7 @@ nlohmann::json policy_table_to_json() {
 }
 
 void load_policy_table(const nlohmann::json& doc) {
+  detail::check_json_depth(doc, "load_policy_table");
   MT_CHECK(doc.is_object(), "load_policy_table: expected a JSON object {\"op\": \"policy\", ...}, got ", doc.type_name(),
            "; nothing was applied");
   // Check everything first, apply after: a bad file must not leave the table half-changed.
@@ -65,24 +67,30 @@ void load_policy_table(const nlohmann::json& doc) {
     MT_CHECK(ops::op_from_name(key, &id), "load_policy_table: entry \"", key, "\": unknown op \"", key,
              "\" (amp::policy_table() lists the ops); nothing was applied");
     MT_CHECK(value.is_string(), "load_policy_table: entry \"", key, "\": the policy must be a string, got ",
-             value.type_name(), " ", value.dump(), "; nothing was applied");
+             value.type_name(), " ", mixtrain::detail::json_excerpt(value), "; nothing was applied");
     CastPolicy policy;
     MT_CHECK(cast_policy_from_name(value.get<std::string>(), &policy), "load_policy_table: entry \"", key,
-             "\": unknown policy ", value.dump(), " (expected one of ", policy_names(), "); nothing was applied");
+             "\": unknown policy ", mixtrain::detail::json_excerpt(value), " (expected one of ", policy_names(), "); nothing was applied");
     parsed.emplace_back(id, policy);
   }
   for (const auto& [id, policy] : parsed) ops::set_policy(id, policy);
 }
 
 void load_policy_table_file(const std::string& path) {
-  std::ifstream in(path);
-  MT_CHECK(in.good(), "load_policy_table_file: cannot open \"", path, "\"");
-  nlohmann::json doc;
+  const std::string who = "load_policy_table_file: \"" + path + "\"";
+  std::string text;
   try {
-    doc = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    MT_ERROR("load_policy_table_file: \"", path, "\" is not valid JSON: ", e.what(), "; nothing was applied");
+    text = detail::read_regular_file(path, "load_policy_table_file", detail::kMaxTextFileBytes);
+  } catch (const Error& e) {
+    MT_ERROR(e.what(), "; nothing was applied");
   }
+  const nlohmann::json doc = [&] {
+    try {
+      return detail::parse_json_bounded(text, who);
+    } catch (const Error& e) {
+      MT_ERROR(e.what(), "; nothing was applied");
+    }
+  }();
   try {
     load_policy_table(doc);
   } catch (const Error& e) {

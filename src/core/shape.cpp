@@ -1,24 +1,55 @@
 #include "mixtrain/core/shape.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <sstream>
 
 #include "mixtrain/core/error.h"
 
 namespace mixtrain {
 
-int64_t shape_numel(const Shape& shape) {
+int64_t checked_numel(const Shape& shape, const char* op) {
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  bool overflow = false;
+  for (int64_t s : shape) {
+    MT_CHECK(s >= 0, op, ": negative size ", s, " in shape ", shape_str(shape));
+    // Keep multiplying after an overflow only to find a later 0 (which makes the product 0)
+    // or a negative size (reported first).
+    if (!overflow && __builtin_mul_overflow(n, s, &n)) overflow = true;
+  }
+  for (int64_t s : shape)
+    if (s == 0) return 0;
+  MT_CHECK(!overflow, op, ": shape ", shape_str(shape), " has more than 2^63 - 1 elements");
   return n;
 }
+
+size_t checked_nbytes(const Shape& shape, size_t element_size, const char* op) {
+  const int64_t n = checked_numel(shape, op);
+  // PTRDIFF_MAX bounds every object size (pointer differences must not overflow).
+  MT_CHECK(element_size == 0 || static_cast<uint64_t>(n) <= static_cast<uint64_t>(PTRDIFF_MAX) / element_size, op,
+           ": shape ", shape_str(shape), " with ", element_size, "-byte elements needs more than 2^63 - 1 bytes");
+  return static_cast<size_t>(n) * element_size;
+}
+
+int64_t shape_numel(const Shape& shape) { return checked_numel(shape, "numel"); }
+
+namespace {
+// a * b for a stride; an empty tensor's other sizes can be large enough to overflow it.
+int64_t stride_product(int64_t a, int64_t b, const Shape& shape) {
+  int64_t out;
+  MT_CHECK(!__builtin_mul_overflow(a, b, &out), "strides: shape ", shape_str(shape),
+           " has strides past 2^63 - 1 elements");
+  return out;
+}
+}  // namespace
 
 Shape contiguous_strides(const Shape& shape) {
   Shape strides(shape.size());
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
-    s *= shape[i] > 0 ? shape[i] : 1;
+    if (i > 0) s = stride_product(s, shape[i] > 0 ? shape[i] : 1, shape);
   }
   return strides;
 }
@@ -27,7 +58,8 @@ Shape channels_last_strides(const Shape& shape) {
   MT_CHECK(shape.size() == 4, "channels_last: expected a 4-D [N, C, H, W] shape, got ", shape_str(shape));
   auto at_least_1 = [](int64_t v) { return v > 0 ? v : 1; };
   const int64_t c = at_least_1(shape[1]), w = at_least_1(shape[3]), h = at_least_1(shape[2]);
-  return {h * w * c, 1, w * c, c};
+  const int64_t wc = stride_product(w, c, shape);
+  return {stride_product(h, wc, shape), 1, wc, c};
 }
 
 Shape strides_for(const Shape& shape, MemoryFormat format) {

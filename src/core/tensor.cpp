@@ -23,13 +23,13 @@ Tensor Tensor::empty(const Shape& shape, const TensorOptions& options, MemoryFor
 }
 
 Tensor Tensor::empty(const Shape& shape, const TensorOptions& options) {
-  for (int64_t s : shape) MT_CHECK(s >= 0, "empty: negative size in shape ", shape_str(shape));
+  const size_t nbytes = checked_nbytes(shape, element_size(options.dtype()), "empty");
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = options.dtype();
   impl->device = options.device();
-  impl->storage = std::make_shared<StorageImpl>(shape_numel(shape) * element_size(options.dtype()), options.device());
+  impl->storage = std::make_shared<StorageImpl>(nbytes, options.device());
   impl->requires_grad = options.requires_grad();
   MT_CHECK(!impl->requires_grad || is_floating(impl->dtype), "requires_grad: only floating tensors can require ",
            "gradients, got ", impl->dtype);

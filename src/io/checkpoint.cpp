@@ -1,16 +1,25 @@
 #include "mixtrain/io/checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <map>
 #include <set>
 
+#include "core/input_file.h"
+#include "core/json_limits.h"
+#include "io/checkpoint_files.h"
 #include "io/checkpoint_internal.h"
 #include "io/file_util.h"
 #include "io/safetensors_internal.h"
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/core/factories.h"
 #include "mixtrain/core/rng.h"
 #include "optim/json_fields.h"
 
@@ -53,40 +62,58 @@ std::string crc_hex(uint32_t crc) {
   return buf;
 }
 
-// Removes the staging directory unless the save got through.
+// The staging directory of a save, locked (flock) while the save runs so that a loader can tell
+// a live save from one a crash left behind (the kernel drops the lock of a killed process).
+// Removed unless the save got through.
 struct StagingGuard {
   fs::path path;
+  int fd = -1;
   bool done = false;
   ~StagingGuard() {
     if (!done) {
       std::error_code ec;
       fs::remove_all(path, ec);
     }
+    if (fd >= 0) ::close(fd);
   }
 };
+
+// Creates `staged` and locks it; retried when a loader removed it between mkdir and flock.
+void create_locked_staging(StagingGuard& guard) {
+  for (int attempt = 0;; ++attempt) {
+    fs::create_directory(guard.path);
+    guard.fd = ::open(guard.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    struct stat by_fd, by_path;
+    if (guard.fd >= 0 && ::flock(guard.fd, LOCK_EX | LOCK_NB) == 0 && ::fstat(guard.fd, &by_fd) == 0 &&
+        ::stat(guard.path.c_str(), &by_path) == 0 && by_fd.st_ino == by_path.st_ino && by_fd.st_dev == by_path.st_dev)
+      return;
+    if (guard.fd >= 0) ::close(guard.fd);
+    guard.fd = -1;
+    ::usleep(2000);  // a loader is removing what it took for a crash's leftover
+    MT_CHECK(attempt < 5, "save_checkpoint: cannot create and lock the staging directory ", guard.path.string(),
+             " (another process saving the same checkpoint?)");
+  }
+}
+
+// A "<dir>.mixtrain-tmp" that no live save holds locked was left by a crash: remove it.
+void remove_stale_staging(const fs::path& dir) {
+  const fs::path staged = sibling(dir, ".mixtrain-tmp");
+  const int fd = ::open(staged.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return;
+  struct stat by_fd, by_path;
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::fstat(fd, &by_fd) == 0 && ::stat(staged.c_str(), &by_path) == 0 &&
+      by_fd.st_ino == by_path.st_ino && by_fd.st_dev == by_path.st_dev) {
+    std::error_code ec;
+    fs::remove_all(staged, ec);  // best effort: a failure leaves it for the next save
+  }
+  ::close(fd);
+}
 
 nlohmann::json write_tensor_file(const fs::path& path, const NamedTensors& tensors, const Metadata& metadata) {
   detail::DurableWriter w(path);
   detail::write_safetensors(w, tensors, metadata);
   w.commit();
   return {{"bytes", w.size()}, {"crc32", crc_hex(w.crc())}};
-}
-
-// Reads a safetensors file of the checkpoint and checks it against the manifest entry.
-SafetensorsFile read_tensor_file(const fs::path& dir, const char* name, const nlohmann::json& files) {
-  const std::string where = (dir / kTrainerFile).string() + " files";
-  json_io::check_object_keys(json_io::json_field(files, name, where), {"bytes", "crc32"}, {},
-                             json_io::json_path(where, name));
-  const nlohmann::json& entry = files[name];
-  const uint64_t bytes = json_io::json_unsigned(entry, "bytes", json_io::json_path(where, name));
-  const std::string crc = json_io::json_string(entry, "crc32", json_io::json_path(where, name));
-  const fs::path path = dir / name;
-  const std::string data = detail::read_file(path, "checkpoint");
-  MT_CHECK(data.size() == bytes, "checkpoint: ", path.string(), " has ", data.size(), " bytes but the manifest says ",
-           bytes, " (truncated, or replaced after the checkpoint was written)");
-  MT_CHECK(crc_hex(detail::crc32(data.data(), data.size())) == crc, "checkpoint: ", path.string(),
-           " does not match its CRC-32 in the manifest (the file was edited or corrupted)");
-  return parse_safetensors(data, path.string());
 }
 
 }  // namespace
@@ -108,17 +135,31 @@ void save_checkpoint(const std::string& dir_in, const NamedTensors& model, const
                "a directory used only for this checkpoint)");
     }
   }
+  // Whatever this writes, load_checkpoint must accept: check the state with the loader's rules
+  // before anything on disk is touched.
+  const NamedTensors opt_tensors = optimizer.state_tensors();
+  const nlohmann::json opt_state = optimizer.state_dict(), scaler_state = scaler.state_dict();
+  try {
+    mixtrain::detail::check_json_depth(extra, "extra");
+    optimizer.validate_state_dict(opt_state, opt_tensors);
+    scaler.validate_state_dict(scaler_state);
+  } catch (const Error& e) {
+    MT_ERROR("save_checkpoint: refusing to write ", dir.string(), ", which load_checkpoint would reject (the ",
+             "previous checkpoint is left as it was): ", e.what());
+  }
   const fs::path staged = sibling(dir, ".mixtrain-tmp");
   fs::remove_all(staged);  // left by a save that crashed
+  // A complete <dir> supersedes a fallback copy left by an interrupted two-rename swap.
+  if (fs::is_directory(dir)) fs::remove_all(sibling(dir, ".mixtrain-old"));
   if (dir.has_parent_path()) fs::create_directories(dir.parent_path());
-  fs::create_directory(staged);
   StagingGuard guard{staged};
+  create_locked_staging(guard);
 
   nlohmann::json files = nlohmann::json::object();
   files[kModelFile] = write_tensor_file(staged / kModelFile, model, {{"format", "pt"}});
   run_hook(kModelFile);
   files[kOptimizerFile] =
-      write_tensor_file(staged / kOptimizerFile, optimizer.state_tensors(), {{"format", "pt"}, {"optimizer", optimizer.name()}});
+      write_tensor_file(staged / kOptimizerFile, opt_tensors, {{"format", "pt"}, {"optimizer", optimizer.name()}});
   run_hook(kOptimizerFile);
 
   const GeneratorState rng = default_generator().state();
@@ -126,8 +167,8 @@ void save_checkpoint(const std::string& dir_in, const NamedTensors& model, const
                                   {"version", kVersion},
                                   {"step", step},
                                   {"files", files},
-                                  {"optimizer", optimizer.state_dict()},
-                                  {"scaler", scaler.state_dict()},
+                                  {"optimizer", opt_state},
+                                  {"scaler", scaler_state},
                                   {"rng", {{"seed", rng.seed}, {"offset", rng.offset}}},
                                   {"extra", extra}};
   {
@@ -146,18 +187,15 @@ void save_checkpoint(const std::string& dir_in, const NamedTensors& model, const
 int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, optim::Optimizer& optimizer,
                         amp::GradScaler& scaler, nlohmann::json* extra) {
   fs::path dir = checkpoint_path(dir_in);
+  remove_stale_staging(dir);
   if (!fs::exists(dir) && fs::exists(sibling(dir, ".mixtrain-old"))) dir = sibling(dir, ".mixtrain-old");
   MT_CHECK(fs::is_directory(dir), "load_checkpoint: no checkpoint directory ", dir.string());
 
   // 1. Read and check everything.
-  const fs::path trainer_path = dir / kTrainerFile;
-  const std::string where = trainer_path.string();
-  nlohmann::json trainer;
-  try {
-    trainer = nlohmann::json::parse(detail::read_file(trainer_path, "load_checkpoint"));
-  } catch (const nlohmann::json::exception& e) {
-    MT_ERROR("load_checkpoint: ", where, " is not valid JSON: ", e.what());
-  }
+  const std::string where = (dir / kTrainerFile).string();
+  const mixtrain::detail::InputFile manifest(where, "load_checkpoint");
+  const nlohmann::json trainer =
+      mixtrain::detail::parse_json_bounded(manifest.read_all(mixtrain::detail::kMaxTextFileBytes), where);
   json_io::check_object_keys(trainer, {"format", "version", "step", "files", "optimizer", "scaler", "rng"}, {"extra"},
                              where);
   MT_CHECK(json_io::json_string(trainer, "format", where) == kFormat, where, ".format must be \"", kFormat, "\"");
@@ -170,35 +208,52 @@ int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, op
   rng.seed = json_io::json_unsigned(trainer["rng"], "seed", where + ".rng");
   rng.offset = json_io::json_unsigned(trainer["rng"], "offset", where + ".rng");
 
-  const SafetensorsFile model_file = read_tensor_file(dir, kModelFile, trainer["files"]);
-  const SafetensorsFile opt_file = read_tensor_file(dir, kOptimizerFile, trainer["files"]);
+  const detail::CheckpointTensorFile model_file(dir.string(), kModelFile, trainer["files"], manifest);
+  const detail::CheckpointTensorFile opt_file(dir.string(), kOptimizerFile, trainer["files"], manifest);
 
-  const std::string mw = (dir / kModelFile).string();
-  std::map<std::string, const Tensor*> saved;
-  for (const auto& [n, t] : model_file.tensors) saved.emplace(n, &t);
-  std::set<std::string> names;
-  std::vector<std::pair<Tensor, const Tensor*>> copies;
+  const std::string mw = model_file.path();
+  std::map<std::string, const detail::SafetensorsEntry*> saved;
+  for (const auto& e : model_file.index().entries) saved.emplace(e.name, &e);
+  std::map<std::string, Tensor> by_name;
   for (const auto& [n, t] : model) {
-    MT_CHECK(names.insert(n).second, "load_checkpoint: the model names tensor \"", n, "\" twice");
+    MT_CHECK(by_name.emplace(n, t).second, "load_checkpoint: the model names tensor \"", n, "\" twice");
     auto it = saved.find(n);
     MT_CHECK(it != saved.end(), "load_checkpoint: ", mw, " has no tensor \"", n, "\", which the model has");
-    const Tensor& s = *it->second;
-    MT_CHECK(t.defined() && s.shape() == t.shape() && s.dtype() == t.dtype(), "load_checkpoint: ", mw, ": tensor \"",
-             n, "\" is ", shape_str(s.shape()), " ", s.dtype(), " but the model's is ",
+    const detail::SafetensorsEntry& e = *it->second;
+    MT_CHECK(t.defined() && e.shape == t.shape() && e.dtype == t.dtype(), "load_checkpoint: ", mw, ": tensor \"", n,
+             "\" is ", shape_str(e.shape), " ", e.dtype, " but the model's is ",
              t.defined() ? shape_str(t.shape()) + " " + dtype_name(t.dtype()) : std::string("undefined"));
-    copies.emplace_back(t, &s);
   }
-  for (const auto& [n, t] : model_file.tensors)
-    MT_CHECK(names.count(n), "load_checkpoint: ", mw, " has tensor \"", n, "\", which the model does not have");
-  optimizer.validate_state_dict(trainer["optimizer"], opt_file.tensors);
+  std::vector<Tensor> destinations;  // in file order
+  for (const auto& e : model_file.index().entries) {
+    auto it = by_name.find(e.name);
+    MT_CHECK(it != by_name.end(), "load_checkpoint: ", mw, " has tensor \"", e.name, "\", which the model does not have");
+    destinations.push_back(it->second);
+  }
+  model_file.verify();
+  opt_file.verify();
+  // The optimizer's state is checked against shapes and dtypes only (zero-stride stand-ins, no
+  // memory), created by load_state_dict, then filled straight from the file: no second copy of
+  // the state in memory.
+  NamedTensors stand_ins;
+  for (const auto& e : opt_file.index().entries)
+    stand_ins.emplace_back(e.name, zeros({}, TensorOptions(e.dtype)).expand(e.shape));
+  optimizer.validate_state_dict(trainer["optimizer"], stand_ins);
   scaler.validate_state_dict(trainer["scaler"]);
 
-  // 2. Apply; nothing below can fail on the checked data.
-  {
-    NoGradGuard no_grad;
-    for (auto& [dst, src] : copies) dst.copy_(*src);
+  // 2. Apply; nothing below can fail on the checked data (short of a file being rewritten in
+  // place while it is read, which read_into reports).
+  model_file.read_into(destinations);
+  optimizer.load_state_dict(trainer["optimizer"], stand_ins);
+  std::map<std::string, Tensor> live;
+  for (const auto& [n, t] : optimizer.state_tensors()) live.emplace(n, t);
+  std::vector<Tensor> opt_destinations;
+  for (const auto& e : opt_file.index().entries) {
+    auto it = live.find(e.name);
+    MT_CHECK(it != live.end(), "load_checkpoint: internal error: the optimizer has no state tensor \"", e.name, "\"");
+    opt_destinations.push_back(it->second);
   }
-  optimizer.load_state_dict(trainer["optimizer"], opt_file.tensors);
+  opt_file.read_into(opt_destinations);
   scaler.load_state_dict(trainer["scaler"]);
   default_generator().set_state(rng);
   if (extra) *extra = trainer.contains("extra") ? trainer["extra"] : nlohmann::json::object();

@@ -81,19 +81,6 @@ void DurableWriter::commit() {
   MT_CHECK(std::fclose(f) == 0, "io: closing ", path_.string(), " failed: ", errno_text());
 }
 
-std::string read_file(const fs::path& path, const char* who) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  MT_CHECK(f != nullptr, who, ": cannot open ", path.string(), ": ", errno_text());
-  std::string out;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  MT_CHECK(!failed, who, ": reading ", path.string(), " failed");
-  return out;
-}
-
 void fsync_directory(const fs::path& dir) {
   const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
   MT_CHECK(fd >= 0, "io: cannot open directory ", dir.string(), ": ", errno_text());
@@ -113,7 +100,8 @@ void replace_directory(const fs::path& staged, const fs::path& dir, const fs::pa
 #ifdef SYS_renameat2
   if (::syscall(SYS_renameat2, AT_FDCWD, staged.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
     fsync_directory(parent);
-    fs::remove_all(staged);  // now holds the previous checkpoint
+    std::error_code ec;
+    fs::remove_all(staged, ec);  // now holds the previous checkpoint; a failure leaves it for the next save
     return;
   }
   MT_CHECK(errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP, "io: swapping ", staged.string(), " and ",
@@ -123,7 +111,8 @@ void replace_directory(const fs::path& staged, const fs::path& dir, const fs::pa
   fs::rename(dir, fallback);
   fs::rename(staged, dir);
   fsync_directory(parent);
-  fs::remove_all(fallback);
+  std::error_code ec;
+  fs::remove_all(fallback, ec);  // a failure leaves it for the next save, which removes it
 }
 
 }  // namespace mixtrain::io::detail

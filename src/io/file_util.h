@@ -32,7 +32,6 @@ class DurableWriter {
   uint32_t crc_ = 0;
 };
 
-std::string read_file(const std::filesystem::path& path, const char* who);
 void fsync_directory(const std::filesystem::path& dir);
 // Replaces `dir` by `staged` (a sibling directory) so that at every instant either the old or
 // the new directory is complete: rename(2) when dir does not exist, renameat2(RENAME_EXCHANGE)

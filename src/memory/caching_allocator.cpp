@@ -74,7 +74,10 @@ const char* env_value(const char* name) {
   return v && *v ? v : nullptr;
 }
 
+// Plain decimal only: strtod would also take hex ("0x10"), "inf" and "nan".
 bool parse_double(const char* text, double& out) {
+  for (const char* c = text; *c; ++c)
+    if (!std::strchr("0123456789.eE+-", *c)) return false;
   char* end = nullptr;
   out = std::strtod(text, &end);
   return end != text && *end == '\0' && out == out && out != std::numeric_limits<double>::infinity() &&
@@ -99,12 +102,21 @@ CachingAllocatorOptions CachingAllocatorOptions::from_env() {
     o.memory_fraction(f);
   }
   if (const char* v = env_value("MIXTRAIN_MEMORY_LIMIT_MB")) {
-    double mb = 0;
-    // 2^43 MiB = 8 EiB: beyond that the byte count would not fit in int64_t.
-    MT_CHECK(parse_double(v, mb) && mb >= 0.0 && mb < 8.0e12, "MIXTRAIN_MEMORY_LIMIT_MB='", v,
-             "' must be a non-negative number of MiB");
+    // Plain decimal digits with an optional fraction ("256", "0.5"): no sign, exponent or hex,
+    // which once turned "0x10" into 16 and "1e-9" into a 0-byte cap. 2^43 MiB = 8 EiB bounds it
+    // so the byte count fits in int64_t.
+    const std::string text = v;
+    const size_t dot = text.find('.');
+    bool plain = !text.empty() && text.size() <= 32 && dot != 0 && dot + 1 != text.size() &&
+                 std::count(text.begin(), text.end(), '.') <= 1;
+    for (char c : text) plain = plain && ((c >= '0' && c <= '9') || c == '.');
+    const double mb = plain ? std::strtod(v, nullptr) : -1.0;
+    MT_CHECK(plain && mb < 8.0e12, "MIXTRAIN_MEMORY_LIMIT_MB='", v,
+             "' must be a non-negative decimal number of MiB such as 256 or 0.5 (0 for no limit)");
+    const auto bytes = static_cast<int64_t>(mb * 1024.0 * 1024.0);
+    MT_CHECK(mb == 0.0 || bytes >= 1, "MIXTRAIN_MEMORY_LIMIT_MB='", v, "' is less than one byte (0 means no limit)");
     // 0 means no limit, as Paddle's FLAGS_gpu_memory_limit_mb does: a zero cap is never wanted.
-    if (mb > 0.0) o.limit_bytes(static_cast<int64_t>(mb * 1024.0 * 1024.0));
+    if (mb > 0.0) o.limit_bytes(bytes);
   }
   return o;
 }

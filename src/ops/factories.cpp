@@ -86,9 +86,14 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, const TensorOption
 }
 
 Tensor arange(double start, double end, double step, const TensorOptions& options) {
+  MT_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step), "arange: start, end and step must be ",
+           "finite, got [", start, ", ", end, ") with step ", step);
   MT_CHECK(step != 0.0, "arange: step must be non-zero");
   const double count = std::ceil((end - start) / step);
   MT_CHECK(count >= 0, "arange: range [", start, ", ", end, ") with step ", step, " is empty in the wrong direction");
+  // 2^62 elements would not fit in memory anyway; the bound keeps the cast to int64 defined.
+  MT_CHECK(count < 4611686018427387904.0, "arange: range [", start, ", ", end, ") with step ", step, " has ", count,
+           " elements, too many for a tensor");
   return generate({static_cast<int64_t>(count)}, options, [&](int64_t i) { return start + static_cast<double>(i) * step; });
 }
 

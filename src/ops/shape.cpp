@@ -11,6 +11,7 @@ using namespace ops;
 namespace {
 
 Tensor make_view(const Tensor& x, Shape shape, Shape strides, int64_t offset) {
+  checked_numel(shape, "view");  // an expanded view's element count must not wrap either
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = x.impl()->storage;
   impl->offset = offset;
@@ -24,16 +25,18 @@ Tensor make_view(const Tensor& x, Shape shape, Shape strides, int64_t offset) {
 
 Shape infer_shape(const char* op, const Shape& requested, int64_t numel, const Shape& from) {
   Shape shape = requested;
-  int64_t known = 1, infer = -1;
+  int64_t infer = -1;
+  Shape given;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
       MT_CHECK(infer < 0, op, ": only one dimension can be -1 in ", shape_str(requested));
       infer = static_cast<int64_t>(i);
     } else {
       MT_CHECK(shape[i] >= 0, op, ": invalid size ", shape[i], " in ", shape_str(requested));
-      known *= shape[i];
+      given.push_back(shape[i]);
     }
   }
+  const int64_t known = checked_numel(given, op);
   if (infer >= 0) {
     MT_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape_str(requested), " is invalid for input of shape ",
              shape_str(from));
@@ -171,6 +174,7 @@ Tensor Tensor::expand(const Shape& shape_in) const {
   for (int64_t i = nd - 1, j = dim() - 1; i >= 0; --i, --j) {
     const int64_t have = j >= 0 ? size(j) : 1;
     const int64_t want = shape_in[i] == -1 ? have : shape_in[i];
+    MT_CHECK(want >= 0, "expand: invalid size ", shape_in[i], " in ", shape_str(shape_in));
     MT_CHECK(have == want || have == 1, "expand: cannot expand ", describe(*this), " to ", shape_str(shape_in),
              " (dimension ", i, ": ", have, " vs ", want, ")");
     shape[i] = want;

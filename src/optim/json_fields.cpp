@@ -1,3 +1,4 @@
+#include "core/json_limits.h"
 #include "optim/json_fields.h"
 
 #include <cmath>
@@ -52,7 +53,7 @@ double json_number(const nlohmann::json& j, const char* key, const std::string& 
 int64_t json_integer(const nlohmann::json& j, const char* key, const std::string& where, int64_t lo, int64_t hi) {
   const auto& v = json_field(j, key, where);
   MT_CHECK(v.is_number_integer(), json_path(where, key), " must be an integer, got ", type_name(v),
-           v.is_number() ? " " + v.dump() : std::string());
+           v.is_number() ? " " + mixtrain::detail::json_excerpt(v) : std::string());
   int64_t x;
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();
@@ -69,7 +70,7 @@ int64_t json_integer(const nlohmann::json& j, const char* key, const std::string
 uint64_t json_unsigned(const nlohmann::json& j, const char* key, const std::string& where) {
   const auto& v = json_field(j, key, where);
   MT_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0), json_path(where, key),
-           " must be a non-negative integer, got ", type_name(v), v.is_number() ? " " + v.dump() : std::string());
+           " must be a non-negative integer, got ", type_name(v), v.is_number() ? " " + mixtrain::detail::json_excerpt(v) : std::string());
   return v.get<uint64_t>();
 }
 
@@ -88,9 +89,9 @@ std::string json_string(const nlohmann::json& j, const char* key, const std::str
 std::pair<double, double> json_number_pair(const nlohmann::json& j, const char* key, const std::string& where) {
   const auto& v = json_field(j, key, where);
   MT_CHECK(v.is_array() && v.size() == 2 && v[0].is_number() && v[1].is_number(), json_path(where, key),
-           " must be an array of two numbers, got ", v.dump());
+           " must be an array of two numbers, got ", mixtrain::detail::json_excerpt(v));
   const double a = v[0].get<double>(), b = v[1].get<double>();
-  MT_CHECK(std::isfinite(a) && std::isfinite(b), json_path(where, key), " must be finite, got ", v.dump());
+  MT_CHECK(std::isfinite(a) && std::isfinite(b), json_path(where, key), " must be finite, got ", mixtrain::detail::json_excerpt(v));
   return {a, b};
 }
 

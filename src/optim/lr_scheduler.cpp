@@ -1,3 +1,4 @@
+#include "core/json_limits.h"
 #include "mixtrain/optim/lr_scheduler.h"
 
 #include <cmath>
@@ -43,17 +44,18 @@ nlohmann::json LRScheduler::state_dict() const {
 
 void LRScheduler::load_state_dict(const nlohmann::json& state) {
   const std::string where = std::string(name()) + " state_dict";
+  mixtrain::detail::check_json_depth(state, where);
   json_io::check_object_keys(state, {"type", "last_epoch", "base_lrs"}, {"_last_lr"}, where);
   const std::string type = json_io::json_string(state, "type", where);
   MT_CHECK(type == name(), where, ".type is \"", type, "\" but the scheduler is ", name());
   const int64_t epoch = json_io::json_integer(state, "last_epoch", where, 0, std::numeric_limits<int64_t>::max());
   const auto& jb = state["base_lrs"];
   MT_CHECK(jb.is_array() && jb.size() == base_lrs_.size(), where, ".base_lrs must be an array of ", base_lrs_.size(),
-           " numbers, got ", jb.dump());
+           " numbers, got ", mixtrain::detail::json_excerpt(jb));
   std::vector<double> base;
   for (size_t i = 0; i < jb.size(); ++i) {
     MT_CHECK(jb[i].is_number() && std::isfinite(jb[i].get<double>()) && jb[i].get<double>() >= 0.0, where,
-             ".base_lrs[", i, "] must be a finite number >= 0, got ", jb[i].dump());
+             ".base_lrs[", i, "] must be a finite number >= 0, got ", mixtrain::detail::json_excerpt(jb[i]));
     base.push_back(jb[i].get<double>());
   }
   std::vector<double> saved_base = base_lrs_;

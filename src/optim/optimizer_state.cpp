@@ -1,9 +1,11 @@
 // Optimizer checkpoints: state_dict() / state_tensors() out, and load_state_dict(), which checks
 // the whole document and the tensors before it changes anything.
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <set>
 
+#include "core/json_limits.h"
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/optim/optimizer.h"
@@ -58,6 +60,16 @@ NamedTensors Optimizer::state_tensors() const {
 }
 
 namespace {
+// Step counts past 2^53 are not exact in the double arithmetic of bias corrections and cannot
+// be reached by a real run; the bound also keeps step + 1 from overflowing.
+constexpr int64_t kMaxStep = int64_t{1} << 53;
+
+std::string set_str(const std::vector<std::string>& names) {
+  std::string s = "{";
+  for (size_t i = 0; i < names.size(); ++i) s += (i ? ", " : "") + names[i];
+  return s + "}";
+}
+
 struct ParsedParam {
   int64_t step = 0;
   std::vector<std::pair<std::string, Tensor>> tensors;  // by state name, "master_param" included
@@ -72,9 +84,11 @@ struct Parsed {
 
 // Checks the whole document and the tensors against this optimizer; returns what to apply.
 static Parsed parse_state(const Optimizer& opt, const std::vector<ParamGroup>& groups,
-                          const std::vector<std::string>& buffer_names, const nlohmann::json& doc,
+                          const std::vector<std::string>& buffer_names,
+                          const std::vector<std::vector<std::string>>& buffer_sets, const nlohmann::json& doc,
                           const NamedTensors& tensors, const std::vector<bool>& has_master) {
   const std::string where = std::string(opt.name()) + " state_dict";
+  mixtrain::detail::check_json_depth(doc, where);
   json_io::check_object_keys(doc, {"type", "param_groups", "state"}, {"steps_taken", "steps_skipped", "last_step_skipped"},
                             where);
   const std::string type = json_io::json_string(doc, "type", where);
@@ -93,10 +107,10 @@ static Parsed parse_state(const Optimizer& opt, const std::vector<ParamGroup>& g
     const auto& jp = json_io::json_field(hyper, "params", gw);
     const size_t n = groups[g].params().size();
     MT_CHECK(jp.is_array() && jp.size() == n, json_path(gw, "params"), " must list ", n,
-             " parameter indices (the optimizer's group ", g, " has ", n, " parameters), got ", jp.dump());
+             " parameter indices (the optimizer's group ", g, " has ", n, " parameters), got ", mixtrain::detail::json_excerpt(jp));
     for (size_t i = 0; i < n; ++i, ++index) {
       MT_CHECK(jp[i].is_number_integer() && jp[i].get<int64_t>() == index, json_path(gw, "params"), "[", i,
-               "] must be ", index, ", got ", jp[i].dump());
+               "] must be ", index, ", got ", mixtrain::detail::json_excerpt(jp[i]));
       params.push_back(&groups[g].params()[i]);
     }
     hyper.erase("params");
@@ -130,12 +144,12 @@ static Parsed parse_state(const Optimizer& opt, const std::vector<ParamGroup>& g
              sw, ": the key must be a parameter index in [0, ", params.size(), ")");
     json_io::check_object_keys(it.value(), {"step", "tensors"}, {}, sw);
     ParsedParam& pp = out.params[idx];
-    pp.step = json_io::json_integer(it.value(), "step", sw, 0, std::numeric_limits<int64_t>::max());
+    pp.step = json_io::json_integer(it.value(), "step", sw, 0, kMaxStep);
     const auto& names = it.value()["tensors"];
     MT_CHECK(names.is_array(), json_path(sw, "tensors"), " must be an array of names");
     const Tensor& param = *params[idx];
     for (const auto& jn : names) {
-      MT_CHECK(jn.is_string(), json_path(sw, "tensors"), " must hold strings, got ", jn.dump());
+      MT_CHECK(jn.is_string(), json_path(sw, "tensors"), " must hold strings, got ", mixtrain::detail::json_excerpt(jn));
       const std::string n = jn.get<std::string>();
       bool allowed = n == "master_param" && has_master[idx];
       for (const auto& b : buffer_names) allowed = allowed || n == b;
@@ -152,6 +166,14 @@ static Parsed parse_state(const Optimizer& opt, const std::vector<ParamGroup>& g
       MT_CHECK(used.insert(full).second, json_path(sw, "tensors"), " lists \"", n, "\" twice");
       pp.tensors.emplace_back(n, t);
     }
+    std::set<std::string> present;
+    for (const auto& [n, t] : pp.tensors) present.insert(n);
+    for (const auto& set : buffer_sets) {
+      size_t have = 0;
+      for (const auto& n : set) have += present.count(n);
+      MT_CHECK(have == 0 || have == set.size(), json_path(sw, "tensors"), ": a partial ", opt.name(), " state: ",
+               set_str(set), " are kept together, but only ", have, " of them are listed");
+    }
     if (has_master[idx]) {
       bool found_master = false;
       for (const auto& [n, t] : pp.tensors) found_master = found_master || n == "master_param";
@@ -166,10 +188,20 @@ static Parsed parse_state(const Optimizer& opt, const std::vector<ParamGroup>& g
     MT_CHECK(used.count(n), where, ": tensor \"", n, "\" is not listed in the state (a state file of another ",
              "optimizer or model?)");
   }
-  if (doc.contains("steps_taken"))
-    out.steps_taken = json_io::json_integer(doc, "steps_taken", where, 0, std::numeric_limits<int64_t>::max());
+  if (doc.contains("steps_taken")) {
+    out.steps_taken = json_io::json_integer(doc, "steps_taken", where, 0, kMaxStep);
+    // A parameter takes at most one update per optimizer step.
+    for (size_t i = 0; i < out.params.size(); ++i)
+      MT_CHECK(out.params[i].step <= out.steps_taken, json_path(where, "state"), "[\"", i, "\"].step = ",
+               out.params[i].step, " is more than steps_taken = ", out.steps_taken,
+               " (each parameter is updated at most once per step)");
+  } else {
+    // Documents from before steps_taken was saved: the most any parameter took keeps the
+    // invariant that the next save is checked against.
+    for (const ParsedParam& p : out.params) out.steps_taken = std::max(out.steps_taken, p.step);
+  }
   if (doc.contains("steps_skipped"))
-    out.steps_skipped = json_io::json_integer(doc, "steps_skipped", where, 0, std::numeric_limits<int64_t>::max());
+    out.steps_skipped = json_io::json_integer(doc, "steps_skipped", where, 0, kMaxStep);
   if (doc.contains("last_step_skipped")) out.last_step_skipped = json_io::json_bool(doc, "last_step_skipped", where);
   return out;
 }
@@ -178,14 +210,14 @@ void Optimizer::validate_state_dict(const nlohmann::json& state, const NamedTens
   std::vector<bool> has_master;
   for (const auto& gs : state_)
     for (const auto& s : gs) has_master.push_back(s.master.defined());
-  parse_state(*this, groups_, buffer_names(), state, tensors, has_master);
+  parse_state(*this, groups_, buffer_names(), buffer_sets(), state, tensors, has_master);
 }
 
 void Optimizer::load_state_dict(const nlohmann::json& state, const NamedTensors& tensors) {
   std::vector<bool> has_master;
   for (const auto& gs : state_)
     for (const auto& s : gs) has_master.push_back(s.master.defined());
-  Parsed parsed = parse_state(*this, groups_, buffer_names(), state, tensors, has_master);
+  Parsed parsed = parse_state(*this, groups_, buffer_names(), buffer_sets(), state, tensors, has_master);
 
   // Everything checked: apply. Buffers are fresh copies (the caller's tensors stay theirs);
   // master copies are written in place so handles from master_params() stay valid.

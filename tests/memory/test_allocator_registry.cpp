@@ -84,6 +84,10 @@ TEST(AllocatorEnv, BadValuesNameTheVariableAndTheValue) {
   expect_env_error("MIXTRAIN_MEMORY_LIMIT_MB", "-5");
   expect_env_error("MIXTRAIN_MEMORY_LIMIT_MB", "12abc");
   expect_env_error("MIXTRAIN_MEMORY_LIMIT_MB", "inf");
+  // Not plain decimal, or a cap that rounds to nothing (once a hex 16 MiB and a 0-byte cap).
+  for (const char* v : {"0x10", "0X10", "1e-9", "1e3", "+5", " 5", "5 ", "1.", ".5", "1.2.3", "0.0000000001", "nan"})
+    expect_env_error("MIXTRAIN_MEMORY_LIMIT_MB", v);
+  expect_env_error("MIXTRAIN_MEMORY_FRACTION", "0x0.8p0");
 }
 
 TEST(AllocatorRegistry, CpuAllocatorIsOneCachingAllocatorPerProcess) {

@@ -1,5 +1,6 @@
 #pragma once
 // Shapes and strides (in elements) and the helpers every op uses on them.
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <ostream>
@@ -14,6 +15,12 @@ using Shape = std::vector<int64_t>;
 // (NHWC: the channels of one pixel are adjacent), the layout tensor-core convolutions read.
 enum class MemoryFormat { Contiguous, ChannelsLast };
 
+// The element count of a shape; throws mixtrain::Error naming `op` and the shape for a negative
+// size or a product past 2^63 - 1 (so no caller ever sees a wrapped count).
+int64_t checked_numel(const Shape& shape, const char* op);
+// checked_numel(shape) * element_size as a byte count; throws when it passes PTRDIFF_MAX.
+size_t checked_nbytes(const Shape& shape, size_t element_size, const char* op);
+// checked_numel(shape, "numel").
 int64_t shape_numel(const Shape& shape);
 Shape contiguous_strides(const Shape& shape);
 // NHWC strides of a 4-D shape (throws for another rank).

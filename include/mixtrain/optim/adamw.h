@@ -37,6 +37,7 @@ class AdamW : public Optimizer {
  protected:
   void update(const OptimizerOptions& options, UpdateTarget& target) override;
   std::vector<std::string> buffer_names() const override { return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}; }
+  std::vector<std::vector<std::string>> buffer_sets() const override { return {{"exp_avg", "exp_avg_sq"}}; }
 };
 
 }  // namespace mixtrain::optim

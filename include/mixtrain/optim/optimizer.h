@@ -163,6 +163,8 @@ class Optimizer {
   virtual void update(const OptimizerOptions& options, UpdateTarget& target) = 0;
   // The names of the state buffers this optimizer may create (for load_state_dict's checks).
   virtual std::vector<std::string> buffer_names() const = 0;
+  // Buffers that exist together (a state with some but not all of one set is rejected on load).
+  virtual std::vector<std::vector<std::string>> buffer_sets() const { return {}; }
 
  private:
   void init_group_state(size_t group_index);

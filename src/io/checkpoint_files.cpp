@@ -1,0 +1,93 @@
+#include "io/checkpoint_files.h"
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "io/file_util.h"
+#include "mixtrain/autograd/grad_mode.h"
+#include "mixtrain/core/error.h"
+#include "optim/json_fields.h"
+
+namespace mixtrain::io::detail {
+
+namespace {
+std::string crc_text(uint32_t crc) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", crc);
+  return buf;
+}
+constexpr size_t kChunk = size_t{1} << 20;
+}  // namespace
+
+CheckpointTensorFile::CheckpointTensorFile(const std::string& dir, const char* name, const nlohmann::json& files,
+                                           const mixtrain::detail::InputFile& manifest)
+    : where_(manifest.path() + " files"), file_(dir + "/" + name, "load_checkpoint"), manifest_(manifest) {
+  json_io::check_object_keys(json_io::json_field(files, name, where_), {"bytes", "crc32"}, {},
+                             json_io::json_path(where_, name));
+  const nlohmann::json& entry = files[name];
+  const uint64_t bytes = json_io::json_unsigned(entry, "bytes", json_io::json_path(where_, name));
+  crc_ = json_io::json_string(entry, "crc32", json_io::json_path(where_, name));
+  if (file_.size() != bytes)
+    fail_crc("has " + std::to_string(file_.size()) + " bytes but the manifest says " + std::to_string(bytes));
+  index_ = read_safetensors_index(file_, "checkpoint " + file_.path());
+}
+
+void CheckpointTensorFile::fail_crc(const std::string& what) const {
+  const bool replaced = !file_.unchanged_on_disk() || !manifest_.unchanged_on_disk();
+  MT_CHECK(!replaced, "checkpoint: ", file_.path(), " ", what, ": the checkpoint was replaced while it was being ",
+           "loaded (a save running at the same time); load it again once the save has finished");
+  MT_ERROR("checkpoint: ", file_.path(), " ", what, " (the file was truncated, edited or corrupted after the ",
+           "checkpoint was written, or written by another process while this one saved)");
+}
+
+std::string CheckpointTensorFile::header_bytes() const {
+  std::string h(static_cast<size_t>(index_.data_start), '\0');
+  file_.read_at(0, h.data(), h.size());
+  return h;
+}
+
+void CheckpointTensorFile::verify() const {
+  std::vector<char> buf(kChunk);
+  uint32_t crc = 0;
+  for (uint64_t off = 0; off < file_.size();) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, file_.size() - off));
+    file_.read_at(off, buf.data(), n);
+    crc = crc32(buf.data(), n, crc);
+    off += n;
+  }
+  if (crc_text(crc) != crc_) fail_crc("does not match its CRC-32 in the manifest");
+  for (const SafetensorsEntry& e : index_.entries) {
+    if (e.dtype != kBool) continue;
+    std::string bytes(static_cast<size_t>(e.end - e.begin), '\0');
+    file_.read_at(e.begin, bytes.data(), bytes.size());
+    check_bool_bytes(e, bytes.data(), "checkpoint " + file_.path());
+  }
+}
+
+void CheckpointTensorFile::read_into(const std::vector<Tensor>& dst) const {
+  MT_CHECK(dst.size() == index_.entries.size(), "checkpoint: internal error: ", dst.size(), " destinations for ",
+           index_.entries.size(), " tensors");
+  const std::string h = header_bytes();
+  uint32_t crc = crc32(h.data(), h.size());
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < dst.size(); ++i) {
+    const SafetensorsEntry& e = index_.entries[i];
+    const Tensor& d = dst[i];
+    const size_t n = static_cast<size_t>(e.end - e.begin);
+    if (d.device().is_cpu() && d.is_contiguous()) {
+      file_.read_at(e.begin, d.raw_data(), n);  // straight into the model
+      crc = crc32(d.raw_data(), n, crc);
+    } else {
+      Tensor t = Tensor::empty(e.shape, TensorOptions(e.dtype));
+      file_.read_at(e.begin, t.raw_data(), n);
+      crc = crc32(t.raw_data(), n, crc);
+      Tensor(d).copy_(t);
+    }
+  }
+  // verify() passed on this same open file: a difference now means it was rewritten in place.
+  MT_CHECK(crc_text(crc) == crc_, "checkpoint: ", file_.path(), " changed while it was being read (rewritten in ",
+           "place by another process); the model holds a partial load: load a checkpoint again");
+}
+
+}  // namespace mixtrain::io::detail

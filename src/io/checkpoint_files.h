@@ -1,0 +1,41 @@
+#pragma once
+// The safetensors files of a checkpoint as load_checkpoint reads them: checked against the
+// manifest (size, CRC-32) before anything is applied, then each tensor read straight into its
+// destination (the model's parameters, the optimizer's state): no second copy in memory.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/input_file.h"
+#include "io/safetensors_internal.h"
+
+namespace mixtrain::io::detail {
+
+class CheckpointTensorFile {
+ public:
+  // Opens dir/name and checks its size against the manifest entry files[name] and its header.
+  // `manifest` is the opened trainer.json, used to tell a concurrent save from corruption.
+  CheckpointTensorFile(const std::string& dir, const char* name, const nlohmann::json& files,
+                       const mixtrain::detail::InputFile& manifest);
+
+  const SafetensorsIndex& index() const { return index_; }
+  const std::string& path() const { return file_.path(); }
+  // Reads the whole file once to check its CRC-32 (and the BOOL tensors' bytes).
+  void verify() const;
+  // Reads each tensor into dst[i] (same order as index().entries; shapes and dtypes checked by
+  // the caller), the CRC checked again on the way.
+  void read_into(const std::vector<Tensor>& dst) const;
+
+ private:
+  [[noreturn]] void fail_crc(const std::string& what) const;
+  std::string header_bytes() const;
+  std::string where_;
+  mixtrain::detail::InputFile file_;
+  const mixtrain::detail::InputFile& manifest_;
+  SafetensorsIndex index_;
+  std::string crc_;
+};
+
+}  // namespace mixtrain::io::detail
