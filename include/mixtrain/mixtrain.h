@@ -15,6 +15,7 @@
 #include "mixtrain/nn/functional.h"
 #include "mixtrain/nn/nn.h"
 #include "mixtrain/ops/functional.h"
+#include "mixtrain/ops/tensor_habits.h"
 #include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/io/checkpoint.h"
 #include "mixtrain/io/safetensors.h"
