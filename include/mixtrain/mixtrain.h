@@ -2,6 +2,7 @@
 // The umbrella header: everything a mixtrain user needs.
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/amp/cast_policy.h"
+#include "mixtrain/amp/custom_op.h"
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/core/device.h"
