@@ -75,8 +75,10 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
 
   TrainResult result;
   if (!options.resume_dir.empty()) {
-    const int64_t done = io::load_checkpoint(options.resume_dir, model, opt, scaler);
-    task.skip_batches(done);
+    io::CheckpointParts parts;
+    parts.data = task.loader();
+    const int64_t done = io::load_checkpoint(options.resume_dir, model, opt, scaler, nullptr, parts);
+    if (!parts.data) task.skip_batches(done);
     result.first_step = done + 1;
   }
   memory::reset_peak_stats(options.device);
@@ -107,7 +109,8 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     if (on_step) on_step(rec);
     const bool last = step == options.steps;
     if (!options.save_dir.empty() && (last || (options.save_every > 0 && step % options.save_every == 0)))
-      io::save_checkpoint(options.save_dir, model, opt, scaler, step);
+      io::save_checkpoint(options.save_dir, model, opt, scaler, step, nlohmann::json::object(),
+                          {nullptr, task.loader()});
   }
   result.seconds = std::chrono::duration<double>(clock::now() - start).count();
   result.memory = memory::stats(options.device);

@@ -29,8 +29,11 @@ class TrainTask {
   // Draws the next training batch (on the model's device) and returns the scalar loss. The loop
   // calls it inside the autocast scope.
   virtual Tensor next_loss() = 0;
-  // Advances the data stream by n batches without computing anything (resume).
+  // Advances the data stream by n batches without computing anything (resume from a checkpoint
+  // saved without the loader's position).
   virtual void skip_batches(int64_t n) = 0;
+  // The training data loader, when the task has one: its position is saved in checkpoints.
+  virtual data::DataLoader* loader() { return nullptr; }
   // For reports: one line about the model and data, samples per step, and an evaluation after
   // training (e.g. "test accuracy 0.86"; empty when the task has none).
   virtual std::string describe() const { return ""; }

@@ -18,6 +18,7 @@
 #include "mixtrain/ops/functional.h"
 #include "mixtrain/ops/tensor_habits.h"
 #include "mixtrain/amp/grad_scaler.h"
+#include "mixtrain/data/data.h"
 #include "mixtrain/io/checkpoint.h"
 #include "mixtrain/io/safetensors.h"
 #include "mixtrain/nn/utils.h"
