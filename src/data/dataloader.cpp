@@ -1,6 +1,10 @@
 // DataLoader: worker threads make numbered batches, the consumer takes them in number order.
 #include "mixtrain/data/dataloader.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
 
@@ -61,6 +65,11 @@ void DataLoader::stop_workers() {
 }
 
 void DataLoader::worker_loop() {
+#ifdef _OPENMP
+  // One thread per worker: the workers are the parallelism. A worker's CPU ops would otherwise
+  // start an OpenMP team of their own next to the training thread's and oversubscribe the cores.
+  omp_set_num_threads(1);
+#endif
   const uint64_t capacity = static_cast<uint64_t>(options_.num_workers() * options_.prefetch_factor());
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
