@@ -6,56 +6,52 @@
 
 namespace mixtrain::examples {
 
-void Dataset::check(const std::string& what) const {
-  MT_CHECK(size > 0 && features > 0, what, ": empty dataset (", size, " rows, ", features, " features)");
-  MT_CHECK(static_cast<int64_t>(x.size()) == size * features, what, ": ", x.size(), " feature values for ", size,
-           " rows of ", features);
-  MT_CHECK(labels.empty() != targets.empty(), what, ": a dataset has either labels or targets");
-  const size_t n = labels.empty() ? targets.size() : labels.size();
-  MT_CHECK(static_cast<int64_t>(n) == size, what, ": ", n, " labels/targets for ", size, " rows");
-}
-
-Dataset Dataset::subset(const std::vector<int64_t>& rows) const {
-  Dataset out;
-  out.size = static_cast<int64_t>(rows.size());
-  out.features = features;
-  out.feature_names = feature_names;
-  out.x.reserve(rows.size() * static_cast<size_t>(features));
-  for (int64_t r : rows) {
-    MT_CHECK(r >= 0 && r < size, "Dataset::subset: row ", r, " out of range for ", size, " rows");
-    out.x.insert(out.x.end(), x.begin() + r * features, x.begin() + (r + 1) * features);
-    if (!labels.empty()) out.labels.push_back(labels[static_cast<size_t>(r)]);
-    if (!targets.empty()) out.targets.push_back(targets[static_cast<size_t>(r)]);
-  }
-  return out;
-}
-
 namespace {
-// Fisher-Yates with mixtrain's counter-based generator, so the order depends only on the seed
+
+// Fisher-Yates with mixtrain's counter-based generator, so the split depends only on the seed
 // (std::shuffle's algorithm differs between standard libraries).
 void shuffle_rows(std::vector<int64_t>& v, Generator& gen) {
   for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[gen.next_u64() % i]);
 }
+
+Tensor rows_of(const Tensor& t, const std::vector<int64_t>& rows) {
+  if (!t.defined()) return t;
+  std::vector<Tensor> picked;
+  for (int64_t r : rows) picked.push_back(t.select(0, r));
+  return stack(picked, 0);
+}
+
+int64_t columns_of(const Tensor& values) {
+  MT_CHECK(values.defined() && (values.dim() == 1 || values.dim() == 2) && values.dtype() == kFloat32 &&
+               values.numel() > 0,
+           "Standardizer: expected float32 [rows] or [rows, columns], got ",
+           values.defined() ? values.summary() : std::string("undefined"));
+  return values.dim() == 1 ? 1 : values.size(1);
+}
+
 }  // namespace
 
-std::pair<Dataset, Dataset> train_test_split(const Dataset& data, double test_fraction, uint64_t seed) {
-  MT_CHECK(data.size >= 2, "train_test_split: need at least 2 rows, got ", data.size);
+std::pair<data::TensorDataset, data::TensorDataset> train_test_split(const data::TensorDataset& d,
+                                                                     double test_fraction, uint64_t seed) {
+  MT_CHECK(d.size() >= 2, "train_test_split: need at least 2 rows, got ", d.size());
   MT_CHECK(test_fraction > 0 && test_fraction < 1, "train_test_split: test_fraction must be in (0, 1), got ",
            test_fraction);
-  std::vector<int64_t> rows(static_cast<size_t>(data.size));
+  std::vector<int64_t> rows(static_cast<size_t>(d.size()));
   std::iota(rows.begin(), rows.end(), 0);
   Generator gen(seed);
   shuffle_rows(rows, gen);
-  int64_t n_test = static_cast<int64_t>(std::llround(test_fraction * static_cast<double>(data.size)));
-  n_test = std::clamp<int64_t>(n_test, 1, data.size - 1);
-  std::vector<int64_t> test(rows.begin(), rows.begin() + n_test), train(rows.begin() + n_test, rows.end());
-  return {data.subset(train), data.subset(test)};
+  int64_t n_test = static_cast<int64_t>(std::llround(test_fraction * static_cast<double>(d.size())));
+  n_test = std::clamp<int64_t>(n_test, 1, d.size() - 1);
+  const std::vector<int64_t> test(rows.begin(), rows.begin() + n_test), train(rows.begin() + n_test, rows.end());
+  NoGradGuard no_grad;
+  return {data::TensorDataset(rows_of(d.data(), train), rows_of(d.target(), train)),
+          data::TensorDataset(rows_of(d.data(), test), rows_of(d.target(), test))};
 }
 
-Standardizer Standardizer::fit(const std::vector<float>& values, int64_t columns) {
-  MT_CHECK(columns > 0 && !values.empty() && values.size() % static_cast<size_t>(columns) == 0,
-           "Standardizer::fit: ", values.size(), " values do not form rows of ", columns);
-  const size_t rows = values.size() / static_cast<size_t>(columns), c = static_cast<size_t>(columns);
+Standardizer Standardizer::fit(const Tensor& values_t) {
+  const size_t c = static_cast<size_t>(columns_of(values_t));
+  const std::vector<float> values = values_t.contiguous().to_vector<float>();
+  const size_t rows = values.size() / c;
   std::vector<double> mean(c, 0.0), var(c, 0.0);
   for (size_t r = 0; r < rows; ++r)
     for (size_t j = 0; j < c; ++j) mean[j] += values[r * c + j];
@@ -72,79 +68,12 @@ Standardizer Standardizer::fit(const std::vector<float>& values, int64_t columns
   return s;
 }
 
-void Standardizer::apply(std::vector<float>& values) const {
-  const size_t c = mean.size();
+Tensor Standardizer::apply(const Tensor& values_t) const {
+  const size_t c = static_cast<size_t>(columns_of(values_t));
+  MT_CHECK(c == mean.size(), "Standardizer: fitted on ", mean.size(), " columns, applied to ", values_t.summary());
+  std::vector<float> values = values_t.contiguous().to_vector<float>();
   for (size_t i = 0; i < values.size(); ++i) values[i] = (values[i] - mean[i % c]) / std[i % c];
-}
-
-BatchIterator::BatchIterator(const Dataset& data, int64_t batch_size, uint64_t seed, bool shuffle, bool drop_last)
-    : data_(&data), batch_size_(batch_size), shuffle_(shuffle), drop_last_(drop_last), gen_(seed) {
-  data.check("BatchIterator");
-  MT_CHECK(batch_size > 0, "BatchIterator: batch size must be positive, got ", batch_size);
-  MT_CHECK(!drop_last || batch_size <= data.size, "BatchIterator: batch size ", batch_size,
-           " exceeds the dataset's ", data.size, " rows with drop_last");
-  order_.resize(static_cast<size_t>(data.size));
-}
-
-int64_t BatchIterator::batches_per_epoch() const {
-  return drop_last_ ? data_->size / batch_size_ : (data_->size + batch_size_ - 1) / batch_size_;
-}
-
-void BatchIterator::start_epoch() {
-  std::iota(order_.begin(), order_.end(), 0);
-  if (shuffle_) shuffle_rows(order_, gen_);
-  pos_ = 0;
-  if (started_) ++epoch_;  // the first call only sets up epoch 0
-  started_ = true;
-}
-
-bool BatchIterator::next(Batch& out) {
-  if (!started_) start_epoch();
-  const int64_t remaining = data_->size - pos_;
-  if (remaining <= 0 || (drop_last_ && remaining < batch_size_)) {
-    start_epoch();
-    return false;
-  }
-  const int64_t end = pos_ + std::min(batch_size_, remaining);
-  out = gather(pos_, end);
-  pos_ = end;
-  return true;
-}
-
-Batch BatchIterator::next_batch() {
-  Batch b;
-  if (!next(b)) next(b);  // an epoch boundary: the second call is the new epoch's first batch
-  return b;
-}
-
-Batch BatchIterator::gather(int64_t begin, int64_t end) const {
-  const int64_t n = end - begin, f = data_->features;
-  std::vector<float> x(static_cast<size_t>(n * f));
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t r = order_[static_cast<size_t>(begin + i)];
-    std::copy_n(data_->x.begin() + r * f, f, x.begin() + i * f);
-  }
-  Batch b;
-  b.x = from_vector(x, {n, f});
-  if (data_->is_classification()) {
-    std::vector<int64_t> y(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) y[static_cast<size_t>(i)] = data_->labels[static_cast<size_t>(order_[static_cast<size_t>(begin + i)])];
-    b.y = from_vector(y, {n});
-  } else {
-    std::vector<float> y(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) y[static_cast<size_t>(i)] = data_->targets[static_cast<size_t>(order_[static_cast<size_t>(begin + i)])];
-    b.y = from_vector(y, {n, 1});
-  }
-  return b;
-}
-
-void skip_batches(BatchIterator* loader, size_t& next_pregenerated, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (loader)
-      loader->next_batch();
-    else
-      ++next_pregenerated;
-  }
+  return from_vector(values, values_t.shape());
 }
 
 }  // namespace mixtrain::examples

@@ -61,6 +61,23 @@ TrainResult train_with_log(TrainTask& task, const TrainOptions& options, std::os
   });
 }
 
+namespace {
+std::unique_ptr<optim::LRScheduler> make_scheduler(optim::Optimizer& opt, const LrSchedule& s, int64_t steps) {
+  MT_CHECK(s.warmup_steps >= 0, "warmup steps must be >= 0, got ", s.warmup_steps);
+  const int64_t warmup = std::min(s.warmup_steps, steps);
+  const int64_t decay = std::max<int64_t>(1, steps - warmup);
+  if (warmup > 0 && s.cosine) {
+    auto w = std::make_shared<optim::LinearLR>(opt, 1.0 / static_cast<double>(warmup), 1.0, warmup);
+    auto c = std::make_shared<optim::CosineAnnealingLR>(opt, decay);
+    return std::make_unique<optim::SequentialLR>(opt, std::vector<std::shared_ptr<optim::LRScheduler>>{w, c},
+                                                 std::vector<int64_t>{warmup});
+  }
+  if (warmup > 0) return std::make_unique<optim::LinearLR>(opt, 1.0 / static_cast<double>(warmup), 1.0, warmup);
+  if (s.cosine) return std::make_unique<optim::CosineAnnealingLR>(opt, decay);
+  return nullptr;
+}
+}  // namespace
+
 TrainResult train(TrainTask& task, const TrainOptions& options, const std::function<void(const StepRecord&)>& on_step) {
   using clock = std::chrono::steady_clock;
   nn::Module& model = task.model();
@@ -70,13 +87,17 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
   amp::GradScaler scaler(amp::GradScalerOptions()
                              .init_scale(options.init_scale)
                              .enabled(options.precision == Precision::Fp16));
+  const std::unique_ptr<optim::LRScheduler> scheduler = make_scheduler(opt, task.schedule(), options.steps);
   const bool autocast = options.precision != Precision::Fp32;
   const DType amp_dtype = options.precision == Precision::Bf16 ? kBFloat16 : kFloat16;
 
   TrainResult result;
   if (!options.resume_dir.empty()) {
-    const int64_t done = io::load_checkpoint(options.resume_dir, model, opt, scaler);
-    task.skip_batches(done);
+    io::CheckpointParts parts;
+    parts.scheduler = scheduler.get();
+    parts.data = task.loader();
+    const int64_t done = io::load_checkpoint(options.resume_dir, model, opt, scaler, nullptr, parts);
+    if (!parts.data) task.skip_batches(done);
     result.first_step = done + 1;
   }
   memory::reset_peak_stats(options.device);
@@ -86,6 +107,7 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     StepRecord rec;
     rec.step = step;
     rec.scale = scaler.get_scale();
+    rec.lr = opt.param_groups()[0].options().get_lr();
     opt.zero_grad();
     Tensor loss;
     {
@@ -98,6 +120,7 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     if (options.clip_norm > 0) grad_norm = nn::utils::clip_grad_norm_(model.parameters(), options.clip_norm);
     const amp::StepOutcome stepped = scaler.step(opt);
     scaler.update();
+    if (scheduler) scheduler->step(stepped);  // a skipped step leaves the schedule where it was
     rec.loss = loss.item<double>();  // waits for the device, after the update is queued
     if (grad_norm.defined()) rec.grad_norm = grad_norm.item<double>();
     rec.skipped = !stepped;          // decided on the device; known by now
@@ -107,7 +130,8 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     if (on_step) on_step(rec);
     const bool last = step == options.steps;
     if (!options.save_dir.empty() && (last || (options.save_every > 0 && step % options.save_every == 0)))
-      io::save_checkpoint(options.save_dir, model, opt, scaler, step);
+      io::save_checkpoint(options.save_dir, model, opt, scaler, step, nlohmann::json::object(),
+                          {scheduler.get(), task.loader()});
   }
   result.seconds = std::chrono::duration<double>(clock::now() - start).count();
   result.memory = memory::stats(options.device);

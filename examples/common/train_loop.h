@@ -21,6 +21,14 @@ Device default_device();
 // "cpu" or "cuda" (or "cuda:N"); "cuda" without a usable device is an Error that says so.
 Device parse_device(const std::string& name);
 
+// A learning-rate schedule over a run: linear warm-up from lr / warmup_steps to lr over the first
+// warmup_steps steps (LinearLR), then, with cosine, cosine decay to 0 over the remaining steps
+// (CosineAnnealingLR; the two chained by SequentialLR). Steps the GradScaler skips do not advance it.
+struct LrSchedule {
+  int64_t warmup_steps = 0;
+  bool cosine = false;
+};
+
 // What a model brings to the loop.
 class TrainTask {
  public:
@@ -29,8 +37,13 @@ class TrainTask {
   // Draws the next training batch (on the model's device) and returns the scalar loss. The loop
   // calls it inside the autocast scope.
   virtual Tensor next_loss() = 0;
-  // Advances the data stream by n batches without computing anything (resume).
+  // Advances the data stream by n batches without computing anything (resume from a checkpoint
+  // saved without the loader's position).
   virtual void skip_batches(int64_t n) = 0;
+  // The training data loader, when the task has one: its position is saved in checkpoints.
+  virtual data::DataLoader* loader() { return nullptr; }
+  // The learning-rate schedule the model trains with (none: a constant rate).
+  virtual LrSchedule schedule() const { return {}; }
   // For reports: one line about the model and data, samples per step, and an evaluation after
   // training (e.g. "test accuracy 0.86"; empty when the task has none).
   virtual std::string describe() const { return ""; }
@@ -53,6 +66,7 @@ struct TrainOptions {
 
 struct StepRecord {
   int64_t step = 0;      // 1-based
+  double lr = 0;         // learning rate of this step
   double loss = 0;       // unscaled training loss
   double scale = 1;      // loss scale used for this step
   bool skipped = false;  // the scaler skipped the optimizer step (inf/NaN gradients)

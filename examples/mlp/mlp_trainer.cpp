@@ -7,7 +7,7 @@
 #include <sstream>
 #include <tuple>
 
-#include "common/csv.h"
+#include "common/dataset.h"
 
 namespace mixtrain::examples {
 
@@ -15,18 +15,17 @@ namespace {
 
 constexpr int64_t kSyntheticInputs = 215, kTeacherHidden = 32;
 
-// Standardises features with the training set's statistics, and for regression the target
-// too, so one learning rate suits any CSV's units.
-void standardise(Dataset& train, Dataset& test) {
-  const Standardizer s = Standardizer::fit(train.x, train.features);
-  s.apply(train.x);
-  s.apply(test.x);
-  if (!train.is_classification()) {
-    const Standardizer t = Standardizer::fit(train.targets, 1);
-    t.apply(train.targets);
-    t.apply(test.targets);
-  }
+// Standardises features and target with the training set's statistics, so one learning rate
+// suits any CSV's units; targets become [rows, 1] to match the one-output model.
+void standardise(data::TensorDataset& train, data::TensorDataset& test) {
+  const Standardizer s = Standardizer::fit(train.data()), t = Standardizer::fit(train.target());
+  train = data::TensorDataset(s.apply(train.data()), t.apply(train.target()).reshape({-1, 1}));
+  test = data::TensorDataset(s.apply(test.data()), t.apply(test.target()).reshape({-1, 1}));
 }
+
+struct XY {
+  Tensor x, y;
+};
 
 nn::Sequential build_mlp(int64_t in, const std::vector<int64_t>& hidden, int64_t out, std::string& shape) {
   nn::Sequential model;
@@ -57,14 +56,14 @@ class MlpTrainTask : public TrainTask {
     std::string name;
     switch (c.task) {
       case MlpTask::FashionMnist:
-        train_ = load_fashion_mnist(c.data_dir, true);
-        test_ = load_fashion_mnist(c.data_dir, false);
+        train_ = data::load_fashion_mnist(c.data_dir, true);
+        test_ = data::load_fashion_mnist(c.data_dir, false);
         if (hidden.empty()) hidden = {256, 128};
         name = "fashion-mnist";
         break;
       case MlpTask::Csv:
         MT_CHECK(!c.csv_path.empty() && !c.target_column.empty(), "mlp: --csv needs a file and --target a column");
-        std::tie(train_, test_) = train_test_split(read_csv(c.csv_path, c.target_column), 0.1, c.seed);
+        std::tie(train_, test_) = train_test_split(data::read_csv(c.csv_path, c.target_column).dataset(), 0.1, c.seed);
         standardise(train_, test_);
         if (hidden.empty()) hidden = {64, 32};
         name = "csv " + c.csv_path + " -> " + c.target_column;
@@ -76,8 +75,8 @@ class MlpTrainTask : public TrainTask {
         break;
     }
     classification_ = c.task == MlpTask::FashionMnist;
-    inputs = c.task == MlpTask::Synthetic ? kSyntheticInputs : train_.features;
-    rows_ = c.task == MlpTask::Synthetic ? c.synthetic_samples : train_.size;
+    inputs = c.task == MlpTask::Synthetic ? kSyntheticInputs : train_.data().size(1);
+    rows_ = c.task == MlpTask::Synthetic ? c.synthetic_samples : train_.size();
 
     manual_seed(c.seed);
     std::string shape;
@@ -87,10 +86,13 @@ class MlpTrainTask : public TrainTask {
     if (c.task == MlpTask::Synthetic)
       make_synthetic();
     else
-      loader_ = std::make_unique<BatchIterator>(train_, c.batch_size, c.seed);
+      loader_ = std::make_unique<data::DataLoader>(
+          train_, data::DataLoaderOptions().batch_size(c.batch_size).shuffle(true).seed(c.seed).num_workers(1).device(
+                      c.device));
   }
 
   nn::Module& model() override { return *model_; }
+  data::DataLoader* loader() override { return loader_.get(); }
   int64_t batch_size() const override { return config_.batch_size; }
   std::string describe() const override {
     return description_ + ": " + std::to_string(parameter_count(*model_)) + " parameters, " + std::to_string(rows_) +
@@ -100,9 +102,9 @@ class MlpTrainTask : public TrainTask {
   Tensor next_loss() override {
     Tensor x, y;
     if (loader_) {
-      const Batch b = loader_->next_batch();
-      x = b.x.to(config_.device);
-      y = b.y.to(config_.device);
+      const data::Batch b = loader_->next_batch();
+      x = b.data;
+      y = b.target;
     } else {
       const size_t i = next_++ % batches_.size();
       x = batches_[i].x;
@@ -111,7 +113,12 @@ class MlpTrainTask : public TrainTask {
     return loss_of(model_(x), y, classification_);
   }
 
-  void skip_batches(int64_t n) override { examples::skip_batches(loader_.get(), next_, n); }
+  void skip_batches(int64_t n) override {
+    if (loader_)
+      loader_->skip(n);
+    else
+      next_ += static_cast<size_t>(n);
+  }
 
   // Mean loss (and accuracy) over the test set, in eval mode without autograd or autocast.
   std::string evaluate() override {
@@ -130,9 +137,8 @@ class MlpTrainTask : public TrainTask {
       for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == label[i];
     };
     if (loader_) {
-      BatchIterator it(test_, 1000, 0, /*shuffle=*/false);
-      Batch b;
-      while (it.next(b)) account(b.x.to(config_.device), b.y.to(config_.device));
+      data::DataLoader test_loader(test_, data::DataLoaderOptions().batch_size(1000).device(config_.device));
+      for (const data::Batch& b : test_loader) account(b.data, b.target);
     } else {
       account(test_batch_.x, test_batch_.y);
     }
@@ -161,7 +167,7 @@ class MlpTrainTask : public TrainTask {
     const Tensor w1 = randn({kSyntheticInputs, kTeacherHidden}, gen, on) / std::sqrt(double(kSyntheticInputs));
     const Tensor w2 = randn({kTeacherHidden, 1}, gen, on);
     auto make = [&](int64_t rows) {
-      Batch b;
+      XY b;
       b.x = randn({rows, kSyntheticInputs}, gen, on);
       b.y = matmul(mixtrain::tanh(matmul(b.x, w1)), w2);
       return b;
@@ -176,15 +182,15 @@ class MlpTrainTask : public TrainTask {
     const Tensor all = cat(ys, 0);
     const Tensor mean = all.mean();
     const Tensor stddev = (all - mean).pow(2.0).mean().sqrt();
-    for (Batch* b : {&test_batch_}) b->y = (b->y - mean) / stddev;
-    for (Batch& b : batches_) b.y = (b.y - mean) / stddev;
+    for (XY* b : {&test_batch_}) b->y = (b->y - mean) / stddev;
+    for (XY& b : batches_) b.y = (b.y - mean) / stddev;
   }
 
   MlpConfig config_;
-  Dataset train_, test_;
-  std::unique_ptr<BatchIterator> loader_;
-  std::vector<Batch> batches_;
-  Batch test_batch_;
+  data::TensorDataset train_, test_;
+  std::unique_ptr<data::DataLoader> loader_;  // declared after train_, so destroyed before it
+  std::vector<XY> batches_;
+  XY test_batch_;
   size_t next_ = 0;
   nn::Sequential model_{nullptr};
   bool classification_ = false;

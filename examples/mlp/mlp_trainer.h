@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "common/idx.h"
+#include <mixtrain/mixtrain.h>
 #include "common/train_loop.h"
 
 namespace mixtrain::examples {
@@ -22,7 +22,7 @@ enum class MlpTask {
 
 struct MlpConfig {
   MlpTask task = MlpTask::FashionMnist;
-  std::string data_dir = kFashionMnistDir;  // FashionMnist
+  std::string data_dir = data::kFashionMnistDir;  // FashionMnist
   std::string csv_path;                     // Csv
   std::string target_column;                // Csv
   int64_t synthetic_samples = 8192;         // Synthetic: training rows (plus 1/8 as many test rows)

@@ -32,7 +32,7 @@ GptImpl::GptImpl(const GptOptions& o) : Module("Gpt"), options_(o) {
 
 Tensor GptImpl::forward(const Tensor& tokens) {
   MT_CHECK(tokens.dim() == 2 && tokens.dtype() == kInt64 && tokens.size(1) <= options_.context,
-           "Gpt: expected int64 tokens [N, T] with T <= context = ", options_.context, ", got ", tokens.str());
+           "Gpt: expected int64 tokens [N, T] with T <= context = ", options_.context, ", got ", tokens.summary());
   const Tensor positions = arange(static_cast<double>(tokens.size(1)), TensorOptions(kInt64).device(tokens.device()));
   Tensor x = tok_emb_(tokens) + pos_emb_(positions);
   for (const auto& block : *blocks_) x = block->forward(x);

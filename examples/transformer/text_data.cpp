@@ -51,26 +51,23 @@ std::vector<uint8_t> load_text_corpus(const std::string& path) {
   return text;
 }
 
-TextWindows::TextWindows(const std::vector<uint8_t>& text, size_t begin, size_t end, int64_t context, uint64_t seed)
-    : text_(&text), begin_(begin), end_(end), context_(context), gen_(seed) {
+TextWindows::TextWindows(const std::vector<uint8_t>& text, size_t begin, size_t end, int64_t context)
+    : text_(&text), begin_(begin), end_(end), context_(context) {
   MT_CHECK(context > 0 && end <= text.size() && begin < end && end - begin > static_cast<size_t>(context) + 1,
            "transformer: a text of ", end - begin, " bytes is too short for a context of ", context);
 }
 
-void TextWindows::next(int64_t batch, Tensor& x, Tensor& y) {
-  const auto span = static_cast<uint64_t>(end_ - begin_ - static_cast<size_t>(context_) - 1);
-  std::vector<int64_t> xs, ys;
-  xs.reserve(static_cast<size_t>(batch * context_));
-  ys.reserve(xs.capacity());
-  for (int64_t b = 0; b < batch; ++b) {
-    const size_t start = begin_ + static_cast<size_t>(gen_.next_u64() % (span + 1));
-    for (int64_t t = 0; t < context_; ++t) {
-      xs.push_back((*text_)[start + static_cast<size_t>(t)]);
-      ys.push_back((*text_)[start + static_cast<size_t>(t) + 1]);
-    }
+int64_t TextWindows::size() const { return static_cast<int64_t>(end_ - begin_) - context_; }
+
+data::Example TextWindows::get(int64_t index) const {
+  data::check_index("TextWindows", index, size());
+  const size_t start = begin_ + static_cast<size_t>(index);
+  std::vector<int64_t> xs(static_cast<size_t>(context_)), ys(static_cast<size_t>(context_));
+  for (size_t t = 0; t < xs.size(); ++t) {
+    xs[t] = (*text_)[start + t];
+    ys[t] = (*text_)[start + t + 1];
   }
-  x = from_vector(xs, {batch, context_});
-  y = from_vector(ys, {batch, context_});
+  return {from_vector(xs, {context_}), from_vector(ys, {context_})};
 }
 
 }  // namespace mixtrain::examples

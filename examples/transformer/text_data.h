@@ -1,5 +1,5 @@
 #pragma once
-// Byte-level text for the language model: a corpus read whole, and random windows of it.
+// Byte-level text for the language model: a corpus read whole, and the windows of it.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,20 +16,20 @@ inline constexpr const char* kFortunesDir = "/usr/share/games/fortunes";
 // missing or holds no text, and for the default directory which package to install.
 std::vector<uint8_t> load_text_corpus(const std::string& path = kFortunesDir);
 
-// Windows of context + 1 bytes at random offsets of one part of a corpus: inputs are the first
-// `context` bytes, targets the last `context` (the next byte at every position).
-class TextWindows {
+// Windows of context + 1 bytes of one part of a corpus, as a dataset: example i starts at byte
+// begin + i; data is the first `context` bytes, target the last `context` (the next byte at every
+// position), both int64 [context]. Random windows come from a RandomSampler with replacement.
+class TextWindows : public data::Dataset {
  public:
   // The part [begin, end) of `text` (which must outlive this); it must hold a window.
-  TextWindows(const std::vector<uint8_t>& text, size_t begin, size_t end, int64_t context, uint64_t seed);
-  // x, y: int64 [batch, context] on the CPU.
-  void next(int64_t batch, Tensor& x, Tensor& y);
+  TextWindows(const std::vector<uint8_t>& text, size_t begin, size_t end, int64_t context);
+  int64_t size() const override;
+  data::Example get(int64_t index) const override;
 
  private:
   const std::vector<uint8_t>* text_;
   size_t begin_, end_;
   int64_t context_;
-  Generator gen_;
 };
 
 }  // namespace mixtrain::examples

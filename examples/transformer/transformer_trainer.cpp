@@ -26,8 +26,10 @@ class TransformerTrainTask : public TrainTask {
       text_ = load_text_corpus(c.text_path);
       // The last 5% is held out for evaluation.
       const size_t split = text_.size() - text_.size() / 20;
-      train_windows_ = std::make_unique<TextWindows>(text_, 0, split, c.model.context, c.seed);
-      test_windows_ = std::make_unique<TextWindows>(text_, split, text_.size(), c.model.context, c.seed + 1);
+      train_windows_ = std::make_unique<TextWindows>(text_, 0, split, c.model.context);
+      test_windows_ = std::make_unique<TextWindows>(text_, split, text_.size(), c.model.context);
+      train_loader_ = window_loader(*train_windows_, c.seed);
+      test_loader_ = window_loader(*test_windows_, c.seed + 1);
     }
     manual_seed(c.seed);
     model_ = Gpt(c.model);
@@ -43,13 +45,20 @@ class TransformerTrainTask : public TrainTask {
   }
 
   nn::Module& model() override { return *model_; }
+  data::DataLoader* loader() override { return train_loader_.get(); }
+  LrSchedule schedule() const override {
+    return {config_.warmup_steps >= 0 ? config_.warmup_steps : config_.steps / 10, /*cosine=*/true};
+  }
   int64_t batch_size() const override { return config_.batch_size; }
   std::string describe() const override { return description_; }
 
   Tensor next_loss() override { return loss_of(next_batch()); }
 
   void skip_batches(int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) next_batch();
+    if (train_loader_)
+      train_loader_->skip(n);
+    else
+      next_ += static_cast<size_t>(n);
   }
 
   // Mean loss over 8 held-out batches (the corpus' last 5%, or one fresh synthetic batch).
@@ -58,11 +67,10 @@ class TransformerTrainTask : public TrainTask {
     NoGradGuard no_grad;
     double sum = 0;
     int count = 0;
-    if (test_windows_) {
+    if (test_loader_) {
       for (; count < 8; ++count) {
-        Tensor x, y;
-        test_windows_->next(config_.batch_size, x, y);
-        sum += loss_of({x.to(config_.device), y.to(config_.device)}).item<double>();
+        const data::Batch b = test_loader_->next_batch();
+        sum += loss_of({b.data, b.target}).item<double>();
       }
     } else {
       sum = loss_of(held_out_).item<double>();
@@ -86,10 +94,18 @@ class TransformerTrainTask : public TrainTask {
   }
 
   TokenBatch next_batch() {
-    if (!train_windows_) return batches_[next_++ % batches_.size()];
-    Tensor x, y;
-    train_windows_->next(config_.batch_size, x, y);
-    return {x.to(config_.device), y.to(config_.device)};
+    if (!train_loader_) return batches_[next_++ % batches_.size()];
+    const data::Batch b = train_loader_->next_batch();
+    return {b.data, b.target};
+  }
+
+  // Windows at random offsets, drawn with replacement: an epoch is as many draws as there are
+  // windows (the last, partial batch of an epoch is dropped to keep every batch full).
+  std::unique_ptr<data::DataLoader> window_loader(const TextWindows& windows, uint64_t seed) const {
+    auto sampler = std::make_shared<data::RandomSampler>(windows.size(), seed, /*replacement=*/true);
+    return std::make_unique<data::DataLoader>(
+        windows, sampler,
+        data::DataLoaderOptions().batch_size(config_.batch_size).drop_last(true).num_workers(1).device(config_.device));
   }
 
   // t_i = (s + k i) mod 256 with s in [0, 256) and k in [1, 4] per sequence: after two bytes the
@@ -119,6 +135,7 @@ class TransformerTrainTask : public TrainTask {
   TransformerConfig config_;
   std::vector<uint8_t> text_;
   std::unique_ptr<TextWindows> train_windows_, test_windows_;
+  std::unique_ptr<data::DataLoader> train_loader_, test_loader_;  // after the windows: destroyed first
   std::vector<TokenBatch> batches_;
   TokenBatch held_out_;
   size_t next_ = 0;

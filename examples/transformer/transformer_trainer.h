@@ -23,7 +23,8 @@ struct TransformerConfig {
   int64_t synthetic_batches = 4;  // distinct pre-generated batches, reused in turn
   int64_t steps = 300;
   int64_t batch_size = 16;
-  double lr = 1e-3;
+  double lr = 1e-3;                // peak rate: linear warm-up to it, then cosine decay to 0
+  int64_t warmup_steps = -1;       // -1: a tenth of the steps
   uint64_t seed = 0;
   Precision precision = Precision::Fp16;
   Device device = default_device();

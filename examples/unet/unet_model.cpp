@@ -33,7 +33,7 @@ Tensor UNetImpl::forward(const Tensor& input) {
   MT_CHECK(input.dim() == 4 && input.size(1) == options_.in_channels && input.size(2) % multiple == 0 &&
                input.size(3) % multiple == 0,
            "UNet: expected input [N, ", options_.in_channels, ", H, W] with H and W multiples of ", multiple, ", got ",
-           input.str());
+           input.summary());
   std::vector<Tensor> skips;
   Tensor x = encoders_->ptr(0)->forward(input);
   for (size_t i = 1; i < encoders_->size(); ++i) {

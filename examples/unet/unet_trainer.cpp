@@ -35,8 +35,8 @@ class UnetTrainTask : public TrainTask {
       o.in_channels = c.in_channels;
       o.classes = c.classes;
     } else {
-      train_ = load_fashion_mnist(c.data_dir, true);
-      test_ = load_fashion_mnist(c.data_dir, false);
+      train_ = data::load_fashion_mnist(c.data_dir, true);
+      test_ = data::load_fashion_mnist(c.data_dir, false);
       o.in_channels = 1;
       o.classes = 11;
     }
@@ -54,11 +54,14 @@ class UnetTrainTask : public TrainTask {
     if (c.synthetic) {
       make_synthetic(o);
     } else {
-      loader_ = std::make_unique<BatchIterator>(train_, c.batch_size, c.seed);
+      loader_ = std::make_unique<data::DataLoader>(
+          train_, data::DataLoaderOptions().batch_size(c.batch_size).shuffle(true).seed(c.seed).num_workers(1).device(
+                      c.device));
     }
   }
 
   nn::Module& model() override { return *model_; }
+  data::DataLoader* loader() override { return loader_.get(); }
   int64_t batch_size() const override { return config_.batch_size; }
   std::string describe() const override { return description_; }
 
@@ -67,7 +70,12 @@ class UnetTrainTask : public TrainTask {
     return F::cross_entropy(model_(b.image), b.labels);
   }
 
-  void skip_batches(int64_t n) override { examples::skip_batches(loader_.get(), next_, n); }
+  void skip_batches(int64_t n) override {
+    if (loader_)
+      loader_->skip(n);
+    else
+      next_ += static_cast<size_t>(n);
+  }
 
   // Pixel accuracy on held-out images (up to 512 test images, or the held-out synthetic batch).
   std::string evaluate() override {
@@ -80,9 +88,9 @@ class UnetTrainTask : public TrainTask {
       total += hit.numel();
     };
     if (loader_) {
-      BatchIterator it(test_, 64, 0, /*shuffle=*/false);
-      Batch b;
-      for (int i = 0; i < 8 && it.next(b); ++i) account(segment(b));
+      data::DataLoader test_loader(test_, data::DataLoaderOptions().batch_size(64).device(config_.device));
+      data::Batch b;
+      for (int i = 0; i < 8 && test_loader.next(b); ++i) account(segment(b));
     } else {
       account(held_out_);
     }
@@ -99,15 +107,15 @@ class UnetTrainTask : public TrainTask {
  private:
   // Fashion-MNIST rows [N, 784] in 0..1 and class labels [N] to an upsampled, standardised image
   // and per-pixel labels, computed on the training device.
-  SegBatch segment(const Batch& b) const {
+  SegBatch segment(const data::Batch& b) const {
     NoGradGuard no_grad;
     const Device dev = config_.device;
-    const int64_t n = b.x.size(0), s = config_.image_size;
-    Tensor img = b.x.to(dev).reshape({n, 1, 28, 28});
+    const int64_t n = b.data.size(0), s = config_.image_size;
+    Tensor img = b.data.to(dev).reshape({n, 1, 28, 28});
     if (s != 28)
       img = F::interpolate(img, F::InterpolateOptions().size(s).mode(F::InterpolateMode::Bilinear).align_corners(false));
     const Tensor item = gt(img, scalar_tensor(config_.threshold, TensorOptions(dev)));
-    const Tensor cls = (b.y.to(dev).to(kFloat32) + 1.0).reshape({n, 1, 1, 1});
+    const Tensor cls = (b.target.to(dev).to(kFloat32) + 1.0).reshape({n, 1, 1, 1});
     SegBatch out;
     out.labels = where(item, cls, scalar_tensor(0.0, TensorOptions(dev))).reshape({n, s, s}).to(kInt64);
     out.image = in_layout((img - kPixelMean) / kPixelStd);
@@ -139,8 +147,8 @@ class UnetTrainTask : public TrainTask {
   }
 
   UnetConfig config_;
-  Dataset train_, test_;
-  std::unique_ptr<BatchIterator> loader_;
+  data::TensorDataset train_, test_;
+  std::unique_ptr<data::DataLoader> loader_;  // declared after train_, so destroyed before it
   std::vector<SegBatch> batches_;
   SegBatch held_out_;
   size_t next_ = 0;

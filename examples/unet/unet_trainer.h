@@ -9,14 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "common/idx.h"
+#include <mixtrain/mixtrain.h>
 #include "common/train_loop.h"
 
 namespace mixtrain::examples {
 
 struct UnetConfig {
   bool synthetic = false;
-  std::string data_dir = kFashionMnistDir;
+  std::string data_dir = data::kFashionMnistDir;
   int64_t image_size = 32;     // a multiple of 8; Fashion-MNIST's 28x28 images are resized to it
   int64_t width = 64;          // channels of the first level (64: the benchmark's ~7.7M parameters)
   int64_t in_channels = 3;     // synthetic only (Fashion-MNIST is greyscale: 1)

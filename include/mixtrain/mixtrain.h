@@ -2,6 +2,7 @@
 // The umbrella header: everything a mixtrain user needs.
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/amp/cast_policy.h"
+#include "mixtrain/amp/custom_op.h"
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/core/device.h"
@@ -15,7 +16,9 @@
 #include "mixtrain/nn/functional.h"
 #include "mixtrain/nn/nn.h"
 #include "mixtrain/ops/functional.h"
+#include "mixtrain/ops/tensor_habits.h"
 #include "mixtrain/amp/grad_scaler.h"
+#include "mixtrain/data/data.h"
 #include "mixtrain/io/checkpoint.h"
 #include "mixtrain/io/safetensors.h"
 #include "mixtrain/nn/utils.h"

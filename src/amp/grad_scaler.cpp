@@ -95,7 +95,7 @@ void GradScaler::move_state_to(Device device) {
 Tensor GradScaler::scale(const Tensor& outputs) {
   if (!is_enabled()) return outputs;
   MT_CHECK(outputs.defined(), "GradScaler.scale: undefined tensor");
-  MT_CHECK(is_floating(outputs.dtype()), "GradScaler.scale: expected a floating tensor (the loss), got ", outputs.str());
+  MT_CHECK(is_floating(outputs.dtype()), "GradScaler.scale: expected a floating tensor (the loss), got ", outputs.summary());
   if (!device_fixed_) {
     if (outputs.device() != scale_.device()) move_state_to(outputs.device());
     device_fixed_ = true;

@@ -72,7 +72,7 @@ void run_backward(const TensorList& roots, const TensorList& grads) {
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& root = roots[i];
     MT_CHECK(root.defined(), "backward: undefined tensor");
-    MT_CHECK(root.requires_grad(), "backward: ", root.str(),
+    MT_CHECK(root.requires_grad(), "backward: ", root.summary(),
              " does not require grad and has no grad_fn (was it computed under NoGradGuard or from tensors "
              "that do not require grad?)");
     Tensor g = grads[i];

@@ -39,7 +39,7 @@ Node::Node() : sequence_nr(g_next_sequence_nr.fetch_add(1, std::memory_order_rel
 const Tensor& SavedTensor::unpack() const {
   if (data_.defined() && data_.version() != version_) {
     MT_ERROR(t_running_node ? t_running_node : "backward", ": one of the variables needed for gradient computation ",
-             "has been modified by an inplace operation: ", role_, " ", data_.str(), " is at version ",
+             "has been modified by an inplace operation: ", role_, " ", data_.summary(), " is at version ",
              data_.version(), "; expected version ", version_, " instead. It was saved for backward and written in ",
              "place afterwards (an optimizer step, mul_/add_/copy_/fill_ on it or on a view of it); run backward ",
              "before changing it, or change a clone.");

@@ -22,7 +22,7 @@ UnscaleWork prepare_unscale(const std::vector<Tensor>& grads, const std::vector<
            op, ": stats must be a contiguous float64 tensor of ", kAmpStatsSize, " elements");
   const Device device = found_inf.device();
   MT_CHECK(inv_scale.device() == device && (!stats.defined() || stats.device() == device), op,
-           ": inv_scale, found_inf and stats must be on one device, got ", inv_scale.str(), ", ", found_inf.str());
+           ": inv_scale, found_inf and stats must be on one device, got ", inv_scale.summary(), ", ", found_inf.summary());
   UnscaleWork w;
   if (grads.empty()) return w;
   w.grad_dtype = grads[0].dtype(), w.out_dtype = outs[0].dtype();
@@ -35,10 +35,10 @@ UnscaleWork prepare_unscale(const std::vector<Tensor>& grads, const std::vector<
     const Tensor& g = grads[i];
     const Tensor& o = outs[i];
     MT_CHECK(g.dtype() == gd && o.dtype() == od, op, ": all gradients must be ", gd, " and all outputs ", od,
-             "; got ", g.str(), " and ", o.str(), " at index ", i, " (bucket the list by dtype)");
-    MT_CHECK(g.device() == device && o.device() == device, op, ": tensors must be on ", device, ", got ", g.str(),
-             " and ", o.str(), " at index ", i);
-    MT_CHECK(g.shape() == o.shape(), op, ": gradient ", g.str(), " and output ", o.str(), " differ in shape");
+             "; got ", g.summary(), " and ", o.summary(), " at index ", i, " (bucket the list by dtype)");
+    MT_CHECK(g.device() == device && o.device() == device, op, ": tensors must be on ", device, ", got ", g.summary(),
+             " and ", o.summary(), " at index ", i);
+    MT_CHECK(g.shape() == o.shape(), op, ": gradient ", g.summary(), " and output ", o.summary(), " differ in shape");
     if (g.same_dense_layout(o)) {  // walked as flat arrays side by side
       w.grads.push_back(g);
       w.outs.push_back(o);

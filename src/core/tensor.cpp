@@ -105,21 +105,20 @@ MT_INSTANTIATE_ACCESSORS(int32_t)
 MT_INSTANTIATE_ACCESSORS(bool)
 #undef MT_INSTANTIATE_ACCESSORS
 
-std::string Tensor::str() const {
+std::string Tensor::summary() const {
   if (!defined()) return "Tensor(undefined)";
   std::ostringstream os;
   os << "Tensor" << shape_str(shape()) << ' ' << dtype() << ' ' << device();
   return os.str();
 }
 
-std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
 
 bool Tensor::requires_grad() const { return checked(impl_).requires_grad; }
 
 Tensor& Tensor::set_requires_grad(bool value) {
   MT_CHECK(!value || is_floating(dtype()), "set_requires_grad: only floating tensors can require gradients, got ",
            dtype());
-  MT_CHECK(value || is_leaf(), "set_requires_grad(false): ", str(),
+  MT_CHECK(value || is_leaf(), "set_requires_grad(false): ", summary(),
            " is not a leaf; use detach() to take a tensor out of the graph");
   impl_->requires_grad = value;
   return *this;
@@ -136,7 +135,7 @@ void Tensor::set_grad(const Tensor& grad) {
   checked(impl_);
   if (grad.defined()) {
     MT_CHECK(grad.shape() == shape() && grad.dtype() == dtype() && grad.device() == device(),
-             "set_grad: gradient ", grad.str(), " does not match tensor ", str());
+             "set_grad: gradient ", grad.summary(), " does not match tensor ", summary());
   }
   impl_->grad = grad.impl();
 }

@@ -123,7 +123,8 @@ void set_save_hook(SaveHook hook) { save_hook() = std::move(hook); }
 }  // namespace detail
 
 void save_checkpoint(const std::string& dir_in, const NamedTensors& model, const optim::Optimizer& optimizer,
-                     const amp::GradScaler& scaler, int64_t step, const nlohmann::json& extra) {
+                     const amp::GradScaler& scaler, int64_t step, const nlohmann::json& extra,
+                     const CheckpointParts& parts) {
   MT_CHECK(step >= 0, "save_checkpoint: step must be >= 0, got ", step);
   const fs::path dir = checkpoint_path(dir_in);
   if (fs::exists(dir)) {
@@ -163,7 +164,7 @@ void save_checkpoint(const std::string& dir_in, const NamedTensors& model, const
   run_hook(kOptimizerFile);
 
   const GeneratorState rng = default_generator().state();
-  const nlohmann::json trainer = {{"format", kFormat},
+  nlohmann::json trainer = {{"format", kFormat},
                                   {"version", kVersion},
                                   {"step", step},
                                   {"files", files},
@@ -171,6 +172,8 @@ void save_checkpoint(const std::string& dir_in, const NamedTensors& model, const
                                   {"scaler", scaler_state},
                                   {"rng", {{"seed", rng.seed}, {"offset", rng.offset}}},
                                   {"extra", extra}};
+  if (parts.scheduler) trainer["scheduler"] = parts.scheduler->state_dict();
+  if (parts.data) trainer["data"] = parts.data->state_dict();
   {
     const std::string text = trainer.dump(2) + "\n";
     detail::DurableWriter w(staged / kTrainerFile);
@@ -185,7 +188,7 @@ void save_checkpoint(const std::string& dir_in, const NamedTensors& model, const
 }
 
 int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, optim::Optimizer& optimizer,
-                        amp::GradScaler& scaler, nlohmann::json* extra) {
+                        amp::GradScaler& scaler, nlohmann::json* extra, const CheckpointParts& parts) {
   fs::path dir = checkpoint_path(dir_in);
   remove_stale_staging(dir);
   if (!fs::exists(dir) && fs::exists(sibling(dir, ".mixtrain-old"))) dir = sibling(dir, ".mixtrain-old");
@@ -196,7 +199,8 @@ int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, op
   const mixtrain::detail::InputFile manifest(where, "load_checkpoint");
   const nlohmann::json trainer =
       mixtrain::detail::parse_json_bounded(manifest.read_all(mixtrain::detail::kMaxTextFileBytes), where);
-  json_io::check_object_keys(trainer, {"format", "version", "step", "files", "optimizer", "scaler", "rng"}, {"extra"},
+  json_io::check_object_keys(trainer, {"format", "version", "step", "files", "optimizer", "scaler", "rng"},
+                             {"extra", "scheduler", "data"},
                              where);
   MT_CHECK(json_io::json_string(trainer, "format", where) == kFormat, where, ".format must be \"", kFormat, "\"");
   const int64_t version = json_io::json_integer(trainer, "version", where, 0, std::numeric_limits<int64_t>::max());
@@ -240,6 +244,16 @@ int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, op
     stand_ins.emplace_back(e.name, zeros({}, TensorOptions(e.dtype)).expand(e.shape));
   optimizer.validate_state_dict(trainer["optimizer"], stand_ins);
   scaler.validate_state_dict(trainer["scaler"]);
+  auto part = [&](const void* given, const char* key, const char* what) -> const nlohmann::json* {
+    if (!given) return nullptr;
+    MT_CHECK(trainer.contains(key), "load_checkpoint: ", where, " has no \"", key, "\" entry, but ", what,
+             " was given to restore (the checkpoint was saved without one)");
+    return &trainer[key];
+  };
+  const nlohmann::json* scheduler_state = part(parts.scheduler, "scheduler", "a learning-rate scheduler");
+  const nlohmann::json* data_state = part(parts.data, "data", "a data loader");
+  if (scheduler_state) parts.scheduler->validate_state_dict(*scheduler_state);
+  if (data_state) parts.data->validate_state_dict(*data_state);
 
   // 2. Apply; nothing below can fail on the checked data (short of a file being rewritten in
   // place while it is read, which read_into reports).
@@ -256,6 +270,8 @@ int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, op
   opt_file.read_into(opt_destinations);
   scaler.load_state_dict(trainer["scaler"]);
   default_generator().set_state(rng);
+  if (scheduler_state) parts.scheduler->load_state_dict(*scheduler_state);
+  if (data_state) parts.data->load_state_dict(*data_state);
   if (extra) *extra = trainer.contains("extra") ? trainer["extra"] : nlohmann::json::object();
   return step;
 }

@@ -14,13 +14,14 @@ NamedTensors module_tensors(const nn::Module& model) {
 }  // namespace
 
 void save_checkpoint(const std::string& dir, const nn::Module& model, const optim::Optimizer& optimizer,
-                     const amp::GradScaler& scaler, int64_t step, const nlohmann::json& extra) {
-  save_checkpoint(dir, module_tensors(model), optimizer, scaler, step, extra);
+                     const amp::GradScaler& scaler, int64_t step, const nlohmann::json& extra,
+                     const CheckpointParts& parts) {
+  save_checkpoint(dir, module_tensors(model), optimizer, scaler, step, extra, parts);
 }
 
 int64_t load_checkpoint(const std::string& dir, nn::Module& model, optim::Optimizer& optimizer,
-                        amp::GradScaler& scaler, nlohmann::json* extra) {
-  return load_checkpoint(dir, module_tensors(model), optimizer, scaler, extra);
+                        amp::GradScaler& scaler, nlohmann::json* extra, const CheckpointParts& parts) {
+  return load_checkpoint(dir, module_tensors(model), optimizer, scaler, extra, parts);
 }
 
 }  // namespace mixtrain::io

@@ -9,7 +9,7 @@
 namespace mixtrain::nn {
 
 namespace {
-std::string describe(const Tensor& t) { return t.defined() ? t.str() : std::string("an undefined tensor"); }
+std::string describe(const Tensor& t) { return t.defined() ? t.summary() : std::string("an undefined tensor"); }
 }  // namespace
 
 MultiheadAttentionImpl::MultiheadAttentionImpl(const MultiheadAttentionOptions& options)

@@ -42,7 +42,7 @@ void reset_conv(Tensor& weight, Tensor& bias) {
 
 void check_input(const char* who, const Tensor& input, int64_t channels) {
   MT_CHECK(input.defined() && input.dim() == 4 && input.size(1) == channels, who, ": expected input [N, ", channels,
-           ", H, W], got ", input.defined() ? input.str() : std::string("an undefined tensor"));
+           ", H, W], got ", input.defined() ? input.summary() : std::string("an undefined tensor"));
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ void EmbeddingImpl::reset_parameters() {
 
 Tensor EmbeddingImpl::forward(const Tensor& indices) {
   MT_CHECK(indices.defined() && indices.dtype() == kInt64, "Embedding: expected int64 indices, got ",
-           indices.defined() ? indices.str() : std::string("an undefined tensor"));
+           indices.defined() ? indices.summary() : std::string("an undefined tensor"));
   return functional::embedding(indices, weight, padding_idx_);
 }
 

@@ -14,7 +14,7 @@ namespace {
 
 void check_float(const char* op, const Tensor& t) {
   MT_CHECK(t.defined(), "nn::init::", op, ": got an undefined tensor");
-  MT_CHECK(is_floating(t.dtype()), "nn::init::", op, ": expected a floating tensor, got ", t.str());
+  MT_CHECK(is_floating(t.dtype()), "nn::init::", op, ": expected a floating tensor, got ", t.summary());
 }
 
 // Samples are drawn in fp64 on the CPU, so the values are the same whatever the tensor's dtype
@@ -27,7 +27,7 @@ void fill_from(Tensor& t, const Tensor& values) {
 double fan_for(const char* op, const Tensor& t, FanMode mode) {
   auto [fan_in, fan_out] = calculate_fan_in_and_fan_out(t);
   const int64_t fan = mode == FanMode::FanIn ? fan_in : fan_out;
-  MT_CHECK(fan > 0, "nn::init::", op, ": fan is zero for a tensor of shape ", t.str());
+  MT_CHECK(fan > 0, "nn::init::", op, ": fan is zero for a tensor of shape ", t.summary());
   return static_cast<double>(fan);
 }
 
@@ -54,7 +54,7 @@ double calculate_gain(Nonlinearity nonlinearity, double param) {
 std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& tensor) {
   MT_CHECK(tensor.defined(), "nn::init::calculate_fan_in_and_fan_out: got an undefined tensor");
   MT_CHECK(tensor.dim() >= 2, "nn::init: fan in and fan out cannot be computed for a tensor with fewer than 2 ",
-           "dimensions, got ", tensor.str());
+           "dimensions, got ", tensor.summary());
   int64_t receptive_field = 1;
   for (int64_t d = 2; d < tensor.dim(); ++d) receptive_field *= tensor.size(d);
   return {tensor.size(1) * receptive_field, tensor.size(0) * receptive_field};

@@ -32,7 +32,7 @@ void LinearImpl::reset_parameters() {
 void LinearImpl::check_input(const Tensor& input) const {
   MT_CHECK(input.defined() && input.dim() >= 1 && input.size(-1) == options_.in_features(),
            "Linear: expected an input whose last dim is in_features = ", options_.in_features(), ", got ",
-           input.defined() ? input.str() : std::string("an undefined tensor"));
+           input.defined() ? input.summary() : std::string("an undefined tensor"));
 }
 
 Tensor LinearImpl::forward(const Tensor& input) {

@@ -69,7 +69,7 @@ void check_local_name(const Module& m, const std::string& name, const char* what
 }  // namespace
 
 Tensor Module::forward(const Tensor& input) {
-  MT_ERROR(name_, ": forward(const Tensor&) is not implemented for this module (input ", input.str(),
+  MT_ERROR(name_, ": forward(const Tensor&) is not implemented for this module (input ", input.summary(),
            "); call its own forward overload");
 }
 
@@ -212,7 +212,7 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
     const Tensor& src = it->second;
     MT_CHECK(src.defined(), name_, ".load_state_dict: entry \"", n, "\" is an undefined tensor; nothing was loaded");
     MT_CHECK(src.shape() == t.shape(), name_, ".load_state_dict: shape mismatch for \"", n, "\": checkpoint has ",
-             src.str(), ", the module has ", t.str(), "; nothing was loaded");
+             src.summary(), ", the module has ", t.summary(), "; nothing was loaded");
     MT_CHECK(src.dtype() == t.dtype(), name_, ".load_state_dict: dtype mismatch for \"", n, "\": checkpoint has ",
              src.dtype(), ", the module has ", t.dtype(), " (convert the module with to() first); nothing was loaded");
   }

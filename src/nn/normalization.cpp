@@ -11,7 +11,7 @@
 namespace mixtrain::nn {
 
 namespace {
-std::string describe(const Tensor& t) { return t.defined() ? t.str() : std::string("an undefined tensor"); }
+std::string describe(const Tensor& t) { return t.defined() ? t.summary() : std::string("an undefined tensor"); }
 }  // namespace
 
 BatchNorm2dImpl::BatchNorm2dImpl(const BatchNormOptions& options) : Module("BatchNorm2d"), options_(options) {

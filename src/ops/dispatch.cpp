@@ -32,4 +32,7 @@ OpScope::~OpScope() { --t_exclude_depth; }
 HookExcludeGuard::HookExcludeGuard() { ++t_exclude_depth; }
 HookExcludeGuard::~HookExcludeGuard() { --t_exclude_depth; }
 
+HookResumeGuard::HookResumeGuard() : saved_depth_(t_exclude_depth) { t_exclude_depth = 0; }
+HookResumeGuard::~HookResumeGuard() { t_exclude_depth = saved_depth_; }
+
 }  // namespace mixtrain::ops

@@ -44,10 +44,9 @@ Tensor Tensor::gelu() const { return mixtrain::gelu(*this); }
 Tensor Tensor::abs() const { return mixtrain::abs(*this); }
 Tensor Tensor::pow(double exponent) const { return mixtrain::pow(*this, exponent); }
 Tensor Tensor::sum() const { return mixtrain::sum(*this); }
-Tensor Tensor::sum(const std::vector<int64_t>& dims, bool keepdim) const { return mixtrain::sum(*this, dims, keepdim); }
+Tensor Tensor::sum(const DimList& dims, bool keepdim) const { return mixtrain::sum(*this, dims.vec(), keepdim); }
 Tensor Tensor::mean() const { return mixtrain::mean(*this); }
-Tensor Tensor::mean(const std::vector<int64_t>& dims, bool keepdim) const { return mixtrain::mean(*this, dims, keepdim); }
-Tensor Tensor::max(int64_t dim, bool keepdim) const { return mixtrain::max(*this, dim, keepdim); }
+Tensor Tensor::mean(const DimList& dims, bool keepdim) const { return mixtrain::mean(*this, dims.vec(), keepdim); }
 Tensor Tensor::argmax(int64_t dim, bool keepdim) const { return mixtrain::argmax(*this, dim, keepdim); }
 Tensor Tensor::softmax(int64_t dim) const { return mixtrain::softmax(*this, dim); }
 Tensor Tensor::log_softmax(int64_t dim) const { return mixtrain::log_softmax(*this, dim); }

@@ -16,9 +16,9 @@ void check_operand(const char* op, const Tensor& t, const Tensor& weight, const 
            weight.device());
   MT_CHECK(t.shape() == weight.shape(), op, ": ", what, " has shape ", shape_str(t.shape()), " but the weight has ",
            shape_str(weight.shape()));
-  MT_CHECK(weight.is_dense(), op, ": the weight ", weight.str(), " must be contiguous or channels-last");
-  MT_CHECK(t.same_dense_layout(weight), op, ": ", what, " ", t.str(), " is not laid out as the weight ",
-           weight.str(), " (strides ", shape_str(t.strides()), " and ", shape_str(weight.strides()),
+  MT_CHECK(weight.is_dense(), op, ": the weight ", weight.summary(), " must be contiguous or channels-last");
+  MT_CHECK(t.same_dense_layout(weight), op, ": ", what, " ", t.summary(), " is not laid out as the weight ",
+           weight.summary(), " (strides ", shape_str(t.strides()), " and ", shape_str(weight.strides()),
            "); change a model's layout (Module::to(MemoryFormat)) before its optimizer takes a step");
 }
 
@@ -30,7 +30,7 @@ Tensor grad_in_weight_layout(const Tensor& grad, const Tensor& weight) {
 
 void check_scalar(const char* op, const Tensor& t, DType dtype, const Tensor& weight, const char* what) {
   MT_CHECK(t.dtype() == dtype && t.numel() == 1 && t.device() == weight.device(), op, ": ", what, " must be a ",
-           dtype, " scalar on the weight's device (", weight.device(), "), got ", t.str());
+           dtype, " scalar on the weight's device (", weight.device(), "), got ", t.summary());
 }
 
 void check_gate(const char* op, const StepGate& gate, const Tensor& weight) {

@@ -7,6 +7,8 @@
 #include "mixtrain/core/error.h"
 #include "optim/json_fields.h"
 
+using mixtrain::json_io::json_field;
+
 namespace mixtrain::optim {
 
 namespace {
@@ -39,33 +41,53 @@ void LRScheduler::step(bool optimizer_stepped) {
 }
 
 nlohmann::json LRScheduler::state_dict() const {
-  return {{"type", name()}, {"last_epoch", last_epoch_}, {"base_lrs", base_lrs_}, {"_last_lr", last_lr_}};
+  nlohmann::json j = {{"type", name()}, {"last_epoch", last_epoch_}, {"base_lrs", base_lrs_}, {"_last_lr", last_lr_}};
+  const nlohmann::json extra = settings();
+  for (const auto& [key, value] : extra.items()) j[key] = value;
+  return j;
 }
 
-void LRScheduler::load_state_dict(const nlohmann::json& state) {
-  const std::string where = std::string(name()) + " state_dict";
-  mixtrain::detail::check_json_depth(state, where);
-  json_io::check_object_keys(state, {"type", "last_epoch", "base_lrs"}, {"_last_lr"}, where);
-  const std::string type = json_io::json_string(state, "type", where);
-  MT_CHECK(type == name(), where, ".type is \"", type, "\" but the scheduler is ", name());
-  const int64_t epoch = json_io::json_integer(state, "last_epoch", where, 0, std::numeric_limits<int64_t>::max());
+int64_t LRScheduler::max_epoch() const { return std::numeric_limits<int64_t>::max(); }
+
+namespace {
+std::vector<double> parse_base_lrs(const nlohmann::json& state, size_t groups, const std::string& where) {
   const auto& jb = state["base_lrs"];
-  MT_CHECK(jb.is_array() && jb.size() == base_lrs_.size(), where, ".base_lrs must be an array of ", base_lrs_.size(),
-           " numbers, got ", mixtrain::detail::json_excerpt(jb));
+  MT_CHECK(jb.is_array() && jb.size() == groups, where, ".base_lrs must be an array of ", groups, " numbers, got ",
+           mixtrain::detail::json_excerpt(jb));
   std::vector<double> base;
   for (size_t i = 0; i < jb.size(); ++i) {
     MT_CHECK(jb[i].is_number() && std::isfinite(jb[i].get<double>()) && jb[i].get<double>() >= 0.0, where,
              ".base_lrs[", i, "] must be a finite number >= 0, got ", mixtrain::detail::json_excerpt(jb[i]));
     base.push_back(jb[i].get<double>());
   }
-  std::vector<double> saved_base = base_lrs_;
-  base_lrs_ = base;
-  try {
-    apply(epoch);
-  } catch (...) {
-    base_lrs_ = saved_base;  // e.g. OneCycleLR past total_steps: leave everything as it was
-    throw;
+  return base;
+}
+}  // namespace
+
+void LRScheduler::validate_state_dict(const nlohmann::json& state) const {
+  const std::string where = std::string(name()) + " state_dict";
+  mixtrain::detail::check_json_depth(state, where);
+  const std::string type = json_io::json_string(state, "type", where);
+  MT_CHECK(type == name(), where, ".type is \"", type, "\" but the scheduler is ", name());
+  // Settings are optional (states saved before they were recorded load), but must match.
+  const nlohmann::json mine = settings();
+  for (const auto& [key, value] : state.items()) {
+    if (key == "type" || key == "last_epoch" || key == "base_lrs" || key == "_last_lr") continue;
+    MT_CHECK(mine.contains(key), where, " has unknown key \"", key, "\"");
+    MT_CHECK(value == mine[key], where, ".", key, " is ", mixtrain::detail::json_excerpt(value), " but this scheduler's is ",
+             mixtrain::detail::json_excerpt(mine[key]),
+             " (a state of another schedule)");
   }
+  json_field(state, "base_lrs", where);
+  const int64_t epoch = json_io::json_integer(state, "last_epoch", where, 0, std::numeric_limits<int64_t>::max());
+  MT_CHECK(epoch <= max_epoch(), where, ".last_epoch ", epoch, " is past the schedule's last step ", max_epoch());
+  parse_base_lrs(state, base_lrs_.size(), where);
+}
+
+void LRScheduler::load_state_dict(const nlohmann::json& state) {
+  validate_state_dict(state);
+  base_lrs_ = parse_base_lrs(state, base_lrs_.size(), std::string(name()) + " state_dict");
+  apply(state["last_epoch"].get<int64_t>());
 }
 
 // ---- CosineAnnealingLR ------------------------------------------------------------------------
@@ -115,6 +137,17 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, const OneCycleLROptions& o) : LRSch
   // PyTorch's base_lrs are the groups' initial_lr.
   for (auto& g : optimizer.param_groups()) g.options().set_lr(initial);
   initialize();
+}
+
+nlohmann::json OneCycleLR::settings() const {
+  const OneCycleLROptions& o = options_;
+  return {{"max_lr", o.max_lr()},
+          {"total_steps", o.total_steps()},
+          {"pct_start", o.pct_start()},
+          {"anneal_strategy", o.anneal_strategy() == AnnealStrategy::Cos ? "cos" : "linear"},
+          {"div_factor", o.div_factor()},
+          {"final_div_factor", o.final_div_factor()},
+          {"three_phase", o.three_phase()}};
 }
 
 double OneCycleLR::anneal(double start, double end, double pct) const {

@@ -68,11 +68,11 @@ void Optimizer::add_param_group(ParamGroup group) {
   for (size_t i = 0; i < group.params().size(); ++i) {
     const Tensor& p = group.params()[i];
     MT_CHECK(p.defined(), who, ": parameter ", i, " of the group is an undefined tensor");
-    MT_CHECK(is_floating(p.dtype()), who, ": parameter ", i, " is ", p.str(),
+    MT_CHECK(is_floating(p.dtype()), who, ": parameter ", i, " is ", p.summary(),
              "; an optimizer can only update floating tensors");
-    MT_CHECK(p.is_leaf(), who, ": parameter ", i, " (", p.str(), ") is not a leaf tensor; optimize leaves ",
+    MT_CHECK(p.is_leaf(), who, ": parameter ", i, " (", p.summary(), ") is not a leaf tensor; optimize leaves ",
              "(model parameters), not results of ops");
-    MT_CHECK(seen.insert(p.impl().get()).second, who, ": parameter ", i, " (", p.str(),
+    MT_CHECK(seen.insert(p.impl().get()).second, who, ": parameter ", i, " (", p.summary(),
              ") appears more than once (in this group or in another group)");
   }
   groups_.push_back(std::move(group));
@@ -213,7 +213,7 @@ void Optimizer::step() {
 void Optimizer::step(const Tensor& found_inf) {
   MT_CHECK(found_inf.defined() && found_inf.dtype() == kFloat32 && found_inf.numel() == 1, name(),
            ".step: found_inf must be a float32 scalar (0: take the step, 1: skip it), got ",
-           found_inf.defined() ? found_inf.str() : std::string("an undefined tensor"));
+           found_inf.defined() ? found_inf.summary() : std::string("an undefined tensor"));
   update_all(found_inf);
   NoGradGuard no_grad;
   const Tensor flag = found_inf.detach().reshape({});

@@ -161,7 +161,7 @@ static Parsed parse_state(const Optimizer& opt, const std::vector<ParamGroup>& g
       const Tensor& t = *found->second;
       const DType want = has_master[idx] ? kFloat32 : param.dtype();
       MT_CHECK(t.defined() && t.shape() == param.shape() && t.dtype() == want, where, ": tensor \"", full, "\" is ",
-               t.defined() ? t.str() : std::string("undefined"), " but parameter ", idx, " needs shape ",
+               t.defined() ? t.summary() : std::string("undefined"), " but parameter ", idx, " needs shape ",
                shape_str(param.shape()), " and dtype ", want);
       MT_CHECK(used.insert(full).second, json_path(sw, "tensors"), " lists \"", n, "\" twice");
       pp.tensors.emplace_back(n, t);

@@ -63,7 +63,7 @@ TEST(MlpExample, CsvRegressionLossFalls) {
 
 TEST(MlpExample, FashionMnistIfInstalled) {
   struct stat st {};
-  if (::stat(ex::kFashionMnistDir, &st) != 0) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  if (::stat(mixtrain::data::kFashionMnistDir, &st) != 0) GTEST_SKIP() << "dataset-fashion-mnist not installed";
   ex::MlpConfig c;
   c.steps = 150;
   const ex::MlpResult r = ex::run_mlp(c);

@@ -191,7 +191,7 @@ TEST(TransformerExample, LearnsTextAndExplainsMissingCorpus) {
 
 TEST(UnetExample, SegmentsFashionMnistIfInstalled) {
   struct stat st {};
-  if (::stat(ex::kFashionMnistDir, &st) != 0) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  if (::stat(mt::data::kFashionMnistDir, &st) != 0) GTEST_SKIP() << "dataset-fashion-mnist not installed";
   ex::UnetConfig c;
   c.width = 8;
   c.image_size = 16;

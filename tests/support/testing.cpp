@@ -108,7 +108,7 @@ const std::vector<DType>& float_types() {
   for (auto& t : inputs) {
     if (t.defined() && is_floating(t.dtype())) {
       if (t.dtype() != kFloat64)
-        return ::testing::AssertionFailure() << "gradcheck needs fp64 inputs, got " << t.str();
+        return ::testing::AssertionFailure() << "gradcheck needs fp64 inputs, got " << t.summary();
       t.set_requires_grad(true);
       t.set_grad(Tensor());  // the caller may reuse the tensor across checks
     }

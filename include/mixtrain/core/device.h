@@ -13,6 +13,10 @@ struct Device {
   DeviceType type = DeviceType::CPU;
   int index = 0;
 
+  constexpr Device() = default;
+  // Implicit, so a device type stands for its device 0 as in libtorch: x.to(kCUDA).
+  constexpr Device(DeviceType t, int i = 0) : type(t), index(i) {}  // NOLINT
+
   static Device cpu() { return {DeviceType::CPU, 0}; }
   static Device cuda(int index = 0) { return {DeviceType::CUDA, index}; }
   static Device parse(const std::string& text);  // "cpu", "cuda", "cuda:1"

@@ -2,8 +2,11 @@
 // Tensor: a reference-counted handle over a storage, a shape, strides and a dtype, plus the
 // autograd fields (grad, grad_fn). Copies of a Tensor share the same TensorImpl, as in PyTorch.
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "mixtrain/core/device.h"
@@ -33,6 +36,20 @@ struct TensorImpl {
   uint32_t output_nr = 0;
   std::shared_ptr<TensorImpl> grad;
   std::weak_ptr<autograd::Node> grad_accumulator;  // leaves: the node that accumulates into grad
+};
+
+// The dimensions of a reduction, given as libtorch users write them: one (x.sum(1)) or several
+// (x.sum({0, 2})); empty means all.
+class DimList {
+ public:
+  DimList() = default;
+  DimList(int64_t dim) : dims_{dim} {}                              // NOLINT: x.sum(1)
+  DimList(std::initializer_list<int64_t> dims) : dims_(dims) {}     // NOLINT: x.sum({0, 1})
+  DimList(std::vector<int64_t> dims) : dims_(std::move(dims)) {}    // NOLINT
+  const std::vector<int64_t>& vec() const { return dims_; }
+
+ private:
+  std::vector<int64_t> dims_;
 };
 
 class Tensor {
@@ -70,7 +87,12 @@ class Tensor {
   // arrays side by side (what fused multi-operand kernels, like the optimizers', need).
   bool same_dense_layout(const Tensor& other) const;
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(dtype()); }
-  std::string str() const;  // "Tensor[2, 3] float32 cpu"
+  // The values as PyTorch prints them: "tensor([[1., 2.],\n        [3., 4.]])", summarised with
+  // "..." past PrintOptions::threshold elements, dtype shown unless float32/int64/bool, device
+  // unless cpu, then grad_fn or requires_grad (ops/tensor_habits.h). operator<< prints the same.
+  std::string str() const;
+  // A short description for messages: "Tensor[2, 3] float32 cpu" (no values, no device sync).
+  std::string summary() const;
 
   // Raw element pointer (storage base + offset).
   void* raw_data() const;
@@ -81,6 +103,7 @@ class Tensor {
   // Autograd.
   bool requires_grad() const;
   Tensor& set_requires_grad(bool value);
+  Tensor& requires_grad_(bool value = true) { return set_requires_grad(value); }
   bool is_leaf() const;
   Tensor grad() const;
   void set_grad(const Tensor& grad);
@@ -128,11 +151,42 @@ class Tensor {
   Tensor abs() const;
   Tensor pow(double exponent) const;
   Tensor sum() const;
-  Tensor sum(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  Tensor sum(const DimList& dims, bool keepdim = false) const;
   Tensor mean() const;
-  Tensor mean(const std::vector<int64_t>& dims, bool keepdim = false) const;
-  Tensor max(int64_t dim, bool keepdim = false) const;
+  Tensor mean(const DimList& dims, bool keepdim = false) const;
+  // As libtorch: without a dim the largest element (0-d); with one, the values and their indices.
+  Tensor max() const;
+  std::tuple<Tensor, Tensor> max(int64_t dim, bool keepdim = false) const;
+  Tensor min() const;
+  std::tuple<Tensor, Tensor> min(int64_t dim, bool keepdim = false) const;
   Tensor argmax(int64_t dim, bool keepdim = false) const;
+  Tensor argmin(int64_t dim, bool keepdim = false) const;
+  // Variance and standard deviation; unbiased (divide by n - 1) by default, as in libtorch.
+  // x.var() and x.var(false) reduce everything, x.var(1) and x.var({0, 1}) those dims (the int
+  // overloads keep x.var(1) from meaning var(unbiased = true), libtorch's trap).
+  Tensor var(bool unbiased = true) const;
+  Tensor var(int dim, bool unbiased = true, bool keepdim = false) const;
+  Tensor var(int64_t dim, bool unbiased = true, bool keepdim = false) const;
+  Tensor var(const DimList& dims, bool unbiased = true, bool keepdim = false) const;
+  Tensor std(bool unbiased = true) const;
+  Tensor std(int dim, bool unbiased = true, bool keepdim = false) const;
+  Tensor std(int64_t dim, bool unbiased = true, bool keepdim = false) const;
+  Tensor std(const DimList& dims, bool unbiased = true, bool keepdim = false) const;
+  // Rows `index` (int64, 1-D) along dim; differentiable.
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+  // Element-wise comparisons to bool tensors (also as operators ==, !=, <, <=, >, >=).
+  Tensor eq(const Tensor& other) const;
+  Tensor ne(const Tensor& other) const;
+  Tensor lt(const Tensor& other) const;
+  Tensor le(const Tensor& other) const;
+  Tensor gt(const Tensor& other) const;
+  Tensor ge(const Tensor& other) const;
+  Tensor eq(double other) const;
+  Tensor ne(double other) const;
+  Tensor lt(double other) const;
+  Tensor le(double other) const;
+  Tensor gt(double other) const;
+  Tensor ge(double other) const;
   Tensor softmax(int64_t dim) const;
   Tensor log_softmax(int64_t dim) const;
   Tensor matmul(const Tensor& other) const;
@@ -171,6 +225,19 @@ Tensor operator-(double a, const Tensor& b);
 Tensor operator*(double a, const Tensor& b);
 Tensor operator/(double a, const Tensor& b);
 Tensor operator-(const Tensor& a);
+// Element-wise comparisons returning bool tensors, as in libtorch (not identity: see is_same).
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, double b);
+Tensor operator!=(const Tensor& a, double b);
+Tensor operator<(const Tensor& a, double b);
+Tensor operator<=(const Tensor& a, double b);
+Tensor operator>(const Tensor& a, double b);
+Tensor operator>=(const Tensor& a, double b);
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 

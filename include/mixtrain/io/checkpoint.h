@@ -5,7 +5,9 @@
 //   trainer.json           {"format": "mixtrain-checkpoint", "version": 1, "step", "files" (size and
 //                          CRC-32 of both safetensors files), "optimizer" (hyper-parameters and
 //                          step counts), "scaler" (GradScaler.state_dict()), "rng" (seed and
-//                          offset of mixtrain::default_generator()), "extra" (caller's JSON)}
+//                          offset of mixtrain::default_generator()), "extra" (caller's JSON),
+//                          and, when saved with them (CheckpointParts), "scheduler" (an
+//                          LRScheduler's state_dict()) and "data" (a DataLoader's position)}
 //
 // Saving writes the three files into "<dir>.mixtrain-tmp", fsyncs them, then swaps that
 // directory with <dir> atomically (renameat2 RENAME_EXCHANGE; without it, two renames through
@@ -23,26 +25,37 @@
 #include <nlohmann/json.hpp>
 
 #include "mixtrain/amp/grad_scaler.h"
+#include "mixtrain/data/dataloader.h"
 #include "mixtrain/io/safetensors.h"
 #include "mixtrain/nn/module.h"
+#include "mixtrain/optim/lr_scheduler.h"
 #include "mixtrain/optim/optimizer.h"
 
 namespace mixtrain::io {
+
+// Optional members of a checkpoint. Each one given to save_checkpoint is stored under its key;
+// each one given to load_checkpoint is validated with the rest and then restored, and must be in
+// the checkpoint (an Error otherwise: it was saved without it). Checkpoints saved without them
+// load as before.
+struct CheckpointParts {
+  optim::LRScheduler* scheduler = nullptr;  // "scheduler"
+  data::DataLoader* data = nullptr;         // "data": the loader's position and sampler settings
+};
 
 // `model`: named_parameters() followed by named_buffers() of a model (what the nn::Module
 // overloads pass), or any named tensors.
 void save_checkpoint(const std::string& dir, const NamedTensors& model, const optim::Optimizer& optimizer,
                      const amp::GradScaler& scaler, int64_t step,
-                     const nlohmann::json& extra = nlohmann::json::object());
+                     const nlohmann::json& extra = nlohmann::json::object(), const CheckpointParts& parts = {});
 // Returns the saved step. `extra`, when given, receives the saved "extra" JSON (e.g. a
 // scheduler's state_dict()).
 int64_t load_checkpoint(const std::string& dir, const NamedTensors& model, optim::Optimizer& optimizer,
-                        amp::GradScaler& scaler, nlohmann::json* extra = nullptr);
+                        amp::GradScaler& scaler, nlohmann::json* extra = nullptr, const CheckpointParts& parts = {});
 
 void save_checkpoint(const std::string& dir, const nn::Module& model, const optim::Optimizer& optimizer,
                      const amp::GradScaler& scaler, int64_t step,
-                     const nlohmann::json& extra = nlohmann::json::object());
+                     const nlohmann::json& extra = nlohmann::json::object(), const CheckpointParts& parts = {});
 int64_t load_checkpoint(const std::string& dir, nn::Module& model, optim::Optimizer& optimizer,
-                        amp::GradScaler& scaler, nlohmann::json* extra = nullptr);
+                        amp::GradScaler& scaler, nlohmann::json* extra = nullptr, const CheckpointParts& parts = {});
 
 }  // namespace mixtrain::io

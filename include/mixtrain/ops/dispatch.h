@@ -51,4 +51,17 @@ class HookExcludeGuard {
   HookExcludeGuard& operator=(const HookExcludeGuard&) = delete;
 };
 
+// Lifts the suppression for a region: a custom op's backward that runs under its forward's
+// autocast state (amp::custom_function) calls ops as if at the top level.
+class HookResumeGuard {
+ public:
+  HookResumeGuard();
+  ~HookResumeGuard();
+  HookResumeGuard(const HookResumeGuard&) = delete;
+  HookResumeGuard& operator=(const HookResumeGuard&) = delete;
+
+ private:
+  int saved_depth_;
+};
+
 }  // namespace mixtrain::ops

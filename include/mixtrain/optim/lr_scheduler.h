@@ -8,6 +8,7 @@
 //   scheduler.step(scaler.step(opt));       // advances iff the optimizer stepped
 //   scheduler.step(true);                   // advances regardless (PyTorch's behaviour)
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -32,8 +33,14 @@ class LRScheduler {
   const std::vector<double>& get_last_lr() const { return last_lr_; }
   const std::vector<double>& base_lrs() const { return base_lrs_; }
 
+  // {"type", "last_epoch", "base_lrs", "_last_lr"} and the scheduler's settings (e.g. "gamma"),
+  // which load_state_dict checks against its own: a state of another schedule is an Error.
   nlohmann::json state_dict() const;
-  // Restores last_epoch (and the base rates) and writes the rates of that epoch into the groups.
+  // Throws mixtrain::Error naming the field when `state` is not a state of this scheduler (other
+  // type or settings, a bad or missing field); changes nothing.
+  void validate_state_dict(const nlohmann::json& state) const;
+  // Validates, then restores last_epoch (and the base rates) and writes the rates of that epoch
+  // into the groups.
   void load_state_dict(const nlohmann::json& state);
 
  protected:
@@ -43,12 +50,18 @@ class LRScheduler {
   // The rates of every group at `epoch`; also writes momentum when the schedule cycles it.
   virtual std::vector<double> lrs_at(int64_t epoch) = 0;
   virtual const char* name() const = 0;
+  // The last epoch the schedule is defined for (OneCycleLR: total_steps).
+  virtual int64_t max_epoch() const;
+  // The settings that decide the schedule, saved in state_dict() (an object; none by default).
+  virtual nlohmann::json settings() const { return nlohmann::json::object(); }
 
   Optimizer& optimizer_;
   std::vector<double> base_lrs_;
 
  private:
   void apply(int64_t epoch);
+
+  friend class SequentialLR;  // drives its schedulers' lrs_at with its own base rates
 
   int64_t last_epoch_ = 0;
   std::vector<double> last_lr_;
@@ -62,6 +75,7 @@ class CosineAnnealingLR : public LRScheduler {
  protected:
   std::vector<double> lrs_at(int64_t epoch) override;
   const char* name() const override { return "CosineAnnealingLR"; }
+  nlohmann::json settings() const override { return {{"T_max", T_max_}, {"eta_min", eta_min_}}; }
 
  private:
   int64_t T_max_;
@@ -95,6 +109,8 @@ class OneCycleLR : public LRScheduler {
  protected:
   std::vector<double> lrs_at(int64_t epoch) override;
   const char* name() const override { return "OneCycleLR"; }
+  int64_t max_epoch() const override { return options_.total_steps(); }
+  nlohmann::json settings() const override;
 
  private:
   struct Phase {

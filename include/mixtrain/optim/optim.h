@@ -4,4 +4,5 @@
 #include "mixtrain/optim/adamw.h"
 #include "mixtrain/optim/lr_scheduler.h"
 #include "mixtrain/optim/optimizer.h"
+#include "mixtrain/optim/schedulers.h"
 #include "mixtrain/optim/sgd.h"

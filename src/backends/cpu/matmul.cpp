@@ -40,7 +40,7 @@ MatrixView view_of(const Tensor& t, bool trans) {
     std::swap(v.row_stride, v.col_stride);
   }
   MT_CHECK(v.col_stride == 1 || v.row_stride == 1 || v.rows == 1 || v.cols == 1,
-           "gemm: operand ", t.str(), " needs a unit stride in one of its last two dimensions");
+           "gemm: operand ", t.summary(), " needs a unit stride in one of its last two dimensions");
   return v;
 }
 

@@ -20,7 +20,7 @@ namespace {
 std::vector<double> channel_values(const Tensor& t, int64_t n, double fill) {
   std::vector<double> v(static_cast<size_t>(n), fill);
   if (!t.defined()) return v;
-  MT_CHECK(t.is_contiguous() && t.numel() == n, "norm: per-channel tensor ", t.str(), " must hold ", n, " values");
+  MT_CHECK(t.is_contiguous() && t.numel() == n, "norm: per-channel tensor ", t.summary(), " must hold ", n, " values");
   dispatch_floating(t.dtype(), "norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* p = static_cast<const T*>(t.raw_data());

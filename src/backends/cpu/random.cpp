@@ -7,7 +7,7 @@
 namespace mixtrain::backends::cpu {
 
 void random(const Tensor& dst, RandomKind kind, uint64_t seed, uint64_t offset) {
-  MT_CHECK(dst.is_contiguous(), "random: expected a contiguous output, got ", dst.str());
+  MT_CHECK(dst.is_contiguous(), "random: expected a contiguous output, got ", dst.summary());
   dispatch_floating(dst.dtype(), "random", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* p = static_cast<T*>(dst.raw_data());
@@ -23,7 +23,7 @@ void random(const Tensor& dst, RandomKind kind, uint64_t seed, uint64_t offset) 
 
 void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out) {
   MT_CHECK(x.is_contiguous() && out.is_contiguous() && x.dtype() == out.dtype() && x.shape() == out.shape(),
-           "dropout: expected contiguous input and output of one dtype and shape, got ", x.str(), " and ", out.str());
+           "dropout: expected contiguous input and output of one dtype and shape, got ", x.summary(), " and ", out.summary());
   const float threshold = static_cast<float>(p);
   dispatch_floating(x.dtype(), "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;

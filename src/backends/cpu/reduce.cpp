@@ -101,7 +101,7 @@ void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inne
 
 void norm_part(const Tensor& x, double p, const Tensor& out) {
   MT_CHECK(x.is_dense() && out.dtype() == kFloat64 && out.numel() == 1 && out.device().is_cpu(),
-           "norm_part: expected a dense input and a 1-element float64 host output, got ", x.str(), " and ", out.str());
+           "norm_part: expected a dense input and a 1-element float64 host output, got ", x.summary(), " and ", out.summary());
   dispatch_floating(x.dtype(), "norm_part", [&](auto tag) {
     using T = typename decltype(tag)::type;
     *out.data_ptr<double>() = grad_norm_part(x.data_ptr<T>(), x.numel(), p);

@@ -116,7 +116,7 @@ DeviceContext& context(int index) {
 }
 
 DeviceContext& context(const Tensor& t) {
-  MT_CHECK(t.device().is_cuda(), "cuda backend: expected a CUDA tensor, got ", t.str());
+  MT_CHECK(t.device().is_cuda(), "cuda backend: expected a CUDA tensor, got ", t.summary());
   return context(t.device().index);
 }
 

@@ -18,10 +18,10 @@ void check_device(const char* op, Device device, std::initializer_list<const Ten
 template <int N>
 kernels::ElemIter<N> make_iter(const char* op, const std::array<const Tensor*, N>& operands) {
   const Tensor& out = *operands[0];
-  MT_CHECK(out.device().is_cuda(), op, ": expected CUDA tensors, got ", out.str());
+  MT_CHECK(out.device().is_cuda(), op, ": expected CUDA tensors, got ", out.summary());
   for (const Tensor* t : operands)
     MT_CHECK(t->device() == out.device() && t->shape() == out.shape(), op, ": operand ", t->str(),
-             " does not match the output ", out.str());
+             " does not match the output ", out.summary());
   kernels::ElemIter<N> it;
   it.numel = out.numel();
   const Shape& shape = out.shape();
@@ -37,7 +37,7 @@ kernels::ElemIter<N> make_iter(const char* op, const std::array<const Tensor*, N
       continue;
     }
     MT_CHECK(nd < kernels::kMaxDims, op, ": tensors of more than ", kernels::kMaxDims,
-             " non-mergeable dimensions are not supported on CUDA, got ", out.str());
+             " non-mergeable dimensions are not supported on CUDA, got ", out.summary());
     it.sizes[nd] = shape[d];
     for (int k = 0; k < N; ++k) it.strides[k][nd] = operands[k]->stride(d);
     ++nd;
@@ -73,7 +73,7 @@ Tensor as_contiguous(const Tensor& t, DType dt) { return as_layout(t, dt, Memory
 
 MemoryFormat layout_of(const char* op, const Tensor& out, const Tensor& activation) {
   const bool nchw = out.is_contiguous(), nhwc = out.is_contiguous(MemoryFormat::ChannelsLast);
-  MT_CHECK(nchw || nhwc, op, ": the output ", out.str(), " must be contiguous or channels-last");
+  MT_CHECK(nchw || nhwc, op, ": the output ", out.summary(), " must be contiguous or channels-last");
   if (nchw && nhwc) return activation.suggest_memory_format();
   return nhwc ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
 }

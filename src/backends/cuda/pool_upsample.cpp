@@ -26,7 +26,7 @@ Tensor accumulator(const Tensor& grad) {
 void max_pool2d(const Tensor& x_in, const Pool2dParams& p, const Tensor& out, const Tensor& indices) {
   check_device("max_pool2d", out.device(), {&x_in, &indices});
   const MemoryFormat f = layout_of("max_pool2d", out, x_in);
-  MT_CHECK(indices.is_contiguous(f), "max_pool2d: indices ", indices.str(), " must share the output's layout");
+  MT_CHECK(indices.is_contiguous(f), "max_pool2d: indices ", indices.summary(), " must share the output's layout");
   const Tensor x = as_layout(x_in, out.dtype(), f);
   kernels::max_pool2d(x.dtype(), x.raw_data(), planes_of(x, out, f), p, out.raw_data(), indices.data_ptr<int64_t>(),
                       context(out).stream);

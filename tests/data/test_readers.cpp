@@ -1,4 +1,4 @@
-// The example data code: IDX (plain and gzip'd), Fashion-MNIST loading, CSV, batching.
+// mixtrain::data's readers: IDX (plain and gzip'd), Fashion-MNIST loading, CSV.
 #include <sys/stat.h>
 #include <zlib.h>
 
@@ -8,19 +8,19 @@
 #include <fstream>
 #include <set>
 
-#include "common/csv.h"
-#include "common/idx.h"
+#include <mixtrain/mixtrain.h>
+
 #include "support/testing.h"
 
 namespace mt = mixtrain;
-namespace ex = mixtrain::examples;
+namespace ex = mixtrain::data;
 using mixtrain::testing::error_of;
 using mixtrain::testing::expect_error;
 
 namespace {
 
 std::string temp_path(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "mixtrain_examples_test";
+  const std::string dir = ::testing::TempDir() + "mixtrain_data_test";
   ::mkdir(dir.c_str(), 0755);
   return dir + "/" + name;
 }
@@ -115,12 +115,19 @@ TEST(Idx, TruncatedGzipStreamIsAnError) {
 TEST(FashionMnist, LoadsTheDebianLayout) {
   const std::vector<uint8_t> labels{3, 0, 9};
   const std::string dir = fake_fashion_dir("fashion_ok", 3, labels);
-  const ex::Dataset d = ex::load_fashion_mnist(dir, false);
-  EXPECT_EQ(d.size, 3);
-  EXPECT_EQ(d.features, 784);
-  EXPECT_EQ(d.labels, (std::vector<int64_t>{3, 0, 9}));
+  const ex::TensorDataset d = ex::load_fashion_mnist(dir, false);
+  EXPECT_EQ(d.size(), 3);
+  EXPECT_EQ(d.data().shape(), (mt::Shape{3, 784}));
+  EXPECT_EQ(d.data().dtype(), mt::kFloat32);
+  EXPECT_EQ(d.target().to_vector<int64_t>(), (std::vector<int64_t>{3, 0, 9}));
   const auto pixels = counting(3 * 784);
-  for (size_t i : {size_t{0}, size_t{785}, size_t{3 * 784 - 1}}) EXPECT_FLOAT_EQ(d.x[i], pixels[i] / 255.0f);
+  const auto x = d.data().to_vector<float>();
+  for (size_t i : {size_t{0}, size_t{785}, size_t{3 * 784 - 1}}) EXPECT_FLOAT_EQ(x[i], pixels[i] / 255.0f);
+  const ex::Example e = d.get(1);
+  EXPECT_EQ(e.data.shape(), (mt::Shape{784}));
+  EXPECT_FLOAT_EQ(e.data.to_vector<float>()[1], pixels[785] / 255.0f);
+  EXPECT_EQ(e.target.item<int64_t>(), 0);
+  expect_error([&] { (void)d.get(3); }, "index 3 is out of range for 3 examples");
 }
 
 TEST(FashionMnist, ErrorsSayWhatIsWrong) {
@@ -141,27 +148,27 @@ TEST(FashionMnist, RealDatasetIfInstalled) {
   // Fashion-MNIST (Xiao et al., 2017): 60,000 training and 10,000 test images of 28x28, ten
   // classes, balanced: 6,000 and 1,000 images of each.
   for (bool train : {true, false}) {
-    const ex::Dataset d = ex::load_fashion_mnist(ex::kFashionMnistDir, train);
-    EXPECT_EQ(d.size, train ? 60000 : 10000);
-    EXPECT_EQ(d.features, 784);
+    const ex::TensorDataset d = ex::load_fashion_mnist(ex::kFashionMnistDir, train);
+    EXPECT_EQ(d.size(), train ? 60000 : 10000);
+    EXPECT_EQ(d.data().size(1), 784);
     std::vector<int64_t> per_class(10, 0);
-    for (int64_t l : d.labels) ++per_class[static_cast<size_t>(l)];
+    for (int64_t l : d.target().to_vector<int64_t>()) ++per_class[static_cast<size_t>(l)];
     EXPECT_EQ(per_class, std::vector<int64_t>(10, train ? 6000 : 1000));
-    EXPECT_GE(*std::min_element(d.x.begin(), d.x.end()), 0.0f);
-    EXPECT_LE(*std::max_element(d.x.begin(), d.x.end()), 1.0f);
+    const auto x = d.data().to_vector<float>();
+    EXPECT_GE(*std::min_element(x.begin(), x.end()), 0.0f);
+    EXPECT_LE(*std::max_element(x.begin(), x.end()), 1.0f);
   }
 }
 
 TEST(Csv, ReadsFeaturesAndTarget) {
   const std::string path = temp_path("ok.csv");
   write_file(path, "\n\"x1\", y ,x2\r\n1.5,10,-2\r\n\n 3 , 2e1 ,4.25\n");
-  const ex::Dataset d = ex::read_csv(path, "y");
-  EXPECT_EQ(d.size, 2);
-  EXPECT_EQ(d.features, 2);
+  const ex::CsvTable d = ex::read_csv(path, "y");
+  EXPECT_EQ(d.features.shape(), (mt::Shape{2, 2}));
   EXPECT_EQ(d.feature_names, (std::vector<std::string>{"x1", "x2"}));
-  EXPECT_EQ(d.x, (std::vector<float>{1.5f, -2.0f, 3.0f, 4.25f}));
-  EXPECT_EQ(d.targets, (std::vector<float>{10.0f, 20.0f}));
-  EXPECT_FALSE(d.is_classification());
+  EXPECT_EQ(d.features.to_vector<float>(), (std::vector<float>{1.5f, -2.0f, 3.0f, 4.25f}));
+  EXPECT_EQ(d.target.to_vector<float>(), (std::vector<float>{10.0f, 20.0f}));
+  EXPECT_EQ(d.dataset().size(), 2);
 }
 
 TEST(Csv, BadRowsNameTheLine) {
@@ -182,78 +189,4 @@ TEST(Csv, BadRowsNameTheLine) {
   EXPECT_NE(err("a,y\n").find("no data rows"), std::string::npos);
   EXPECT_NE(err("\n\n").find("is empty"), std::string::npos);
   expect_error([&] { (void)ex::read_csv(temp_path("missing.csv"), "y"); }, "cannot open");
-}
-
-TEST(BatchIterator, VisitsEveryRowOncePerEpochInASeededOrder) {
-  ex::Dataset d;
-  d.size = 10;
-  d.features = 2;
-  for (int64_t r = 0; r < d.size; ++r) {
-    d.x.insert(d.x.end(), {static_cast<float>(r), static_cast<float>(-r)});
-    d.labels.push_back(r % 3);
-  }
-  auto epoch_rows = [&](ex::BatchIterator& it, std::vector<int64_t>* sizes) {
-    std::vector<int64_t> rows;
-    ex::Batch b;
-    while (it.next(b)) {
-      EXPECT_EQ(b.x.dtype(), mt::kFloat32);
-      EXPECT_EQ(b.y.dtype(), mt::kInt64);
-      const auto x = b.x.to_vector<float>();
-      const auto y = b.y.to_vector<int64_t>();
-      for (int64_t i = 0; i < b.x.size(0); ++i) {
-        const auto r = static_cast<int64_t>(x[static_cast<size_t>(2 * i)]);
-        EXPECT_EQ(x[static_cast<size_t>(2 * i + 1)], -static_cast<float>(r));
-        EXPECT_EQ(y[static_cast<size_t>(i)], r % 3);  // the label travels with its row
-        rows.push_back(r);
-      }
-      if (sizes) sizes->push_back(b.x.size(0));
-    }
-    return rows;
-  };
-  ex::BatchIterator it(d, 4, 42);
-  std::vector<int64_t> sizes;
-  EXPECT_EQ(it.epoch(), 0);
-  const auto e0 = epoch_rows(it, &sizes);
-  EXPECT_EQ(it.epoch(), 1);
-  EXPECT_EQ(sizes, (std::vector<int64_t>{4, 4, 2}));
-  EXPECT_EQ(it.batches_per_epoch(), 3);
-  const auto e1 = epoch_rows(it, nullptr);
-  EXPECT_EQ(it.epoch(), 2);
-  for (const auto& e : {e0, e1}) EXPECT_EQ(std::set<int64_t>(e.begin(), e.end()).size(), 10u);
-  EXPECT_NE(e0, e1) << "each epoch is reshuffled";
-  ex::BatchIterator same(d, 4, 42);
-  EXPECT_EQ(epoch_rows(same, nullptr), e0);
-  ex::BatchIterator in_order(d, 3, 0, /*shuffle=*/false, /*drop_last=*/true);
-  sizes.clear();
-  EXPECT_EQ(epoch_rows(in_order, &sizes), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8}));
-  EXPECT_EQ(sizes, (std::vector<int64_t>{3, 3, 3}));
-  // next_batch() runs on across epochs.
-  for (int i = 0; i < 7; ++i) EXPECT_EQ(in_order.next_batch().x.size(0), 3);
-  expect_error([&] { (void)ex::BatchIterator(d, 0, 1); }, "batch size must be positive");
-}
-
-TEST(Dataset, SplitAndStandardize) {
-  ex::Dataset d;
-  d.size = 100;
-  d.features = 1;
-  for (int64_t r = 0; r < d.size; ++r) {
-    d.x.push_back(static_cast<float>(r));
-    d.targets.push_back(static_cast<float>(2 * r));
-  }
-  auto [train, test] = ex::train_test_split(d, 0.2, 7);
-  EXPECT_EQ(train.size, 80);
-  EXPECT_EQ(test.size, 20);
-  std::set<float> all(train.x.begin(), train.x.end());
-  all.insert(test.x.begin(), test.x.end());
-  EXPECT_EQ(all.size(), 100u);
-  for (int64_t i = 0; i < test.size; ++i) EXPECT_EQ(test.targets[static_cast<size_t>(i)], 2 * test.x[static_cast<size_t>(i)]);
-
-  std::vector<float> v{1, 10, 3, 10, 5, 10};  // two columns; the second is constant
-  const auto s = ex::Standardizer::fit(v, 2);
-  EXPECT_FLOAT_EQ(s.mean[0], 3.0f);
-  EXPECT_FLOAT_EQ(s.std[0], std::sqrt(8.0f / 3.0f));
-  EXPECT_FLOAT_EQ(s.std[1], 1.0f);
-  s.apply(v);
-  EXPECT_FLOAT_EQ(v[0], -2.0f / std::sqrt(8.0f / 3.0f));
-  EXPECT_FLOAT_EQ(v[1], 0.0f);
 }

@@ -1,11 +1,15 @@
-#include "common/csv.h"
+// The numeric CSV reader (header row, one row of numbers per line, one target column).
+#include "mixtrain/data/readers.h"
 
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
-namespace mixtrain::examples {
+#include "mixtrain/core/error.h"
+#include "mixtrain/core/factories.h"
+
+namespace mixtrain::data {
 
 namespace {
 
@@ -32,7 +36,7 @@ bool blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std:
 
 }  // namespace
 
-Dataset read_csv(const std::string& path, const std::string& target_column) {
+CsvTable read_csv(const std::string& path, const std::string& target_column) {
   std::ifstream in(path);
   MT_CHECK(in.good(), "read_csv: cannot open ", path);
   std::string line;
@@ -52,10 +56,12 @@ Dataset read_csv(const std::string& path, const std::string& target_column) {
   MT_CHECK(target >= 0, "read_csv: ", path, " has no column \"", target_column, "\" (columns: ", columns, ")");
   MT_CHECK(header.size() >= 2, "read_csv: ", path, " has no feature column besides the target \"", target_column, "\"");
 
-  Dataset d;
-  d.features = static_cast<int64_t>(header.size()) - 1;
+  CsvTable table;
+  const int64_t features = static_cast<int64_t>(header.size()) - 1;
   for (size_t i = 0; i < header.size(); ++i)
-    if (static_cast<int64_t>(i) != target) d.feature_names.push_back(header[i]);
+    if (static_cast<int64_t>(i) != target) table.feature_names.push_back(header[i]);
+  std::vector<float> x, y;
+  int64_t rows = 0;
   while (std::getline(in, line)) {
     ++line_no;
     if (blank(line)) continue;
@@ -74,16 +80,17 @@ Dataset read_csv(const std::string& path, const std::string& target_column) {
       MT_CHECK(std::isfinite(static_cast<float>(v)), "read_csv: ", path, ":", line_no, ": field \"", f,
                "\" in column \"", header[i], "\" is not a finite float");
       if (static_cast<int64_t>(i) == target) {
-        d.targets.push_back(static_cast<float>(v));
+        y.push_back(static_cast<float>(v));
       } else {
-        d.x.push_back(static_cast<float>(v));
+        x.push_back(static_cast<float>(v));
       }
     }
-    ++d.size;
+    ++rows;
   }
-  MT_CHECK(d.size > 0, "read_csv: ", path, " has a header but no data rows");
-  d.check("read_csv");
-  return d;
+  MT_CHECK(rows > 0, "read_csv: ", path, " has a header but no data rows");
+  table.features = from_vector(x, {rows, features});
+  table.target = from_vector(y, {rows});
+  return table;
 }
 
-}  // namespace mixtrain::examples
+}  // namespace mixtrain::data

@@ -1,11 +1,15 @@
-#include "common/idx.h"
+// IDX files and MNIST-layout directories, read through zlib (gzip'd or plain alike).
+#include "mixtrain/data/readers.h"
 
 #include <sys/stat.h>
 #include <zlib.h>
 
 #include <memory>
 
-namespace mixtrain::examples {
+#include "mixtrain/core/error.h"
+#include "mixtrain/core/factories.h"
+
+namespace mixtrain::data {
 
 namespace {
 
@@ -84,7 +88,7 @@ IdxArray read_idx(const std::string& path) {
   return out;
 }
 
-Dataset load_fashion_mnist(const std::string& dir, bool train) {
+TensorDataset load_fashion_mnist(const std::string& dir, bool train) {
   const char* hint = "install the Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist)";
   MT_CHECK(exists(dir, true), "fashion-mnist: directory ", dir, " not found; ", hint);
   const std::string prefix = dir + "/" + (train ? "train" : "t10k");
@@ -101,19 +105,17 @@ Dataset load_fashion_mnist(const std::string& dir, bool train) {
            images_path, " holds dims ", dims_str(images.dims), ", expected [N, 28, 28]");
   MT_CHECK(labels.dims.size() == 1 && labels.dims[0] == images.dims[0], "fashion-mnist: ", labels_path,
            " holds dims ", dims_str(labels.dims), " for ", images.dims[0], " images");
-  Dataset d;
-  d.size = images.dims[0];
-  d.features = 28 * 28;
-  d.x.resize(images.data.size());
-  for (size_t i = 0; i < images.data.size(); ++i) d.x[i] = static_cast<float>(images.data[i]) / 255.0f;
-  d.labels.resize(labels.data.size());
+  const int64_t n = images.dims[0];
+  std::vector<float> x(images.data.size());
+  for (size_t i = 0; i < images.data.size(); ++i) x[i] = static_cast<float>(images.data[i]) / 255.0f;
+  std::vector<int64_t> y(labels.data.size());
   for (size_t i = 0; i < labels.data.size(); ++i) {
     MT_CHECK(labels.data[i] < 10, "fashion-mnist: ", labels_path, ": label ", int{labels.data[i]}, " at index ", i,
              " is not a class in 0..9");
-    d.labels[i] = labels.data[i];
+    y[i] = labels.data[i];
   }
-  d.check("fashion-mnist");
-  return d;
+  MT_CHECK(n > 0, "fashion-mnist: ", images_path, " holds no images");
+  return TensorDataset(from_vector(x, {n, 28 * 28}), from_vector(y, {n}));
 }
 
-}  // namespace mixtrain::examples
+}  // namespace mixtrain::data
