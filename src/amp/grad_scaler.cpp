@@ -152,6 +152,8 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
            "GradScaler.unscale_: unscale_() has already been called on this optimizer since the last update().");
   MT_CHECK(st.stage != Stage::Stepped, "GradScaler.unscale_: unscale_() is being called after step().");
   st.found_inf = unscale_grads(optimizer);
+  if (found_inf_hook_)
+    for (Tensor& f : st.found_inf) found_inf_hook_(f);
   st.stage = Stage::Unscaled;
 }
 
