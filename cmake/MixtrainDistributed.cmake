@@ -23,7 +23,7 @@ if(MIXTRAIN_GLOO)
   message(STATUS "mixtrain: distributed Gloo backend on")
 else()
   target_compile_definitions(mixtrain PRIVATE MIXTRAIN_HAVE_GLOO=0)
-  message(STATUS "mixtrain: Gloo not found, distributed CPU collectives are unavailable")
+  message(STATUS "mixtrain: Gloo backend off (libgloo-dev not found, or MIXTRAIN_GLOO=OFF): distributed calls will say so")
 endif()
 
 if(MIXTRAIN_CUDA)

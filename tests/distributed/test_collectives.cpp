@@ -86,10 +86,10 @@ TEST(Collectives, TwoAndThreeRanks) {
 
 // Rank 1 dies before the all-reduce; rank 0 must get an Error, not hang.
 MT_SCENARIO(dead_rank) {
-  dist::ProcessGroupOptions o;
-  o.timeout(std::chrono::seconds(5));
-  auto pg = dist::init_process_group(o);
+  // A generous timeout to start (a loaded machine starts processes slowly), a short one to fail.
+  auto pg = dist::init_process_group(dist::ProcessGroupOptions().timeout(std::chrono::seconds(40)));
   pg->barrier();
+  pg->set_timeout(std::chrono::seconds(5));
   if (pg->rank() == 1) std::_Exit(0);
   mt::Tensor t = mt::ones({100});
   try {
@@ -113,10 +113,9 @@ MT_SCENARIO(dead_rank) {
 
 // Rank 1 is alive but stops calling collectives: rank 0 times out.
 MT_SCENARIO(silent_rank) {
-  dist::ProcessGroupOptions o;
-  o.timeout(std::chrono::seconds(2));
-  auto pg = dist::init_process_group(o);
+  auto pg = dist::init_process_group(dist::ProcessGroupOptions().timeout(std::chrono::seconds(40)));
   pg->barrier();
+  pg->set_timeout(std::chrono::seconds(2));
   if (pg->rank() == 1) {
     std::this_thread::sleep_for(std::chrono::seconds(6));
     std::_Exit(0);

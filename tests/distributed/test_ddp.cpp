@@ -89,20 +89,42 @@ MT_SCENARIO(ddp_matches_single) {
       all.insert(all.end(), b.begin(), b.end());
     }
     const auto mine = sampler.batch(step);
+    // MT_AMP=fp16|bf16: both sides under autocast (fp32 parameters and gradients).
+    const char* amp = std::getenv("MT_AMP");
+    const mt::DType half = amp && std::string(amp) == "bf16" ? mt::kBFloat16 : mt::kFloat16;
     opt.zero_grad();
-    mt::nn::functional::mse_loss(ddp.forward(rows(mine, X)), rows(mine, Y)).backward();
+    {
+      mt::Tensor loss;
+      {
+        mt::amp::AutocastGuard autocast(mt::DeviceType::CPU, half, amp != nullptr);
+        loss = mt::nn::functional::mse_loss(ddp.forward(rows(mine, X)), rows(mine, Y));
+      }
+      loss.backward();
+    }
     opt.step();
     ref_opt.zero_grad();
-    mt::nn::functional::mse_loss(reference->forward(rows(all, X)), rows(all, Y)).backward();
+    {
+      mt::Tensor loss;
+      {
+        mt::amp::AutocastGuard autocast(mt::DeviceType::CPU, half, amp != nullptr);
+        loss = mt::nn::functional::mse_loss(reference->forward(rows(all, X)), rows(all, Y));
+      }
+      loss.backward();
+    }
     ref_opt.step();
     SC_CHECK(ddp.global_batch() == global);
   }
   const double diff = max_rel_diff(model->parameters(), reference->parameters());
   std::fprintf(stderr, "rank %d: max relative difference %.3g\n", r, diff);
+  // fp32: summation order only. Under autocast each rank's fp16/bf16 activations are the same
+  // rows as the reference's, so the gradients differ by summation order too, but the rounding of
+  // the narrow type to the output can flip a last bit: the dtype's tolerance.
+  const char* amp = std::getenv("MT_AMP");
+  const double tol = !amp ? 1e-5 : std::string(amp) == "bf16" ? 1e-2 : 1e-3;
   if (n == 1) {
     SC_CHECK(bit_equal(model->parameters(), reference->parameters()));
   } else {
-    SC_CHECK(diff < 1e-5);
+    SC_CHECK(diff < tol);
   }
   // Gradients are views into the buckets: within a bucket, parameters sit back to back.
   const auto params = model->parameters();
@@ -120,13 +142,16 @@ TEST(DDP, StepEqualsSingleProcessStepOnTheGlobalBatch) {
   struct Case {
     int world;
     const char* weights;
+    const char* amp;
   };
-  for (const Case& c : {Case{1, ""}, Case{2, ""}, Case{3, ""}, Case{2, "3,1"}, Case{3, "1,2,3"}}) {
+  for (const Case& c : {Case{1, "", ""}, Case{2, "", ""}, Case{3, "", ""}, Case{2, "3,1", ""}, Case{3, "1,2,3", ""},
+                        Case{1, "", "fp16"}, Case{2, "3,1", "fp16"}, Case{3, "1,2,3", "bf16"}}) {
     std::map<int, std::vector<std::string>> env;
-    if (*c.weights) env[-1] = {std::string("MT_RANK_WEIGHTS=") + c.weights};
+    if (*c.weights) env[-1].push_back(std::string("MT_RANK_WEIGHTS=") + c.weights);
+    if (*c.amp) env[-1].push_back(std::string("MT_AMP=") + c.amp);
     const auto res = run_ranks("ddp_matches_single", c.world, std::chrono::seconds(50), env);
     for (const auto& r : res)
-      ASSERT_EQ(r.exit_code, 0) << "world " << c.world << " weights " << c.weights << "\n"
+      ASSERT_EQ(r.exit_code, 0) << "world " << c.world << " weights " << c.weights << " amp " << c.amp << "\n"
                                 << mt_dist_test::describe(res);
   }
 }
