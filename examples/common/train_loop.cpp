@@ -38,6 +38,14 @@ Device parse_device(const std::string& name) {
   return d;
 }
 
+Tensor DataShard::rows(const Tensor& batch) const {
+  if (weights.empty()) return batch;
+  const std::vector<int64_t> sizes = distributed::DistributedSampler::split(batch.size(0), weights);
+  int64_t begin = 0;
+  for (int r = 0; r < rank; ++r) begin += sizes[static_cast<size_t>(r)];
+  return batch.narrow(0, begin, sizes[static_cast<size_t>(rank)]).contiguous();
+}
+
 std::vector<double> parse_rank_weights(const std::string& text, int world_size) {
   std::vector<double> w;
   std::stringstream ss(text);

@@ -21,6 +21,14 @@ Device default_device();
 // "cpu" or "cuda" (or "cuda:N"); "cuda" without a usable device is an Error that says so.
 Device parse_device(const std::string& name);
 
+// A rank's slice of every batch in data-parallel training: the batch's rows split by the ranks'
+// weights (distributed::DistributedSampler::split), this rank's part in rank order.
+struct DataShard {
+  int rank = 0;
+  std::vector<double> weights;  // empty: not sharded, rows() returns the batch
+  Tensor rows(const Tensor& batch) const;
+};
+
 // What a model brings to the loop.
 class TrainTask {
  public:

@@ -108,22 +108,15 @@ class MlpTrainTask : public TrainTask {
       x = batches_[i].x;
       y = batches_[i].y;
     }
-    if (!shard_weights_.empty()) {
-      // Data parallel: this rank's rows of the batch every rank drew.
-      const std::vector<int64_t> sizes = distributed::DistributedSampler::split(x.size(0), shard_weights_);
-      int64_t begin = 0;
-      for (int r = 0; r < shard_rank_; ++r) begin += sizes[static_cast<size_t>(r)];
-      const int64_t n = sizes[static_cast<size_t>(shard_rank_)];
-      x = x.narrow(0, begin, n).contiguous();
-      y = y.narrow(0, begin, n).contiguous();
-    }
+    // Data parallel: this rank's rows of the batch every rank drew.
+    x = shard_.rows(x);
+    y = shard_.rows(y);
     last_rows_ = x.size(0);
     return loss_of(model_(x), y, classification_);
   }
 
   bool set_data_shard(int rank, const std::vector<double>& weights) override {
-    shard_rank_ = rank;
-    shard_weights_ = weights;
+    shard_ = {rank, weights};
     return true;
   }
   int64_t last_batch_rows() const override { return last_rows_; }
@@ -203,8 +196,7 @@ class MlpTrainTask : public TrainTask {
   std::vector<Batch> batches_;
   Batch test_batch_;
   size_t next_ = 0;
-  int shard_rank_ = 0;
-  std::vector<double> shard_weights_;  // empty: not sharded
+  DataShard shard_;
   int64_t last_rows_ = 0;
   nn::Sequential model_{nullptr};
   bool classification_ = false;

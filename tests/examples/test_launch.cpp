@@ -86,24 +86,28 @@ TEST(MixtrainLaunch, BadUsageIsAnError) {
 }
 
 // The global --batch-size split over two ranks (evenly, then 3:1) follows the single process's
-// losses up to summation order.
+// losses up to summation order: the MLP (rows) and the transformer (sequences).
 TEST(MixtrainLaunch, TrainUnderTheLauncherFollowsTheSingleProcessLossCurve) {
   const std::string dir = ::testing::TempDir();
-  const std::string common = "train mlp --synthetic --device cpu --precision fp32 --steps 4 --batch-size 64 --lr 1e-3";
-  const std::string single = dir + "mt_single_" + std::to_string(::getpid()) + ".jsonl";
-  const LaunchRun one = launch(common + " --log " + single);
-  ASSERT_EQ(one.code, 0) << one.out;
-  for (const char* weights : {"", "--rank-weights 3,1 "}) {
-    const std::string multi = dir + "mt_multi_" + std::to_string(::getpid()) + ".jsonl";
-    const LaunchRun two = launch(std::string("launch --nproc 2 ") + weights + "-- " + MIXTRAIN_EXE + " " + common +
-                           " --log " + multi);
-    ASSERT_EQ(two.code, 0) << two.out;
-    EXPECT_NE(two.out.find("[rank 0] final loss"), std::string::npos) << two.out;
-    EXPECT_EQ(two.out.find("[rank 1] final loss"), std::string::npos) << two.out;  // rank 0 reports
-    const auto a = losses(single), b = losses(multi);
-    ASSERT_EQ(a.size(), 4u);
-    ASSERT_EQ(b.size(), 4u) << "(both ranks wrote the log?)";
-    for (size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(b[k], a[k], 1e-4 * std::max(1.0, std::abs(a[k]))) << weights;
+  for (const std::string common : {"train mlp --synthetic --device cpu --precision fp32 --steps 4 --batch-size 64",
+                                   "train transformer --synthetic --device cpu --precision fp32 --steps 4 "
+                                   "--batch-size 8"}) {
+    const std::string single = dir + "mt_single_" + std::to_string(::getpid()) + ".jsonl";
+    const LaunchRun one = launch(common + " --log " + single);
+    ASSERT_EQ(one.code, 0) << one.out;
+    for (const char* weights : {"", "--rank-weights 3,1 "}) {
+      const std::string multi = dir + "mt_multi_" + std::to_string(::getpid()) + ".jsonl";
+      const LaunchRun two = launch(std::string("launch --nproc 2 ") + weights + "-- " + MIXTRAIN_EXE + " " + common +
+                                   " --log " + multi);
+      ASSERT_EQ(two.code, 0) << two.out;
+      EXPECT_NE(two.out.find("[rank 0] final loss"), std::string::npos) << two.out;
+      EXPECT_EQ(two.out.find("[rank 1] final loss"), std::string::npos) << two.out;  // rank 0 reports
+      const auto a = losses(single), b = losses(multi);
+      ASSERT_EQ(a.size(), 4u);
+      ASSERT_EQ(b.size(), 4u) << "(both ranks wrote the log?)";
+      for (size_t k = 0; k < a.size(); ++k)
+        EXPECT_NEAR(b[k], a[k], 1e-4 * std::max(1.0, std::abs(a[k]))) << common << " " << weights;
+    }
   }
 }
 
