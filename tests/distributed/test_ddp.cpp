@@ -329,3 +329,34 @@ TEST(DistributedSampler, SplitsEachGlobalBatchByWeightsAndCoversTheDataset) {
   EXPECT_THROW(dist::DistributedSampler(10, 4, 0, 2, {1, -1}), mt::Error);
   EXPECT_THROW(dist::DistributedSampler(10, 4, 2, 2), mt::Error);
 }
+
+// Batch norm's running statistics drift apart per rank (each normalises its own batch); with
+// broadcast_buffers, rank 0's are copied to every rank at each forward.
+MT_SCENARIO(ddp_buffers) {
+  dist::init_process_group();
+  const int r = dist::rank();
+  const bool broadcast = std::getenv("MT_NO_BUFFER_BROADCAST") == nullptr;
+  mt::manual_seed(8);
+  mt::nn::Sequential model(mt::nn::BatchNorm2d(3));
+  nn::DistributedDataParallel ddp(model, nullptr, nn::DistributedDataParallelOptions().broadcast_buffers(broadcast));
+  mt::Generator gen;
+  gen.manual_seed(static_cast<uint64_t>(50 + r));
+  const mt::Tensor x = mt::randn({2, 3, 4, 4}, gen) * static_cast<double>(r + 1);
+  auto running_mean = [&] { return model->named_buffers().front().second.detach().contiguous(); };
+  mt::nn::functional::mse_loss(ddp.forward(x), mt::zeros({2, 3, 4, 4})).backward();
+  auto all = ddp.group().all_gather(running_mean());
+  SC_CHECK(!bit_equal({all[0]}, {all[1]}));  // updated by each rank's own batch
+  ddp.prepare_forward(2);                    // the start of the next step
+  all = ddp.group().all_gather(running_mean());
+  SC_CHECK(bit_equal({all[0]}, {all[1]}) == broadcast);
+  mt::nn::functional::mse_loss(model->forward(x), mt::zeros({2, 3, 4, 4})).backward();
+  return 0;
+}
+
+TEST(DDP, BatchNormBuffersAreBroadcastFromRankZero) {
+  if (!dist::gloo_available()) GTEST_SKIP() << dist::unavailable_reason();
+  auto res = run_ranks("ddp_buffers", 2, std::chrono::seconds(40));
+  for (const auto& r : res) ASSERT_EQ(r.exit_code, 0) << mt_dist_test::describe(res);
+  res = run_ranks("ddp_buffers", 2, std::chrono::seconds(40), {{-1, {"MT_NO_BUFFER_BROADCAST=1"}}});
+  for (const auto& r : res) ASSERT_EQ(r.exit_code, 0) << mt_dist_test::describe(res);
+}
