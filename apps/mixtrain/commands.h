@@ -11,6 +11,7 @@ namespace mixtrain::cli {
 int run_train(const std::vector<std::string>& args);
 int run_bench(const std::vector<std::string>& args);
 int run_policy(const std::vector<std::string>& args);
+int run_launch(const std::vector<std::string>& args);
 
 class Args;
 // --device, defaulting to CUDA when present (a bad value is a usage error).

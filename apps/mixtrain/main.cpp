@@ -16,7 +16,8 @@ const char* kUsage =
     "  bench [--models mlp,unet,transformer] [--precisions fp32,fp16,bf16] [--device cpu|cuda] [--steps N]\n"
     "        [--warmup N] [--size tiny|full] [--out DIR] [--reference FILE.json] [--fp32-math default|strict]\n"
     "        [--channels-last]\n"
-    "  policy [--json]\n";
+    "  policy [--json]\n"
+    "  launch --nproc N [--rank-weights W0,W1,...] -- PROGRAM [ARGS...]   (data-parallel ranks on this host)\n";
 }
 
 int main(int argc, char** argv) {
@@ -26,6 +27,15 @@ int main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   const std::vector<std::string> rest(argv + 2, argv + argc);
+  if (command == "launch" && (rest.empty() || rest[0] != "--help")) {
+    // Everything after `--` belongs to the program, --help included.
+    try {
+      return mixtrain::cli::run_launch(rest);
+    } catch (const std::exception& e) {
+      std::cerr << "mixtrain launch: " << e.what() << "\n";
+      return 2;
+    }
+  }
   // `mixtrain help` and `mixtrain <command> --help` print the usage too, with success.
   if (command == "help" || std::find(rest.begin(), rest.end(), "--help") != rest.end() ||
       std::find(rest.begin(), rest.end(), "-h") != rest.end()) {

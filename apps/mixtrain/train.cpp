@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iomanip>
+#include <streambuf>
 #include <iostream>
 #include <stdexcept>
 
@@ -47,6 +48,18 @@ int run_train(const std::vector<std::string>& argv) {
     throw std::runtime_error(std::string("train expects one model (") + known_models() + ")" +
                              (args.positional().empty() ? "" : ", got '" + args.positional()[0] + "'" +
                                                                    (args.positional().size() > 1 ? " and more" : "")));
+  // Under `mixtrain launch` (or torchrun, mpirun, Slurm) every rank trains its share; only rank 0
+  // reports, so the output reads as one run's.
+  struct NullBuf : std::streambuf {
+    int overflow(int c) override { return c; }
+  };
+  static NullBuf discard;
+  std::streambuf* const cout_buf = std::cout.rdbuf();
+  if (distributed::read_launch_env().rank != 0) std::cout.rdbuf(&discard);
+  struct Restore {
+    std::streambuf* buf;
+    ~Restore() { std::cout.rdbuf(buf); }
+  } restore{cout_buf};
   TaskSpec spec;
   spec.model = args.positional()[0];
   check_model_name(spec.model);
@@ -66,7 +79,7 @@ int run_train(const std::vector<std::string>& argv) {
   options.resume_dir = args.str("resume", "");
 
   std::ofstream log;
-  if (args.has("log")) {
+  if (args.has("log") && distributed::read_launch_env().rank == 0) {
     log.open(args.str("log", ""), std::ios::trunc);
     if (!log) throw std::runtime_error("cannot write the log file " + args.str("log", ""));
   }

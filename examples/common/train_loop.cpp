@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <iomanip>
+#include <memory>
 #include <ostream>
+#include <sstream>
 
 namespace mixtrain::examples {
 
@@ -32,6 +36,29 @@ Device parse_device(const std::string& name) {
            "' is not available: ", cuda::is_available() ? "no such CUDA device" : "no CUDA device (or built without CUDA)",
            "; use --device cpu");
   return d;
+}
+
+Tensor DataShard::rows(const Tensor& batch) const {
+  if (weights.empty()) return batch;
+  const std::vector<int64_t> sizes = distributed::DistributedSampler::split(batch.size(0), weights);
+  int64_t begin = 0;
+  for (int r = 0; r < rank; ++r) begin += sizes[static_cast<size_t>(r)];
+  return batch.narrow(0, begin, sizes[static_cast<size_t>(rank)]).contiguous();
+}
+
+std::vector<double> parse_rank_weights(const std::string& text, int world_size) {
+  std::vector<double> w;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    MT_CHECK(!item.empty() && end && *end == '\0' && v > 0 && std::isfinite(v), "rank weights \"", text,
+             "\": '", item, "' is not a positive number");
+    w.push_back(v);
+  }
+  MT_CHECK(static_cast<int>(w.size()) == world_size, "rank weights \"", text, "\" give ", w.size(),
+           " values for ", world_size, " ranks");
+  return w;
 }
 
 int64_t parameter_count(const nn::Module& model) {
@@ -91,6 +118,18 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
   const bool autocast = options.precision != Precision::Fp32;
   const DType amp_dtype = options.precision == Precision::Bf16 ? kBFloat16 : kFloat16;
 
+  // Data parallel under a launcher: rank 0's parameters everywhere, each rank its share.
+  std::unique_ptr<nn::DistributedDataParallel> ddp;
+  if (distributed::read_launch_env().world_size > 1) {
+    if (!distributed::is_initialized()) distributed::init_process_group();
+    std::vector<double> weights(static_cast<size_t>(distributed::world_size()), 1.0);
+    if (const char* w = std::getenv("MIXTRAIN_RANK_WEIGHTS")) weights = parse_rank_weights(w, distributed::world_size());
+    MT_CHECK(task.set_data_shard(distributed::rank(), weights), "this trainer (", task.describe(),
+             ") does not support data-parallel training yet; run it as a single process");
+    ddp = std::make_unique<nn::DistributedDataParallel>(model.shared_from_this());
+    ddp->sync_grad_scaler(scaler);
+  }
+
   TrainResult result;
   if (!options.resume_dir.empty()) {
     io::CheckpointParts parts;
@@ -112,7 +151,9 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     Tensor loss;
     {
       amp::AutocastGuard guard(options.device.type, amp_dtype, autocast);
+      if (ddp) ddp->prepare_forward();
       loss = task.next_loss();
+      if (ddp) ddp->set_local_batch(task.last_batch_rows());
     }
     scaler.scale(loss).backward();
     scaler.unscale_(opt);
@@ -121,7 +162,14 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     const amp::StepOutcome stepped = scaler.step(opt);
     scaler.update();
     if (scheduler) scheduler->step(stepped);  // a skipped step leaves the schedule where it was
-    rec.loss = loss.item<double>();  // waits for the device, after the update is queued
+    if (ddp) {
+      // The global batch's loss: each rank's mean weighted by its share.
+      Tensor global = loss.detach().to(kFloat32) * ddp->gradient_weight();
+      ddp->group().all_reduce(global);
+      rec.loss = global.item<double>();
+    } else {
+      rec.loss = loss.item<double>();  // waits for the device, after the update is queued
+    }
     if (grad_norm.defined()) rec.grad_norm = grad_norm.item<double>();
     rec.skipped = !stepped;          // decided on the device; known by now
     rec.seconds = std::chrono::duration<double>(clock::now() - t0).count();
@@ -129,9 +177,14 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     result.records.push_back(rec);
     if (on_step) on_step(rec);
     const bool last = step == options.steps;
-    if (!options.save_dir.empty() && (last || (options.save_every > 0 && step % options.save_every == 0)))
-      io::save_checkpoint(options.save_dir, model, opt, scaler, step, nlohmann::json::object(),
-                          {scheduler.get(), task.loader()});
+    if (!options.save_dir.empty() && (last || (options.save_every > 0 && step % options.save_every == 0))) {
+      // Data parallel: the replicas are identical; rank 0 writes once every rank is done with
+      // the step, and nobody goes on (or reads it) before the file is complete.
+      if (ddp) ddp->group().barrier();
+      if (distributed::rank() == 0) io::save_checkpoint(options.save_dir, model, opt, scaler, step, nlohmann::json::object(),
+                                                         {scheduler.get(), task.loader()});
+      if (ddp) ddp->group().barrier();
+    }
   }
   result.seconds = std::chrono::duration<double>(clock::now() - start).count();
   result.memory = memory::stats(options.device);

@@ -21,6 +21,14 @@ Device default_device();
 // "cpu" or "cuda" (or "cuda:N"); "cuda" without a usable device is an Error that says so.
 Device parse_device(const std::string& name);
 
+// A rank's slice of every batch in data-parallel training: the batch's rows split by the ranks'
+// weights (distributed::DistributedSampler::split), this rank's part in rank order.
+struct DataShard {
+  int rank = 0;
+  std::vector<double> weights;  // empty: not sharded, rows() returns the batch
+  Tensor rows(const Tensor& batch) const;
+};
+
 // A learning-rate schedule over a run: linear warm-up from lr / warmup_steps to lr over the first
 // warmup_steps steps (LinearLR), then, with cosine, cosine decay to 0 over the remaining steps
 // (CosineAnnealingLR; the two chained by SequentialLR). Steps the GradScaler skips do not advance it.
@@ -49,8 +57,18 @@ class TrainTask {
   virtual std::string describe() const { return ""; }
   virtual int64_t batch_size() const { return 0; }
   virtual std::string evaluate() { return ""; }
+  // Data-parallel training: from now on next_loss computes only this rank's share of each batch
+  // (the batch split by the ranks' weights, the rank's slice in rank order). False: the task
+  // cannot be sharded.
+  virtual bool set_data_shard(int /*rank*/, const std::vector<double>& /*weights*/) { return false; }
+  // Rows of the batch the last next_loss computed on (this rank's share when sharded).
+  virtual int64_t last_batch_rows() const { return 0; }
 };
 
+// Under a launcher (WORLD_SIZE > 1 in the environment: `mixtrain launch`, torchrun, mpirun,
+// Slurm) train() joins the process group, wraps the model in nn::DistributedDataParallel and has
+// each rank compute its share of every batch (even, or by $MIXTRAIN_RANK_WEIGHTS); batch sizes
+// stay global, losses reported are the global batch's, and only rank 0 saves checkpoints.
 struct TrainOptions {
   Precision precision = Precision::Fp16;
   Device device = Device::cpu();
@@ -85,6 +103,8 @@ struct TrainResult {
 TrainResult train(TrainTask& task, const TrainOptions& options,
                   const std::function<void(const StepRecord&)>& on_step = {});
 
+// "3,1" -> {3, 1}: one positive weight per rank (Error otherwise).
+std::vector<double> parse_rank_weights(const std::string& text, int world_size);
 // Number of elements over a module's parameters.
 int64_t parameter_count(const nn::Module& model);
 

@@ -23,3 +23,6 @@
 #include "mixtrain/io/safetensors.h"
 #include "mixtrain/nn/utils.h"
 #include "mixtrain/optim/optim.h"
+#include "mixtrain/distributed/process_group.h"
+#include "mixtrain/distributed/sampler.h"
+#include "mixtrain/distributed/ddp.h"

@@ -15,7 +15,7 @@
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/ops/functional.h"
-#include "optim/json_fields.h"
+#include "core/json_fields.h"
 
 namespace mixtrain::amp {
 
@@ -171,6 +171,8 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
            "GradScaler.unscale_: unscale_() has already been called on this optimizer since the last update().");
   MT_CHECK(st.stage != Stage::Stepped, "GradScaler.unscale_: unscale_() is being called after step().");
   st.found_inf = unscale_grads(optimizer);
+  if (found_inf_hook_)
+    for (Tensor& f : st.found_inf) found_inf_hook_(f);
   st.stage = Stage::Unscaled;
 }
 

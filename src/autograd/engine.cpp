@@ -60,6 +60,12 @@ TensorList AccumulateGrad::apply(TensorList&& grad_outputs) {
   } else {
     leaf_->grad = g.detach().impl();
   }
+  if (!leaf_->post_accumulate_grad_hooks.empty()) {
+    const Tensor leaf(leaf_);
+    // A copy: a hook may remove itself.
+    const auto hooks = leaf_->post_accumulate_grad_hooks;
+    for (const auto& [id, hook] : hooks) hook(leaf);
+  }
   return {};
 }
 

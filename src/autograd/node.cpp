@@ -54,6 +54,33 @@ TensorList FunctionNode::apply(TensorList&& grad_outputs) {
   return fn_(grad_outputs);
 }
 
+}  // namespace mixtrain::autograd
+
+namespace mixtrain {
+
+uint64_t Tensor::register_post_accumulate_grad_hook(PostAccumulateGradHook hook) {
+  static std::atomic<uint64_t> next_id{1};
+  MT_CHECK(defined() && is_leaf() && requires_grad(),
+           "register_post_accumulate_grad_hook: only a leaf tensor that requires grad accumulates a gradient");
+  const uint64_t id = next_id.fetch_add(1, std::memory_order_relaxed);
+  impl_->post_accumulate_grad_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void Tensor::remove_post_accumulate_grad_hook(uint64_t id) {
+  if (!defined()) return;
+  auto& hooks = impl_->post_accumulate_grad_hooks;
+  for (auto it = hooks.begin(); it != hooks.end(); ++it)
+    if (it->first == id) {
+      hooks.erase(it);
+      return;
+    }
+}
+
+}  // namespace mixtrain
+
+namespace mixtrain::autograd {
+
 bool needs_grad(std::initializer_list<const Tensor*> inputs) {
   if (!is_grad_enabled()) return false;
   for (const Tensor* t : inputs)

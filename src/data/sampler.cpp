@@ -7,7 +7,7 @@
 
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/rng.h"
-#include "optim/json_fields.h"
+#include "core/json_fields.h"
 
 namespace mixtrain::data {
 

@@ -7,7 +7,7 @@
 #include "io/file_util.h"
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
-#include "optim/json_fields.h"
+#include "core/json_fields.h"
 
 namespace mixtrain::io::detail {
 

@@ -5,7 +5,7 @@
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/factories.h"
-#include "mixtrain/nn/functional.h"
+#include "mixtrain/ops/nn_functional.h"
 #include "mixtrain/ops/functional.h"
 #include "ops/op_helpers.h"
 

@@ -9,7 +9,7 @@
 #include "mixtrain/core/factories.h"
 #include "mixtrain/optim/adamw.h"
 #include "optim/fused_update.h"
-#include "optim/json_fields.h"
+#include "core/json_fields.h"
 
 namespace mixtrain::optim {
 

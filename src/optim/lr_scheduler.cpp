@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "mixtrain/core/error.h"
-#include "optim/json_fields.h"
+#include "core/json_fields.h"
 
 using mixtrain::json_io::json_field;
 

@@ -9,7 +9,7 @@
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/factories.h"
-#include "optim/json_fields.h"
+#include "core/json_fields.h"
 
 namespace mixtrain::optim {
 

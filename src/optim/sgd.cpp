@@ -5,7 +5,7 @@
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/factories.h"
 #include "optim/fused_update.h"
-#include "optim/json_fields.h"
+#include "core/json_fields.h"
 
 namespace mixtrain::optim {
 

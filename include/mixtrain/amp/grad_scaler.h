@@ -14,6 +14,7 @@
 // (optim::Optimizer::step(found_inf)), which skip the update there: no value is read back unless
 // the caller asks (StepOutcome, skipped_steps(), get_scale(), track_stats, min_scale).
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <unordered_map>
@@ -113,6 +114,10 @@ class GradScaler {
   void set_growth_interval(int64_t v);
 
   int64_t skipped_steps() const;  // reads the device's count back
+  // Called in unscale_ with each inf/NaN flag (0-dim fp32, 0 or 1) before any decision uses it;
+  // data-parallel training reduces it with MAX across ranks there, so that every rank skips or
+  // steps together and the scale stays identical everywhere. Empty: none.
+  void set_found_inf_hook(std::function<void(Tensor& found_inf)> hook) { found_inf_hook_ = std::move(hook); }
   // Statistics of the last completed iteration (track_stats); iteration == 0 before the first.
   const GradScalerStats& last_stats() const { return stats_; }
 
@@ -149,6 +154,7 @@ class GradScaler {
   int64_t iterations_ = 0;
   bool warned_at_min_ = false;
   GradScalerStats stats_;
+  std::function<void(Tensor&)> found_inf_hook_;
 };
 
 }  // namespace mixtrain::amp

@@ -2,6 +2,7 @@
 // Tensor: a reference-counted handle over a storage, a shape, strides and a dtype, plus the
 // autograd fields (grad, grad_fn). Copies of a Tensor share the same TensorImpl, as in PyTorch.
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -20,6 +21,10 @@ namespace mixtrain {
 namespace autograd {
 class Node;
 }
+class Tensor;
+// Runs after a leaf's gradient was accumulated in backward, with the leaf (its grad is final for
+// this backward unless the leaf is reached again).
+using PostAccumulateGradHook = std::function<void(const Tensor& leaf)>;
 
 struct TensorImpl {
   Storage storage;
@@ -36,6 +41,7 @@ struct TensorImpl {
   uint32_t output_nr = 0;
   std::shared_ptr<TensorImpl> grad;
   std::weak_ptr<autograd::Node> grad_accumulator;  // leaves: the node that accumulates into grad
+  std::vector<std::pair<uint64_t, PostAccumulateGradHook>> post_accumulate_grad_hooks;
 };
 
 // The dimensions of a reduction, given as libtorch users write them: one (x.sum(1)) or several
@@ -110,6 +116,10 @@ class Tensor {
   const std::shared_ptr<autograd::Node>& grad_fn() const;
   void backward() const;
   void backward(const Tensor& gradient) const;
+  // Hooks on a leaf that requires grad, run after each accumulation into its grad (DDP starts
+  // a bucket's all-reduce from one). The id removes it.
+  uint64_t register_post_accumulate_grad_hook(PostAccumulateGradHook hook);
+  void remove_post_accumulate_grad_hook(uint64_t id);
   Tensor detach() const;  // shares storage, no history
   Tensor clone() const;   // copies data, keeps history
 

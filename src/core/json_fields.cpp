@@ -1,5 +1,5 @@
 #include "core/json_limits.h"
-#include "optim/json_fields.h"
+#include "core/json_fields.h"
 
 #include <cmath>
 #include <limits>

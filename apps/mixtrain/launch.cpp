@@ -1,0 +1,236 @@
+// `mixtrain launch --nproc N [--rank-weights w0,w1,...] -- PROGRAM ARGS...`: starts N local
+// ranks of PROGRAM with the launch contract in their environment (RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, a fresh file store in MIXTRAIN_STORE, and
+// OMP_NUM_THREADS = this host's cores / N unless set), prefixes each output line with its rank,
+// forwards SIGINT/SIGTERM, and when one rank fails stops the others and returns its exit code.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "commands.h"
+
+extern char** environ;
+
+namespace mixtrain::cli {
+
+namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int sig) {
+  const char c = static_cast<char>(sig);
+  [[maybe_unused]] const ssize_t n = write(g_signal_pipe[1], &c, 1);
+}
+
+struct Child {
+  pid_t pid = -1;
+  int out = -1;  // read end of the rank's stdout+stderr
+  std::string pending;
+  int status = 0;
+  bool running = false;
+};
+
+void flush_lines(Child& c, int rank, bool all) {
+  size_t start = 0;
+  for (size_t nl; (nl = c.pending.find('\n', start)) != std::string::npos; start = nl + 1)
+    std::cout << "[rank " << rank << "] " << c.pending.substr(start, nl - start + 1);
+  c.pending.erase(0, start);
+  if (all && !c.pending.empty()) {
+    std::cout << "[rank " << rank << "] " << c.pending << "\n";
+    c.pending.clear();
+  }
+  std::cout.flush();
+}
+
+int exit_code(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+}  // namespace
+
+int run_launch(const std::vector<std::string>& argv) {
+  int nproc = 0;
+  std::string weights;
+  size_t i = 0;
+  for (; i < argv.size() && argv[i] != "--"; ++i) {
+    const std::string& a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argv.size() || argv[i + 1] == "--") throw std::runtime_error(a + " expects a value");
+      return argv[++i];
+    };
+    if (a == "--nproc") {
+      const std::string v = value();
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (!end || *end || n < 1 || n > 1024) throw std::runtime_error("--nproc expects a count 1..1024, got " + v);
+      nproc = static_cast<int>(n);
+    } else if (a == "--rank-weights") {
+      weights = value();
+    } else {
+      throw std::runtime_error("launch: unknown option " + a);
+    }
+  }
+  if (nproc == 0) throw std::runtime_error("launch: --nproc N is required");
+  if (i + 1 >= argv.size()) throw std::runtime_error("launch: expected -- PROGRAM [ARGS...]");
+  const std::vector<std::string> program(argv.begin() + static_cast<long>(i) + 1, argv.end());
+  if (!weights.empty()) {
+    size_t count = 1;
+    for (char c : weights) count += c == ',';
+    if (count != static_cast<size_t>(nproc))
+      throw std::runtime_error("launch: --rank-weights has " + std::to_string(count) + " values for " +
+                               std::to_string(nproc) + " ranks");
+  }
+
+  char tmpl[] = "/tmp/mixtrain-launch-XXXXXX";
+  if (!mkdtemp(tmpl)) throw std::runtime_error(std::string("launch: cannot create a temporary directory: ") +
+                                               std::strerror(errno));
+  const std::string dir = tmpl;
+  const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  const bool user_threads = std::getenv("OMP_NUM_THREADS") != nullptr;
+  const std::string threads = std::to_string(std::max(1L, cores / nproc));
+  const std::string port = std::to_string(20000 + (getpid() % 20000));
+
+  if (pipe(g_signal_pipe) != 0) throw std::runtime_error("launch: pipe failed");
+  fcntl(g_signal_pipe[0], F_SETFL, O_NONBLOCK);
+  fcntl(g_signal_pipe[1], F_SETFL, O_NONBLOCK);
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  std::vector<Child> children(static_cast<size_t>(nproc));
+  for (int r = 0; r < nproc; ++r) {
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error("launch: pipe failed");
+    std::vector<std::string> env = {"RANK=" + std::to_string(r),
+                                    "WORLD_SIZE=" + std::to_string(nproc),
+                                    "LOCAL_RANK=" + std::to_string(r),
+                                    "LOCAL_WORLD_SIZE=" + std::to_string(nproc),
+                                    "MASTER_ADDR=127.0.0.1",
+                                    "MASTER_PORT=" + port,
+                                    "MIXTRAIN_STORE=file:" + dir + "/store"};
+    if (!user_threads) env.push_back("OMP_NUM_THREADS=" + threads);
+    if (!weights.empty()) env.push_back("MIXTRAIN_RANK_WEIGHTS=" + weights);
+    for (char** e = environ; *e; ++e) {
+      const std::string s = *e;
+      const std::string key = s.substr(0, s.find('=') + 1);
+      bool ours = false;
+      for (const auto& x : env) ours = ours || x.compare(0, key.size(), key) == 0;
+      if (!ours) env.push_back(s);
+    }
+    const pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error("launch: fork failed");
+    if (pid == 0) {
+      setpgid(0, 0);  // its own process group: a signal reaches the rank's children too
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      dup2(fds[1], 1);
+      dup2(fds[1], 2);
+      close(fds[0]);
+      close(fds[1]);
+      std::vector<char*> envp, args;
+      for (auto& s : env) envp.push_back(s.data());
+      envp.push_back(nullptr);
+      std::vector<std::string> prog = program;
+      for (auto& s : prog) args.push_back(s.data());
+      args.push_back(nullptr);
+      environ = envp.data();
+      execvp(args[0], args.data());
+      std::fprintf(stderr, "mixtrain launch: cannot run %s: %s\n", args[0], std::strerror(errno));
+      _exit(127);
+    }
+    setpgid(pid, pid);
+    close(fds[1]);
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    children[static_cast<size_t>(r)] = {pid, fds[0], "", 0, true};
+  }
+
+  int result = 0;
+  int failed_rank = -1;
+  bool stopping = false;
+  auto stop_deadline = std::chrono::steady_clock::time_point::max();
+  auto signal_all = [&](int sig) {
+    for (auto& c : children)
+      if (c.running) kill(-c.pid, sig);
+  };
+  for (;;) {
+    std::vector<pollfd> fds;
+    for (auto& c : children)
+      if (c.out >= 0) fds.push_back({c.out, POLLIN, 0});
+    fds.push_back({g_signal_pipe[0], POLLIN, 0});
+    poll(fds.data(), fds.size(), 50);
+    char sig = 0;
+    while (read(g_signal_pipe[0], &sig, 1) == 1) {
+      // Forwarded; the ranks decide how to stop. A second signal ends them.
+      signal_all(stopping ? SIGKILL : sig);
+      if (!stopping) stopping = true, stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      if (result == 0) result = 128 + sig;
+    }
+    for (int r = 0; r < nproc; ++r) {
+      Child& c = children[static_cast<size_t>(r)];
+      if (c.out < 0) continue;
+      char buf[4096];
+      ssize_t n;
+      while ((n = read(c.out, buf, sizeof(buf))) > 0) c.pending.append(buf, static_cast<size_t>(n));
+      flush_lines(c, r, false);
+      if (n == 0) {
+        flush_lines(c, r, true);
+        close(c.out);
+        c.out = -1;
+      }
+    }
+    bool any_running = false;
+    for (int r = 0; r < nproc; ++r) {
+      Child& c = children[static_cast<size_t>(r)];
+      if (!c.running) continue;
+      if (waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
+        c.running = false;
+        const int code = exit_code(c.status);
+        if (code != 0 && failed_rank < 0 && !stopping) {
+          failed_rank = r;
+          result = code;
+          std::cerr << "mixtrain launch: rank " << r << " exited with code " << code << "; stopping the others\n";
+          stopping = true;
+          signal_all(SIGTERM);
+          stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        }
+      } else {
+        any_running = true;
+      }
+    }
+    if (stopping && std::chrono::steady_clock::now() > stop_deadline) signal_all(SIGKILL);
+    bool open = false;
+    for (auto& c : children) open = open || c.out >= 0;
+    if (!any_running && !open) break;
+    if (!any_running && open) {
+      // A rank's child process may hold the pipe; stop reading after the ranks exit.
+      for (auto& c : children)
+        if (c.out >= 0) close(c.out), c.out = -1;
+    }
+  }
+  // Whatever a rank left in its process group goes with it.
+  for (auto& c : children) kill(-c.pid, SIGKILL);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  close(g_signal_pipe[0]);
+  close(g_signal_pipe[1]);
+  return result;
+}
+
+}  // namespace mixtrain::cli

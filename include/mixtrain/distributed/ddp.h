@@ -1,0 +1,117 @@
+#pragma once
+// nn::DistributedDataParallel: data-parallel training of one module replicated in every rank of
+// a process group. At construction it checks that the ranks hold the same model and broadcasts
+// rank 0's parameters and buffers. In backward, gradients land directly in flat buckets (the
+// parameters' grads are views into them); each bucket's all-reduce starts on the group's
+// communication thread as soon as its last gradient is accumulated, overlapping the rest of
+// backward, and backward returns once every bucket is reduced. Each rank's gradient is weighted
+// by its share of the global batch, so uneven per-rank batches give the single-process step over
+// the whole global batch. docs/DISTRIBUTED.md describes it.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/arg.h"
+#include "mixtrain/distributed/process_group.h"
+#include "mixtrain/nn/module.h"
+
+namespace mixtrain::amp {
+class GradScaler;
+}
+
+namespace mixtrain::nn {
+
+class DistributedDataParallelOptions {
+  MT_ARG(double, bucket_cap_mb) = 25.0;
+  MT_ARG(double, first_bucket_mb) = 1.0;  // small, so communication starts early in backward
+  // Parameters that get no gradient in a backward are reduced as zeros instead of an Error (the
+  // graph from forward's output is walked to find them).
+  MT_ARG(bool, find_unused_parameters) = false;
+  // Rank 0's buffers (batch norm statistics) are broadcast at every forward.
+  MT_ARG(bool, broadcast_buffers) = true;
+  // Float32: buckets are reduced in the gradients' dtype. Float16/BFloat16: a bucket is divided
+  // by its share first, cast, reduced and cast back (half the bytes on the wire).
+  MT_ARG(DType, compression) = DType::Float32;
+  // Weight each rank's gradient by its batch (forward's input.size(0)) over the global batch.
+  // Off: plain mean over ranks.
+  MT_ARG(bool, weight_by_batch) = true;
+};
+
+class DistributedDataParallel {
+ public:
+  // group: the default process group when null.
+  explicit DistributedDataParallel(std::shared_ptr<Module> module,
+                                   std::shared_ptr<distributed::ProcessGroup> group = nullptr,
+                                   const DistributedDataParallelOptions& options = DistributedDataParallelOptions());
+  template <class Holder, class = decltype(std::declval<Holder>().ptr())>
+  explicit DistributedDataParallel(const Holder& holder, std::shared_ptr<distributed::ProcessGroup> group = nullptr,
+                                   const DistributedDataParallelOptions& options = DistributedDataParallelOptions())
+      : DistributedDataParallel(std::static_pointer_cast<Module>(holder.ptr()), std::move(group), options) {}
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  // The module's forward on this rank's batch (batch size: input.size(0)).
+  Tensor forward(const Tensor& input);
+  // For modules with other signatures: prepare_forward before the module's own forward (with
+  // this rank's batch size, or call set_local_batch later but before backward), after_forward
+  // with its output (find_unused_parameters walks the graph from it).
+  void prepare_forward(int64_t local_batch = -1);
+  void set_local_batch(int64_t local_batch);
+  void after_forward(const Tensor& output);
+
+  Module& module() { return *module_; }
+  std::vector<Tensor> parameters() const { return module_->parameters(); }
+  distributed::ProcessGroup& group() { return *group_; }
+
+  // While alive, backward accumulates into the grads without communicating (gradient
+  // accumulation); the first backward after it reduces the accumulated gradients.
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DistributedDataParallel& ddp) : ddp_(ddp), prev_(ddp.sync_) { ddp.sync_ = false; }
+    ~NoSyncGuard() { ddp_.sync_ = prev_; }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+    bool prev_;
+  };
+  NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+  // Makes the scaler agree on inf/NaN across ranks (MAX of the flags), so every rank skips or
+  // steps together even where their gradients could differ.
+  void sync_grad_scaler(amp::GradScaler& scaler);
+
+  // For a rank out of data: shadows the other ranks' steps (their per-step collectives, with
+  // this rank contributing no samples) until every rank has called join(); then the parameters
+  // and buffers of the rank that ran the most steps are broadcast so the replicas agree.
+  // Returns the number of steps shadowed.
+  int64_t join();
+
+  // This step's global batch (sum over ranks) and this rank's weight in it.
+  int64_t global_batch() const { return global_batch_; }
+  double gradient_weight() const { return weight_; }
+  int64_t num_buckets() const;
+  // Parameter indices (registration order) per bucket, in reduction order.
+  std::vector<std::vector<size_t>> bucket_assignment() const;
+
+ private:
+  struct Reducer;
+  void check_models_match();
+  void broadcast_state();
+  void exchange_batch(int64_t local_batch);
+
+  std::shared_ptr<Module> module_;
+  std::shared_ptr<distributed::ProcessGroup> group_;
+  DistributedDataParallelOptions options_;
+  std::unique_ptr<Reducer> reducer_;
+  bool sync_ = true;
+  bool scaler_synced_ = false;
+  int64_t global_batch_ = 0;
+  double weight_ = 1.0;
+  int64_t steps_ = 0;
+};
+
+}  // namespace mixtrain::nn

@@ -1,0 +1,125 @@
+#pragma once
+// mixtrain::distributed: a process group over Gloo (CPU tensors) and NCCL (CUDA tensors), the
+// collectives data-parallel training needs, and the launch contract read from the environment
+// (torchrun's RANK/WORLD_SIZE/..., Open MPI's and Slurm's). docs/DISTRIBUTED.md describes it.
+// Every collective runs on the group's communication thread, in call order on every rank, and
+// is bounded by the group's timeout: a rank that died or stopped calling makes the others throw
+// a mixtrain::Error naming the collective, the ranks and the timeout.
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/arg.h"
+#include "mixtrain/core/tensor.h"
+
+namespace mixtrain::distributed {
+
+enum class ReduceOp { Sum, Avg, Max, Min };
+const char* reduce_op_name(ReduceOp op);
+
+// Where this process sits in the job, as the launcher described it.
+struct LaunchEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr;  // empty when not given
+  int master_port = 0;
+  std::string source;  // "torchrun", "openmpi", "slurm" or "none"
+};
+// Reads RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT, else Open MPI's
+// OMPI_COMM_WORLD_*, else Slurm's SLURM_PROCID/NTASKS/LOCALID; none set: rank 0 of 1. Malformed
+// or inconsistent values (rank outside [0, world size)) are an Error naming the variable.
+LaunchEnv read_launch_env();
+
+class ProcessGroupOptions {
+  // -1: from the environment. Given values must agree with the environment when it has them.
+  MT_ARG(int, rank) = -1;
+  MT_ARG(int, world_size) = -1;
+  // Rendezvous: "file:/dir" (one host or a shared file system) or "redis:host:port". Empty:
+  // $MIXTRAIN_STORE, else a file store under /tmp keyed by MASTER_ADDR/MASTER_PORT (one host).
+  MT_ARG(std::string, store);
+  // Bounds the rendezvous and every collective; default 5 minutes ($MIXTRAIN_TIMEOUT_S overrides).
+  MT_ARG(std::chrono::milliseconds, timeout) = std::chrono::minutes(5);
+  // Address the Gloo TCP transport binds to (empty: $MIXTRAIN_GLOO_HOST, else 127.0.0.1 when the
+  // job is on one host, else this host's name).
+  MT_ARG(std::string, hostname);
+};
+
+// A pending collective. wait() rethrows its error (a mixtrain::Error); waiting twice is fine.
+class Work {
+ public:
+  struct State;
+  Work() = default;
+  explicit Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  void wait() const;
+  bool is_completed() const;
+  bool valid() const { return state_ != nullptr; }
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+class CommThread;
+class KeyValueStore;
+
+class ProcessGroup {
+ public:
+  class Backend;
+  ProcessGroup(const LaunchEnv& env, std::chrono::milliseconds timeout, std::unique_ptr<Backend> cpu,
+               std::shared_ptr<KeyValueStore> store);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return env_.rank; }
+  int world_size() const { return env_.world_size; }
+  int local_rank() const { return env_.local_rank; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  void set_timeout(std::chrono::milliseconds timeout);
+
+  // In place on a dense tensor (CPU: float32/64, float16, bfloat16, int32, int64). Avg divides
+  // the sum by the world size (integers: truncating).
+  void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum);
+  Work all_reduce_async(const Tensor& tensor, ReduceOp op = ReduceOp::Sum);
+  // Root's values into `tensor` on every rank (same shape and dtype everywhere).
+  void broadcast(Tensor& tensor, int root = 0);
+  Work broadcast_async(const Tensor& tensor, int root = 0);
+  // Every rank's tensor (same shape and dtype everywhere), in rank order.
+  std::vector<Tensor> all_gather(const Tensor& tensor);
+  // `out` is filled with world_size tensors once the work completes.
+  Work all_gather_async(const Tensor& tensor, std::shared_ptr<std::vector<Tensor>> out);
+  void barrier();
+  Work barrier_async();
+
+ private:
+  Backend& backend_for(const Tensor& t, const char* op);
+  Work submit(std::string what, std::function<void()> fn);
+  LaunchEnv env_;
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<KeyValueStore> store_;  // keeps the rendezvous store alive for the NCCL id exchange
+  std::unique_ptr<Backend> cpu_;
+  std::unique_ptr<Backend> cuda_;  // created on the first CUDA tensor
+  std::unique_ptr<CommThread> comm_;
+  std::shared_ptr<std::string> failure_;  // set by the first failed collective; later calls refuse
+};
+
+// Whether this build has a CPU backend (Gloo); when not, the reason and how to get one.
+bool gloo_available();
+bool nccl_available();
+std::string unavailable_reason();
+
+// Creates the process group (rendezvous with every rank) and makes it the default one.
+std::shared_ptr<ProcessGroup> init_process_group(const ProcessGroupOptions& options = ProcessGroupOptions());
+// A group without touching the default (tests, several groups in one process).
+std::shared_ptr<ProcessGroup> new_process_group(const ProcessGroupOptions& options = ProcessGroupOptions());
+bool is_initialized();
+ProcessGroup& default_group();  // Error when init_process_group was not called
+void destroy_process_group();
+// Default group's rank and size; 0 and 1 when no group exists (single-process code runs as is).
+int rank();
+int world_size();
+
+}  // namespace mixtrain::distributed

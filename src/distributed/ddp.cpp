@@ -1,0 +1,173 @@
+// DistributedDataParallel: construction (model check, rank 0's state to everyone), the per-step
+// batch exchange that weights each rank's gradient, buffer broadcast, AMP agreement and join.
+#include <sstream>
+
+#include "mixtrain/amp/grad_scaler.h"
+#include "mixtrain/autograd/grad_mode.h"
+#include "mixtrain/core/error.h"
+#include "mixtrain/core/factories.h"
+#include "mixtrain/distributed/ddp.h"
+#include "distributed/ddp_reducer.h"
+
+namespace mixtrain::nn {
+
+namespace {
+
+uint64_t fnv(uint64_t h, const std::string& s) {
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Counts and a hash of names, shapes and dtypes: equal on every rank iff the models match.
+std::vector<int64_t> model_signature(const Module& m) {
+  int64_t numel = 0;
+  uint64_t h = 1469598103934665603ull;
+  const auto params = m.named_parameters();
+  const auto buffers = m.named_buffers();
+  for (const auto* list : {&params, &buffers})
+    for (const auto& [name, t] : *list) {
+      std::ostringstream os;
+      os << name << shape_str(t.shape()) << t.dtype();
+      h = fnv(h, os.str());
+      numel += t.numel();
+    }
+  return {static_cast<int64_t>(params.size()), static_cast<int64_t>(buffers.size()), numel,
+          static_cast<int64_t>(h >> 1)};
+}
+
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
+                                                 std::shared_ptr<distributed::ProcessGroup> group,
+                                                 const DistributedDataParallelOptions& options)
+    : module_(std::move(module)), group_(std::move(group)), options_(options) {
+  MT_CHECK(module_ != nullptr, "DistributedDataParallel: null module");
+  if (!group_) {
+    MT_CHECK(distributed::is_initialized(), "DistributedDataParallel: no process group given and none ",
+             "initialised; call distributed::init_process_group() first");
+    // The default group lives until destroy_process_group; share it without owning it.
+    group_ = std::shared_ptr<distributed::ProcessGroup>(&distributed::default_group(), [](auto*) {});
+  }
+  MT_CHECK(options_.bucket_cap_mb() > 0 && options_.first_bucket_mb() > 0,
+           "DistributedDataParallel: bucket sizes must be positive");
+  const DType c = options_.compression();
+  MT_CHECK(c == kFloat32 || c == kFloat16 || c == kBFloat16, "DistributedDataParallel: compression must be ",
+           "float32 (none), float16 or bfloat16, got ", c);
+  check_models_match();
+  broadcast_state();
+  reducer_ = std::make_unique<Reducer>(*this, module_->named_parameters());
+  weight_ = 1.0 / group_->world_size();
+}
+
+DistributedDataParallel::~DistributedDataParallel() = default;
+
+void DistributedDataParallel::check_models_match() {
+  const std::vector<int64_t> sig = model_signature(*module_);
+  const Tensor mine = from_vector(sig, {static_cast<int64_t>(sig.size())}, TensorOptions(kInt64));
+  const std::vector<Tensor> all = group_->all_gather(mine);
+  const std::vector<int64_t> ref = all[0].to_vector<int64_t>();
+  for (size_t r = 1; r < all.size(); ++r) {
+    const std::vector<int64_t> v = all[r].to_vector<int64_t>();
+    if (v == ref) continue;
+    MT_ERROR("DistributedDataParallel: rank ", r, "'s model differs from rank 0's: ", v[0], " parameters and ",
+             v[1], " buffers with ", v[2], " elements in all, against ", ref[0], " and ", ref[1], " with ", ref[2],
+             v[0] == ref[0] && v[1] == ref[1] && v[2] == ref[2] ? " (same counts: a name, shape or dtype differs)"
+                                                                   : "",
+             ". Every rank must build the same model");
+  }
+}
+
+void DistributedDataParallel::broadcast_state() {
+  NoGradGuard no_grad;
+  std::vector<distributed::Work> works;
+  for (Tensor t : module_->parameters()) works.push_back(group_->broadcast_async(t, 0));
+  for (Tensor t : module_->buffers()) works.push_back(group_->broadcast_async(t, 0));
+  for (auto& w : works) w.wait();
+}
+
+void DistributedDataParallel::exchange_batch(int64_t local_batch) {
+  Tensor n = full({1}, static_cast<double>(local_batch), TensorOptions(kInt64));
+  if (group_->world_size() > 1) group_->all_reduce(n);
+  global_batch_ = n.to_vector<int64_t>()[0];
+}
+
+void DistributedDataParallel::prepare_forward(int64_t local_batch) {
+  if (!autograd::is_grad_enabled()) return;  // evaluation: no backward, nothing to reduce
+  reducer_->prepare();
+  if (options_.broadcast_buffers() && group_->world_size() > 1) {
+    NoGradGuard no_grad;
+    std::vector<distributed::Work> works;
+    for (Tensor t : module_->buffers()) works.push_back(group_->broadcast_async(t, 0));
+    for (auto& w : works) w.wait();
+  }
+  ++steps_;
+  if (local_batch >= 0) set_local_batch(local_batch);
+}
+
+void DistributedDataParallel::set_local_batch(int64_t local_batch) {
+  MT_CHECK(local_batch >= 0, "DistributedDataParallel: negative batch size ", local_batch);
+  exchange_batch(local_batch);
+  MT_CHECK(global_batch_ > 0, "DistributedDataParallel: every rank's batch is empty");
+  weight_ = options_.weight_by_batch() ? static_cast<double>(local_batch) / static_cast<double>(global_batch_)
+                                       : 1.0 / group_->world_size();
+}
+
+void DistributedDataParallel::after_forward(const Tensor& output) {
+  if (autograd::is_grad_enabled() && options_.find_unused_parameters()) reducer_->mark_unused(output);
+}
+
+Tensor DistributedDataParallel::forward(const Tensor& input) {
+  prepare_forward(input.dim() > 0 ? input.size(0) : 1);
+  Tensor out = module_->forward(input);
+  after_forward(out);
+  return out;
+}
+
+void DistributedDataParallel::sync_grad_scaler(amp::GradScaler& scaler) {
+  auto group = group_;
+  scaler.set_found_inf_hook([group](Tensor& found) {
+    if (group->world_size() > 1) group->all_reduce(found, distributed::ReduceOp::Max);
+  });
+  scaler_synced_ = true;
+}
+
+int64_t DistributedDataParallel::join() {
+  int64_t shadowed = 0;
+  // The same collectives, in the same order, as a step of the ranks still training.
+  for (;;) {
+    if (options_.broadcast_buffers() && group_->world_size() > 1) {
+      NoGradGuard no_grad;
+      for (Tensor t : module_->buffers()) group_->broadcast(t, 0);
+    }
+    exchange_batch(0);
+    if (global_batch_ == 0) break;  // every rank has joined
+    reducer_->shadow_backward();
+    if (scaler_synced_) {
+      Tensor f = zeros({});
+      group_->all_reduce(f, distributed::ReduceOp::Max);
+    }
+    ++shadowed;
+  }
+  // The replicas of ranks that stopped early missed updates: the one that ran longest sends its
+  // parameters and buffers to all (ties: the lowest rank).
+  const Tensor mine = full({1}, static_cast<double>(steps_), TensorOptions(kInt64));
+  const std::vector<Tensor> all = group_->all_gather(mine);
+  int src = 0;
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r].to_vector<int64_t>()[0] > all[static_cast<size_t>(src)].to_vector<int64_t>()[0])
+      src = static_cast<int>(r);
+  NoGradGuard no_grad;
+  for (Tensor t : module_->parameters()) group_->broadcast(t, src);
+  for (Tensor t : module_->buffers()) group_->broadcast(t, src);
+  return shadowed;
+}
+
+int64_t DistributedDataParallel::num_buckets() const { return static_cast<int64_t>(reducer_->buckets.size()); }
+
+std::vector<std::vector<size_t>> DistributedDataParallel::bucket_assignment() const {
+  std::vector<std::vector<size_t>> out;
+  for (const auto& b : reducer_->buckets) out.push_back(b.params);
+  return out;
+}
+
+}  // namespace mixtrain::nn

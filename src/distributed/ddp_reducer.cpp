@@ -1,0 +1,188 @@
+// DistributedDataParallel's gradient buckets and their reduction during backward.
+#include "distributed/ddp_reducer.h"
+
+#include <map>
+#include <sstream>
+#include <unordered_set>
+
+#include "mixtrain/autograd/grad_mode.h"
+#include "mixtrain/autograd/node.h"
+#include "mixtrain/core/error.h"
+#include "mixtrain/core/factories.h"
+
+namespace mixtrain::nn {
+
+DistributedDataParallel::Reducer::Reducer(DistributedDataParallel& owner,
+                                          std::vector<std::pair<std::string, Tensor>> named)
+    : ddp(owner) {
+  for (auto& [name, p] : named) {
+    if (!p.requires_grad()) continue;
+    names.push_back(name);
+    params.push_back(p);
+  }
+  build_buckets();
+  for (size_t i = 0; i < params.size(); ++i)
+    hook_ids.push_back(params[i].register_post_accumulate_grad_hook([this, i](const Tensor&) { mark_ready(i); }));
+}
+
+DistributedDataParallel::Reducer::~Reducer() {
+  for (size_t i = 0; i < params.size(); ++i) params[i].remove_post_accumulate_grad_hook(hook_ids[i]);
+  for (Bucket& b : buckets)
+    if (b.launched && b.work.valid()) {
+      try {
+        b.work.wait();
+      } catch (...) {  // the group already reported it; a destructor must not throw
+      }
+    }
+}
+
+void DistributedDataParallel::Reducer::build_buckets() {
+  // Reverse registration order: the last layers' gradients are ready first in backward. One open
+  // bucket per (dtype, device); the first bucket closes early so communication starts soon.
+  const auto cap = static_cast<size_t>(ddp.options_.bucket_cap_mb() * 1024 * 1024);
+  const auto first_cap = static_cast<size_t>(ddp.options_.first_bucket_mb() * 1024 * 1024);
+  std::map<std::tuple<int, int, int>, size_t> open;  // key -> index into buckets
+  std::vector<size_t> bytes;
+  bucket_of.assign(params.size(), 0);
+  for (size_t k = params.size(); k-- > 0;) {
+    const Tensor& p = params[k];
+    const std::tuple<int, int, int> key{static_cast<int>(p.dtype()), static_cast<int>(p.device().type),
+                                        p.device().index};
+    auto it = open.find(key);
+    if (it != open.end()) {
+      const size_t limit = it->second == 0 ? first_cap : cap;
+      if (bytes[it->second] > 0 && bytes[it->second] + p.nbytes() > limit) open.erase(it), it = open.end();
+    }
+    if (it == open.end()) {
+      buckets.emplace_back();
+      bytes.push_back(0);
+      it = open.emplace(key, buckets.size() - 1).first;
+    }
+    Bucket& b = buckets[it->second];
+    b.offsets.push_back(b.params.empty() ? 0 : b.offsets.back() + params[b.params.back()].numel());
+    b.params.push_back(k);
+    bytes[it->second] += p.nbytes();
+    bucket_of[k] = it->second;
+  }
+  views.resize(params.size());
+  for (Bucket& b : buckets) {
+    const Tensor& first = params[b.params.front()];
+    const int64_t total = b.offsets.back() + params[b.params.back()].numel();
+    b.flat = zeros({total}, first.options());
+    if (ddp.options_.compression() != DType::Float32 && is_floating(first.dtype()))
+      b.comm = Tensor::empty({total}, first.options().dtype(ddp.options_.compression()));
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      const Tensor& p = params[b.params[j]];
+      views[b.params[j]] = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.shape());
+    }
+  }
+  ready.assign(params.size(), false);
+}
+
+std::vector<std::string> DistributedDataParallel::Reducer::unready_names() const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (!ready[i]) out.push_back(names[i]);
+  return out;
+}
+
+void DistributedDataParallel::Reducer::prepare() {
+  if (active) {
+    std::ostringstream os;
+    for (const auto& n : unready_names()) os << " " << n;
+    active = false;
+    MT_ERROR("DistributedDataParallel: the previous backward did not produce a gradient for parameters", os.str(),
+             ", so their buckets were never reduced (the ranks are now out of step). If some parameters are ",
+             "legitimately unused in a step, construct with DistributedDataParallelOptions().",
+             "find_unused_parameters(true)");
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor g = params[i].grad();
+    if (g.defined() && g.is_same(views[i])) continue;
+    if (g.defined())
+      views[i].copy_(g);
+    else
+      views[i].zero_();
+    params[i].set_grad(views[i]);
+  }
+  ready.assign(params.size(), false);
+  for (Bucket& b : buckets) {
+    b.pending = b.params.size();
+    b.launched = false;
+  }
+  next_launch = 0;
+}
+
+void DistributedDataParallel::Reducer::mark_unused(const Tensor& output) {
+  std::unordered_set<autograd::Node*> seen;
+  std::vector<autograd::Node*> stack;
+  if (output.defined() && output.grad_fn()) stack.push_back(output.grad_fn().get()), seen.insert(stack.back());
+  while (!stack.empty()) {
+    autograd::Node* n = stack.back();
+    stack.pop_back();
+    for (const auto& e : n->next_edges)
+      if (e.valid() && seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto acc = params[i].impl()->grad_accumulator.lock();
+    if (!acc || !seen.count(acc.get())) mark_ready(i);
+  }
+}
+
+void DistributedDataParallel::Reducer::mark_ready(size_t i) {
+  if (!ddp.sync_ || ready[i]) return;
+  active = true;
+  ready[i] = true;
+  Tensor g = params[i].grad();
+  if (g.defined() && !g.is_same(views[i])) {  // grads were reset between forward and backward
+    views[i].copy_(g);
+    params[i].set_grad(views[i]);
+  }
+  Bucket& b = buckets[bucket_of[i]];
+  if (--b.pending > 0) return;
+  // Launch in bucket order on every rank, whatever order the buckets became ready in.
+  while (next_launch < buckets.size() && buckets[next_launch].pending == 0) launch(buckets[next_launch++]);
+  if (next_launch == buckets.size()) finish();
+}
+
+void DistributedDataParallel::Reducer::launch(Bucket& b) {
+  NoGradGuard no_grad;
+  const double w = ddp.weight_;
+  const bool scale = !(w == 1.0);
+  if (b.comm.defined()) {
+    // Divide before the sum, in the gradients' precision, then narrow: the sum of shares stays in
+    // the range of the narrow type.
+    if (scale) b.flat.mul_(w);
+    b.comm.copy_(b.flat);
+    b.work = ddp.group_->all_reduce_async(b.comm);
+  } else {
+    if (scale) b.flat.mul_(w);
+    b.work = ddp.group_->all_reduce_async(b.flat);
+  }
+  b.launched = true;
+}
+
+void DistributedDataParallel::Reducer::finish() {
+  // The end of backward: every bucket is in flight; wait and widen the compressed ones.
+  for (Bucket& b : buckets) {
+    b.work.wait();
+    if (b.comm.defined()) {
+      NoGradGuard no_grad;
+      b.flat.copy_(b.comm);
+    }
+  }
+  active = false;
+}
+
+void DistributedDataParallel::Reducer::shadow_backward() {
+  std::vector<distributed::Work> works;
+  std::vector<Tensor> keep;
+  for (Bucket& b : buckets) {
+    const Tensor& like = b.comm.defined() ? b.comm : b.flat;
+    keep.push_back(zeros(like.shape(), like.options()));
+    works.push_back(ddp.group_->all_reduce_async(keep.back()));
+  }
+  for (auto& w : works) w.wait();
+}
+
+}  // namespace mixtrain::nn

@@ -1,0 +1,155 @@
+// The launch contract (environment variables set by torchrun, mpirun, Slurm or `mixtrain
+// launch`), the rendezvous, and the default process group.
+#include <cstdlib>
+#include <mutex>
+#include <unistd.h>
+
+#include "distributed/internal.h"
+#include "mixtrain/core/error.h"
+
+namespace mixtrain::distributed {
+
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = env(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  MT_CHECK(end && *end == '\0' && x >= 0 && x < (1L << 30), "distributed: environment variable ", name, "=\"", v,
+           "\" is not a non-negative integer");
+  return static_cast<int>(x);
+}
+
+std::mutex g_mutex;
+std::shared_ptr<ProcessGroup> g_default;
+
+}  // namespace
+
+LaunchEnv read_launch_env() {
+  LaunchEnv e;
+  // Each launcher's names, in order of precedence: torchrun's (also set by `mixtrain launch`),
+  // Open MPI's, Slurm's.
+  struct Names {
+    const char *source, *rank, *size, *local_rank, *local_size;
+  };
+  const Names launchers[] = {
+      {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+      {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+       "OMPI_COMM_WORLD_LOCAL_SIZE"},
+      {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+  };
+  e.source = "none";
+  for (const Names& n : launchers) {
+    if (!env(n.rank) && !env(n.size)) continue;
+    MT_CHECK(env(n.rank) && env(n.size), "distributed: ", env(n.rank) ? n.size : n.rank, " is not set but ",
+             env(n.rank) ? n.rank : n.size, " is (", n.source, "'s launch contract needs both)");
+    e.source = n.source;
+    e.rank = env_int(n.rank, 0);
+    e.world_size = env_int(n.size, 1);
+    e.local_rank = env_int(n.local_rank, e.rank);
+    e.local_world_size = env_int(n.local_size, e.world_size);
+    MT_CHECK(e.world_size >= 1, "distributed: ", n.size, "=", e.world_size, " must be at least 1");
+    MT_CHECK(e.rank < e.world_size, "distributed: ", n.rank, "=", e.rank, " is not below ", n.size, "=",
+             e.world_size);
+    break;
+  }
+  if (const char* a = env("MASTER_ADDR")) e.master_addr = a;
+  e.master_port = env_int("MASTER_PORT", 0);
+  return e;
+}
+
+namespace {
+
+std::string default_store(const LaunchEnv& e) {
+  if (const char* s = env("MIXTRAIN_STORE")) return s;
+  MT_CHECK(e.world_size == 1 || e.master_port != 0,
+           "distributed: no rendezvous store. Set MIXTRAIN_STORE=file:/dir (a directory every rank can reach, ",
+           "empty for each new job) or redis:host:port, or MASTER_PORT (one host: a file store under /tmp), or ",
+           "start the job with `mixtrain launch`");
+  return "file:/tmp/mixtrain-store-" + (e.master_addr.empty() ? std::string("local") : e.master_addr) + "-" +
+         std::to_string(e.master_port);
+}
+
+std::string default_hostname(const LaunchEnv& e) {
+  if (const char* h = env("MIXTRAIN_GLOO_HOST")) return h;
+  if (e.local_world_size == e.world_size) return "127.0.0.1";  // every rank on this host
+  char name[256] = {0};
+  MT_CHECK(gethostname(name, sizeof(name) - 1) == 0, "distributed: gethostname failed");
+  return name;
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> new_process_group(const ProcessGroupOptions& options) {
+  LaunchEnv e = read_launch_env();
+  if (options.world_size() >= 0) {
+    MT_CHECK(e.source == "none" || options.world_size() == e.world_size, "init_process_group: world_size ",
+             options.world_size(), " does not match the environment's ", e.world_size, " (from ", e.source, ")");
+    if (e.source == "none") e.world_size = e.local_world_size = options.world_size();
+  }
+  if (options.rank() >= 0) {
+    MT_CHECK(e.source == "none" || options.rank() == e.rank, "init_process_group: rank ", options.rank(),
+             " does not match the environment's ", e.rank, " (from ", e.source, ")");
+    if (e.source == "none") e.rank = e.local_rank = options.rank();
+  }
+  MT_CHECK(e.world_size >= 1 && e.rank >= 0 && e.rank < e.world_size, "init_process_group: rank ", e.rank,
+           " is not in a group of ", e.world_size);
+  std::chrono::milliseconds timeout = options.timeout();
+  if (env("MIXTRAIN_TIMEOUT_S")) timeout = std::chrono::seconds(env_int("MIXTRAIN_TIMEOUT_S", 300));
+  MT_CHECK(timeout.count() > 0, "init_process_group: the timeout must be positive");
+  const std::string spec = options.store().empty() ? default_store(e) : options.store();
+  std::shared_ptr<KeyValueStore> store;
+  std::unique_ptr<ProcessGroup::Backend> cpu;
+  if (gloo_available()) {
+    store = make_store(spec, timeout);
+    const std::string host = options.hostname().empty() ? default_hostname(e) : options.hostname();
+    cpu = make_gloo_backend(store, e.rank, e.world_size, host, timeout);
+  } else {
+    MT_CHECK(nccl_available(), "init_process_group: ", unavailable_reason());
+    MT_ERROR("init_process_group: this build has NCCL but no Gloo, and NCCL's rendezvous goes through Gloo's ",
+             "store. ", unavailable_reason());
+  }
+  return std::make_shared<ProcessGroup>(e, timeout, std::move(cpu), std::move(store));
+}
+
+std::shared_ptr<ProcessGroup> init_process_group(const ProcessGroupOptions& options) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  MT_CHECK(g_default == nullptr, "init_process_group: the default group already exists (call ",
+           "destroy_process_group first)");
+  g_default = new_process_group(options);
+  return g_default;
+}
+
+bool is_initialized() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_default != nullptr;
+}
+
+ProcessGroup& default_group() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  MT_CHECK(g_default != nullptr, "distributed: no process group; call distributed::init_process_group() first");
+  return *g_default;
+}
+
+void destroy_process_group() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_default.reset();
+}
+
+int rank() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_default ? g_default->rank() : 0;
+}
+
+int world_size() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_default ? g_default->world_size() : 1;
+}
+
+}  // namespace mixtrain::distributed

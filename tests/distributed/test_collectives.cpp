@@ -1,0 +1,249 @@
+// Process groups over Gloo in real processes: every collective's values, async handles, the
+// launch contract's parsing, and a dead or silent rank ending the others with an Error.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "mixtrain/mixtrain.h"
+#include "mixtrain/distributed/process_group.h"
+#include "ranks.h"
+
+namespace mt = mixtrain;
+namespace dist = mixtrain::distributed;
+using mt_dist_test::run_ranks;
+
+namespace {
+
+bool have_gloo() { return dist::gloo_available(); }
+
+}  // namespace
+
+MT_SCENARIO(collectives) {
+  auto pg = dist::init_process_group();
+  const int r = pg->rank(), n = pg->world_size();
+  SC_CHECK(n == std::atoi(std::getenv("WORLD_SIZE")));
+  // Sum, avg, max, min of rank-dependent values, in several dtypes.
+  for (mt::DType dt : {mt::kFloat32, mt::kFloat64, mt::kFloat16, mt::kBFloat16, mt::kInt64}) {
+    mt::Tensor t = mt::full({5}, static_cast<double>(r + 1), mt::TensorOptions(dt));
+    pg->all_reduce(t, dist::ReduceOp::Sum);
+    const double sum = n * (n + 1) / 2.0;
+    for (double x : t.to(mt::kFloat64).to_vector<double>()) SC_CHECK(x == sum);
+    mt::Tensor m = mt::full({3}, static_cast<double>(r), mt::TensorOptions(dt));
+    pg->all_reduce(m, dist::ReduceOp::Max);
+    for (double x : m.to(mt::kFloat64).to_vector<double>()) SC_CHECK(x == n - 1);
+    mt::Tensor mn = mt::full({3}, static_cast<double>(r), mt::TensorOptions(dt));
+    pg->all_reduce(mn, dist::ReduceOp::Min);
+    for (double x : mn.to(mt::kFloat64).to_vector<double>()) SC_CHECK(x == 0);
+  }
+  mt::Tensor a = mt::full({4}, 2.0 * r);
+  pg->all_reduce(a, dist::ReduceOp::Avg);
+  for (float x : a.to_vector<float>()) SC_CHECK(x == static_cast<float>(n - 1));
+  // Broadcast from the last rank.
+  mt::Tensor b = mt::full({2, 3}, static_cast<double>(r * 10));
+  pg->broadcast(b, n - 1);
+  for (float x : b.to_vector<float>()) SC_CHECK(x == static_cast<float>((n - 1) * 10));
+  // All-gather: rank order.
+  const auto g = pg->all_gather(mt::full({2}, static_cast<double>(r)));
+  SC_CHECK(static_cast<int>(g.size()) == n);
+  for (int k = 0; k < n; ++k) SC_CHECK(g[static_cast<size_t>(k)].to_vector<float>()[1] == static_cast<float>(k));
+  // Async: several in flight, completed in order.
+  std::vector<mt::Tensor> ts;
+  std::vector<dist::Work> ws;
+  for (int k = 0; k < 4; ++k) {
+    ts.push_back(mt::full({1000}, static_cast<double>(k + r)));
+    ws.push_back(pg->all_reduce_async(ts.back()));
+  }
+  for (int k = 0; k < 4; ++k) {
+    ws[static_cast<size_t>(k)].wait();
+    SC_CHECK(ws[static_cast<size_t>(k)].is_completed());
+    SC_CHECK(ts[static_cast<size_t>(k)].to_vector<float>()[999] == static_cast<float>(n * k + n * (n - 1) / 2));
+  }
+  pg->barrier_async().wait();
+  // A strided view is refused with a clear error.
+  mt::Tensor m2 = mt::zeros({3, 4});
+  mt::Tensor view = m2.t();
+  try {
+    pg->all_reduce(view);
+    return 1;
+  } catch (const mt::Error& e) {
+    SC_CHECK(std::strstr(e.what(), "not dense") != nullptr);
+  }
+  dist::destroy_process_group();
+  return 0;
+}
+
+TEST(Collectives, TwoAndThreeRanks) {
+  if (!have_gloo()) GTEST_SKIP() << dist::unavailable_reason();
+  for (int world : {2, 3}) {
+    const auto res = run_ranks("collectives", world, std::chrono::seconds(50));
+    for (const auto& r : res) ASSERT_EQ(r.exit_code, 0) << mt_dist_test::describe(res);
+  }
+}
+
+// Rank 1 dies before the all-reduce; rank 0 must get an Error, not hang.
+MT_SCENARIO(dead_rank) {
+  // A generous timeout to start (a loaded machine starts processes slowly), a short one to fail.
+  auto pg = dist::init_process_group(dist::ProcessGroupOptions().timeout(std::chrono::seconds(40)));
+  pg->barrier();
+  pg->set_timeout(std::chrono::seconds(5));
+  if (pg->rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the barrier's last bytes go out
+    std::_Exit(0);
+  }
+  mt::Tensor t = mt::ones({100});
+  try {
+    pg->all_reduce(t);
+  } catch (const mt::Error& e) {
+    std::fprintf(stderr, "caught: %s\n", e.what());
+    SC_CHECK(std::strstr(e.what(), "all_reduce") != nullptr);
+    SC_CHECK(std::strstr(e.what(), "rank 0 of 2") != nullptr);
+    SC_CHECK(std::strstr(e.what(), "timeout 5000 ms") != nullptr);
+    // The group refuses further work instead of hanging.
+    try {
+      pg->barrier();
+      return 1;
+    } catch (const mt::Error& e2) {
+      SC_CHECK(std::strstr(e2.what(), "unusable") != nullptr);
+    }
+    return 42;
+  }
+  return 1;
+}
+
+// Rank 1 is alive but stops calling collectives: rank 0 times out.
+MT_SCENARIO(silent_rank) {
+  auto pg = dist::init_process_group(dist::ProcessGroupOptions().timeout(std::chrono::seconds(40)));
+  pg->barrier();
+  pg->set_timeout(std::chrono::seconds(2));
+  if (pg->rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::seconds(15));  // outlives rank 0's timeout by far
+    std::_Exit(0);
+  }
+  mt::Tensor t = mt::ones({100});
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    pg->all_reduce(t);
+  } catch (const mt::Error& e) {
+    std::fprintf(stderr, "caught: %s\n", e.what());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, "after %.2f s\n", s);
+    SC_CHECK(s < 12.0);  // the 2 s timeout, not rank 1's exit at 15 s
+    SC_CHECK(std::strstr(e.what(), "all_reduce[sum](float32 [100] on cpu) on rank 0 of 2 (peer ranks 1)") != nullptr);
+    return 42;
+  }
+  return 1;
+}
+
+TEST(Collectives, DeadOrSilentRankEndsInAnErrorNotAHang) {
+  if (!have_gloo()) GTEST_SKIP() << dist::unavailable_reason();
+  for (const char* sc : {"dead_rank", "silent_rank"}) {
+    const auto res = run_ranks(sc, 2, std::chrono::seconds(30));
+    ASSERT_EQ(res[0].exit_code, 42) << sc << "\n" << mt_dist_test::describe(res);
+    ASSERT_FALSE(res[1].timed_out) << mt_dist_test::describe(res);
+  }
+}
+
+// A rank that never starts: the others' rendezvous ends with an Error naming the store.
+MT_SCENARIO(missing_rank) {
+  dist::ProcessGroupOptions o;
+  o.timeout(std::chrono::seconds(2));
+  try {
+    dist::init_process_group(o);
+  } catch (const mt::Error& e) {
+    std::fprintf(stderr, "caught: %s\n", e.what());
+    SC_CHECK(std::strstr(e.what(), "rendezvous") != nullptr);
+    return 42;
+  }
+  return 1;
+}
+
+TEST(Collectives, MissingRankEndsTheRendezvous) {
+  if (!have_gloo()) GTEST_SKIP() << dist::unavailable_reason();
+  // WORLD_SIZE=2 but only one process started.
+  const auto res = run_ranks("missing_rank", 1, std::chrono::seconds(30), {{-1, {"WORLD_SIZE=2"}}});
+  ASSERT_EQ(res[0].exit_code, 42) << mt_dist_test::describe(res);
+}
+
+TEST(LaunchEnv, ReadsTorchrunOpenMpiAndSlurmVariables) {
+  const char* vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+                        "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS",
+                        "SLURM_LOCALID", "MASTER_ADDR", "MASTER_PORT"};
+  for (const char* v : vars) unsetenv(v);
+  EXPECT_EQ(dist::read_launch_env().source, "none");
+  EXPECT_EQ(dist::read_launch_env().world_size, 1);
+  setenv("SLURM_PROCID", "3", 1);
+  setenv("SLURM_NTASKS", "8", 1);
+  setenv("SLURM_LOCALID", "1", 1);
+  auto e = dist::read_launch_env();
+  EXPECT_EQ(e.source, "slurm");
+  EXPECT_EQ(e.rank, 3);
+  EXPECT_EQ(e.world_size, 8);
+  EXPECT_EQ(e.local_rank, 1);
+  setenv("OMPI_COMM_WORLD_RANK", "2", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  EXPECT_EQ(dist::read_launch_env().source, "openmpi");
+  EXPECT_EQ(dist::read_launch_env().rank, 2);
+  setenv("RANK", "1", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("MASTER_ADDR", "node7", 1);
+  setenv("MASTER_PORT", "29500", 1);
+  e = dist::read_launch_env();
+  EXPECT_EQ(e.source, "torchrun");
+  EXPECT_EQ(e.rank, 1);
+  EXPECT_EQ(e.master_addr, "node7");
+  EXPECT_EQ(e.master_port, 29500);
+  setenv("RANK", "2", 1);  // not below WORLD_SIZE
+  EXPECT_THROW(dist::read_launch_env(), mt::Error);
+  setenv("RANK", "x", 1);
+  try {
+    dist::read_launch_env();
+    ADD_FAILURE() << "a malformed RANK was accepted";
+  } catch (const mt::Error& err) {
+    EXPECT_NE(std::string(err.what()).find("RANK"), std::string::npos);
+  }
+  unsetenv("WORLD_SIZE");
+  EXPECT_THROW(dist::read_launch_env(), mt::Error);  // RANK without WORLD_SIZE
+  for (const char* v : vars) unsetenv(v);
+  // Options that disagree with the environment are refused.
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  EXPECT_THROW(dist::new_process_group(dist::ProcessGroupOptions().world_size(3)), mt::Error);
+  for (const char* v : vars) unsetenv(v);
+}
+
+TEST(Collectives, SingleProcessGroupNeedsNoStoreAndIsIdentity) {
+  if (!have_gloo()) GTEST_SKIP() << dist::unavailable_reason();
+  char tmpl[] = "/tmp/mt-dist-single-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  auto pg = dist::new_process_group(dist::ProcessGroupOptions().rank(0).world_size(1).store("file:" + dir + "/s"));
+  mt::Tensor t = mt::full({3}, 1.5);
+  pg->all_reduce(t, dist::ReduceOp::Avg);
+  EXPECT_EQ(t.to_vector<float>(), std::vector<float>({1.5f, 1.5f, 1.5f}));
+  EXPECT_EQ(pg->all_gather(t).size(), 1u);
+  pg.reset();
+  std::filesystem::remove_all(dir);
+}
+
+// NCCL at world size 1: compiled in CUDA builds, run where a GPU is present.
+TEST(Nccl, AllReduceAndBroadcastOnCudaAtWorldSizeOne) {
+  if (!dist::nccl_available()) GTEST_SKIP() << "this build has no NCCL (CUDA off): " << dist::unavailable_reason();
+  if (!mt::cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  if (!have_gloo()) GTEST_SKIP() << "NCCL's rendezvous needs Gloo's store: " << dist::unavailable_reason();
+  char tmpl[] = "/tmp/mt-dist-nccl-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  auto pg = dist::new_process_group(dist::ProcessGroupOptions().rank(0).world_size(1).store("file:" + dir + "/s"));
+  mt::Tensor t = mt::full({1000}, 2.5, mt::TensorOptions(mt::kFloat32).device(mt::Device::cuda()));
+  pg->all_reduce(t, dist::ReduceOp::Sum);
+  pg->broadcast(t, 0);
+  const auto v = t.to(mt::Device::cpu()).to_vector<float>();
+  for (float x : v) ASSERT_EQ(x, 2.5f);
+  const auto g = pg->all_gather(t);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].to(mt::Device::cpu()).to_vector<float>()[999], 2.5f);
+  pg.reset();
+  std::filesystem::remove_all(dir);
+}
