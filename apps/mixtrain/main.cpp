@@ -3,6 +3,7 @@
 #include <iostream>
 #include <stdexcept>
 
+#include <mixtrain/config.h>
 #include <mixtrain/mixtrain.h>
 
 #include "commands.h"
@@ -16,7 +17,8 @@ const char* kUsage =
     "  bench [--models mlp,unet,transformer] [--precisions fp32,fp16,bf16] [--device cpu|cuda] [--steps N]\n"
     "        [--warmup N] [--size tiny|full] [--out DIR] [--reference FILE.json] [--fp32-math default|strict]\n"
     "        [--channels-last]\n"
-    "  policy [--json]\n";
+    "  policy [--json]\n"
+    "  --version\n";
 }
 
 int main(int argc, char** argv) {
@@ -25,6 +27,14 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string command = argv[1];
+  if (command == "--version" || command == "version") {
+#ifdef MIXTRAIN_WITH_CUDA
+    std::cout << "mixtrain " MIXTRAIN_VERSION " (CUDA backend compiled in)\n";
+#else
+    std::cout << "mixtrain " MIXTRAIN_VERSION " (CPU only)\n";
+#endif
+    return 0;
+  }
   const std::vector<std::string> rest(argv + 2, argv + argc);
   // `mixtrain help` and `mixtrain <command> --help` print the usage too, with success.
   if (command == "help" || std::find(rest.begin(), rest.end(), "--help") != rest.end() ||

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "backends/cpu/cpu_backend.h"
+#include "mixtrain/config.h"
 #ifdef MIXTRAIN_WITH_CUDA
 #include "backends/cuda/cuda_backend.h"  // cuda_backend(): nullptr when no device is present
 #endif

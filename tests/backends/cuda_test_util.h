@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "mixtrain/config.h"
 #include "support/testing.h"
 
 namespace mixtrain::testing {

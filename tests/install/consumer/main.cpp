@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+static_assert(__cplusplus >= 201703L, "mixtrain::mixtrain carries cxx_std_17 to its users");
+
 namespace mt = mixtrain;
 
 int main() {
@@ -10,6 +12,6 @@ int main() {
   mt::Tensor loss = mt::matmul(mt::randn({2, 4}), w).relu().sum();
   loss.backward();
   const bool ok = w.grad().defined() && w.grad().shape() == mt::Shape{4, 3};
-  std::printf("consumer: %s\n", ok ? "ok" : "FAILED");
+  std::printf("consumer of mixtrain %s: %s\n", MIXTRAIN_VERSION, ok ? "ok" : "FAILED");
   return ok ? 0 : 1;
 }
