@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/all_kernels.h"
+#include "mixtrain/config.h"
 #include "mixtrain/mixtrain.h"
 
 #ifdef MIXTRAIN_WITH_CUDA

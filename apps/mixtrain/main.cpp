@@ -3,6 +3,7 @@
 #include <iostream>
 #include <stdexcept>
 
+#include <mixtrain/config.h>
 #include <mixtrain/mixtrain.h>
 
 #include "commands.h"
@@ -17,7 +18,8 @@ const char* kUsage =
     "        [--warmup N] [--size tiny|full] [--out DIR] [--reference FILE.json] [--fp32-math default|strict]\n"
     "        [--channels-last]\n"
     "  policy [--json]\n"
-    "  launch --nproc N [--rank-weights W0,W1,...] -- PROGRAM [ARGS...]   (data-parallel ranks on this host)\n";
+    "  launch --nproc N [--rank-weights W0,W1,...] -- PROGRAM [ARGS...]   (data-parallel ranks on this host)\n"
+    "  --version\n";
 }
 
 int main(int argc, char** argv) {
@@ -26,6 +28,14 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string command = argv[1];
+  if (command == "--version" || command == "version") {
+#ifdef MIXTRAIN_WITH_CUDA
+    std::cout << "mixtrain " MIXTRAIN_VERSION " (CUDA backend compiled in)\n";
+#else
+    std::cout << "mixtrain " MIXTRAIN_VERSION " (CPU only)\n";
+#endif
+    return 0;
+  }
   const std::vector<std::string> rest(argv + 2, argv + argc);
   if (command == "launch" && (rest.empty() || rest[0] != "--help")) {
     // Everything after `--` belongs to the program, --help included.

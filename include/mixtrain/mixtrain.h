@@ -1,5 +1,6 @@
 #pragma once
 // The umbrella header: everything a mixtrain user needs.
+#include "mixtrain/config.h"
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/amp/cast_policy.h"
 #include "mixtrain/amp/custom_op.h"

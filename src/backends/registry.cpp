@@ -5,6 +5,7 @@
 #include "backends/amp.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/kernel.h"
+#include "mixtrain/config.h"
 #include "mixtrain/core/error.h"
 #ifdef MIXTRAIN_WITH_CUDA
 #include "backends/cuda/operands.h"

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "mixtrain/config.h"
 #include "mixtrain/core/error.h"
 
 namespace mixtrain {

@@ -12,7 +12,7 @@ namespace {
 
 using amp::CastPolicy;
 
-// PyTorch's CUDA autocast lists (docs/reference/amp-semantics.md §1.3, autocast_mode.h
+// PyTorch's CUDA autocast lists (docs/REFERENCE_AMP.md, autocast_mode.h
 // @d70fe7f3), restricted to names mixtrain has, plus cross_entropy from the docs-level fp32
 // list (§1.3 "Docs-level names") and the banned op (§1.4). Everything else is unlisted there
 // and must be passthrough. dot and addcmul are on the promote list.

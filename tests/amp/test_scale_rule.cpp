@@ -1,7 +1,7 @@
 // Table-driven tests of GradScaler's update rule and per-optimizer state machine. Each row is
 // one iteration (step + update, or update(new_scale)) with the scale, growth tracker and
 // hysteresis tracker expected after it, worked out by hand from the rule in
-// ../shared/docs/reference/amp-semantics.md section 2.7 (and the documented extensions); the
+// docs/REFERENCE_AMP.md, "The update rule" (and GRAD_SCALER.md's extensions); the
 // non-power-of-two rows spell out the fp32 rounding of scale * factor.
 #include <cmath>
 #include <limits>

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/all_kernels.h"
+#include "mixtrain/config.h"
 #include "support/testing.h"
 
 namespace mixtrain::testing {

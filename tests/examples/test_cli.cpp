@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mixtrain/config.h"
+
 #include "support/testing.h"
 
 namespace {
@@ -156,4 +158,21 @@ TEST(MixtrainCli, HelpPrintsTheUsageWithSuccess) {
     EXPECT_NE(r.out.find("--fp32-math"), std::string::npos) << r.out;
   }
   EXPECT_EQ(run_mixtrain("").code, 2);  // no command: the usage, as an error
+}
+
+TEST(MixtrainCli, VersionPrintsTheConfiguredVersion) {
+  for (const std::string args : {"--version", "version"}) {
+    SCOPED_TRACE(args);
+    const CliRun r = run_mixtrain(args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out.rfind(std::string("mixtrain ") + MIXTRAIN_VERSION + " (", 0), 0u) << r.out;
+    EXPECT_EQ(count_of(r.out, "\n"), 1u) << r.out;
+    EXPECT_EQ(r.err, "");
+  }
+  // config.h carries the version the top-level CMakeLists.txt declares.
+  const std::string cmake = slurp(std::string(MT_SOURCE_DIR) + "/CMakeLists.txt");
+  const size_t at = cmake.find("project(mixtrain VERSION ");
+  ASSERT_NE(at, std::string::npos);
+  const size_t from = at + std::string("project(mixtrain VERSION ").size();
+  EXPECT_EQ(cmake.substr(from, cmake.find(' ', from) - from), MIXTRAIN_VERSION);
 }

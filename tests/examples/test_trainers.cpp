@@ -120,7 +120,7 @@ TEST(AmpParity, Transformer) {
 
 TEST(UnetExample, SpellBenchmarkParameterCount) {
   // The Spell benchmark's UNet (3 input channels, 9 classes) has 7,703,497 parameters
-  // (docs/reference/performance-anchors.md, section 1.3; counted from its code).
+  // (docs/TRAINERS.md; counted from its code).
   ex::UNetOptions spell;
   spell.in_channels = 3;
   spell.classes = 9;

@@ -1,4 +1,4 @@
-// The model ops' autocast policies (PyTorch's CUDA lists, reference/amp-semantics.md 1.3) and
+// The model ops' autocast policies (PyTorch's CUDA lists, docs/REFERENCE_AMP.md) and
 // their dispatch contract: each op offers every floating tensor argument to the pre-dispatch hook
 // exactly once, at its outermost call, and runs correctly on what the hook hands back. A small
 // stand-in for autocast's hook (cast to fp16 for LowerPrecision, to fp32 for Float32) checks the

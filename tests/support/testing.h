@@ -1,6 +1,6 @@
 #pragma once
 // Shared test helpers: random inputs, poisoned outputs, tolerance checks against fp64
-// references (../shared/docs/TESTING.md), the fp64 finite-difference gradient checker, and
+// references (docs/TESTING.md), the fp64 finite-difference gradient checker, and
 // checks of the errors an operation raises.
 #include <cstdint>
 #include <functional>

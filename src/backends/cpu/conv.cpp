@@ -10,6 +10,7 @@
 
 #include "backends/conv.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/gemm_eigen.h"
 #include "backends/cpu/loops.h"
 
 namespace mixtrain::backends::cpu {
@@ -20,8 +21,16 @@ template <class S>
 using RowMat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <class S>
 using MapMat = Eigen::Map<RowMat<S>>;
+
+// A contiguous row-major [r, c] block, and its transpose, for gemm_product (gemm_eigen.h).
 template <class S>
-using ConstMapMat = Eigen::Map<const RowMat<S>>;
+GemmMatrix<S> rows(const S* p, int64_t r, int64_t c) {
+  return {p, r, c, c, 1};
+}
+template <class S>
+GemmMatrix<S> transposed(GemmMatrix<S> m) {
+  return {m.data, m.cols, m.rows, m.col_stride, m.row_stride};
+}
 
 struct Geometry {
   int64_t n, c, h, w;      // input
@@ -170,7 +179,8 @@ void forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Geometr
     W* o = acc_out(op + s * g.co * l, g.co * l, sc.output);
     for (int64_t gi = 0; gi < g.p.groups; ++gi) {
       MapMat<W> og(o + gi * cog * l, cog, l);
-      og.noalias() = ConstMapMat<W>(wp + gi * cog * k, cog, k) * ConstMapMat<W>(sc.cols.data() + gi * k * l, k, l);
+      gemm_product(GemmCall<W>{rows(wp + gi * cog * k, cog, k), rows(sc.cols.data() + gi * k * l, k, l), og.data(), l,
+                               false});
       if (bp) og.colwise() += Eigen::Map<const Eigen::Matrix<W, Eigen::Dynamic, 1>>(bp + gi * cog, cog);
     }
     store_acc<true>(o, g.co * l, op + s * g.co * l);
@@ -189,8 +199,8 @@ void backward_input(const Tensor& grad_out, const Tensor& w, const Geometry& g, 
     sc.cols.resize(static_cast<size_t>(g.c * g.kh * g.kw * l));
     const W* go = as_acc<true>(gp + s * g.co * l, g.co * l, sc.grad_out);
     for (int64_t gi = 0; gi < g.p.groups; ++gi) {
-      MapMat<W>(sc.cols.data() + gi * k * l, k, l).noalias() =
-          ConstMapMat<W>(wp + gi * cog * k, cog, k).transpose() * ConstMapMat<W>(go + gi * cog * l, cog, l);
+      gemm_product(GemmCall<W>{transposed(rows(wp + gi * cog * k, cog, k)), rows(go + gi * cog * l, cog, l),
+                               sc.cols.data() + gi * k * l, l, false});
     }
     sc.output.assign(static_cast<size_t>(g.c * g.h * g.w), W(0));
     col2im(sc.cols.data(), g, sc.output.data());
@@ -211,8 +221,8 @@ void backward_weight(const Tensor& grad_out, const Tensor& x, const Geometry& g,
     const W* go = as_acc<true>(gp + s * g.co * l, g.co * l, sc.grad_out);
     im2col(as_acc<true>(xp + s * g.c * g.h * g.w, g.c * g.h * g.w, sc.input), g, sc.cols.data());
     for (int64_t gi = 0; gi < g.p.groups; ++gi) {
-      MapMat<W>(sc.grad_w.data() + gi * cog * k, cog, k).noalias() +=
-          ConstMapMat<W>(go + gi * cog * l, cog, l) * ConstMapMat<W>(sc.cols.data() + gi * k * l, k, l).transpose();
+      gemm_product(GemmCall<W>{rows(go + gi * cog * l, cog, l), transposed(rows(sc.cols.data() + gi * k * l, k, l)),
+                               sc.grad_w.data() + gi * cog * k, k, true});
     }
   });
   std::vector<W>& gw = parts[0].grad_w;

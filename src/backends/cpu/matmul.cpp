@@ -1,27 +1,18 @@
-// Matrix products on Eigen. Half inputs are widened to fp32 blocks, multiplied in fp32 and the
-// result rounded once: Eigen's own half GEMM is hundreds of times slower, and this is exactly
-// the tensor-core contract (fp32 accumulation, one rounding).
+// Matrix products on Eigen (gemm_eigen.h: the copy built for this CPU's vector unit). Half inputs
+// are widened to fp32 blocks, multiplied in fp32 and the result rounded once: Eigen's own half
+// GEMM is hundreds of times slower, and this is exactly the tensor-core contract (fp32
+// accumulation, one rounding).
 #include <algorithm>
-
-#include <Eigen/Core>
 
 #include "backends/matmul.h"
 #include "backends/cpu/cpu_backend.h"
 #include "mixtrain/autograd/grad_mode.h"
+#include "backends/cpu/gemm_eigen.h"
 #include "backends/cpu/loops.h"
 
 namespace mixtrain::backends::cpu {
 
 namespace {
-
-template <class S>
-using RowMat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class S>
-using ColMat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
-template <class S>
-using RowMap = Eigen::Map<const RowMat<S>, 0, Eigen::OuterStride<>>;
-template <class S>
-using ColMap = Eigen::Map<const ColMat<S>, 0, Eigen::OuterStride<>>;
 
 // One operand as a [rows, cols] matrix after its optional transpose.
 struct MatrixView {
@@ -44,25 +35,9 @@ MatrixView view_of(const Tensor& t, bool trans) {
   return v;
 }
 
-template <class S, class Out>
-void multiply(const MatrixView& a, const MatrixView& b, int64_t batch, Out& emit) {
-  auto with_map = [](const MatrixView& v, int64_t bi, auto&& f) {
-    const S* p = reinterpret_cast<const S*>(v.data) + bi * v.batch_stride;
-    if (v.col_stride == 1 || v.cols == 1)
-      f(RowMap<S>(p, v.rows, v.cols, Eigen::OuterStride<>(v.row_stride)));
-    else
-      f(ColMap<S>(p, v.rows, v.cols, Eigen::OuterStride<>(v.col_stride)));
-  };
-  auto one = [&](int64_t bi) {
-    with_map(a, bi, [&](const auto& ma) { with_map(b, bi, [&](const auto& mb) { emit(bi, ma, mb); }); });
-  };
-  if (batch > 1) {
-    // Batched products are small: parallelize across the batch, Eigen runs single-threaded inside.
-#pragma omp parallel for schedule(static)
-    for (int64_t bi = 0; bi < batch; ++bi) one(bi);
-  } else {
-    one(0);
-  }
+template <class S>
+GemmMatrix<S> matrix_at(const MatrixView& v, int64_t bi) {
+  return {reinterpret_cast<const S*>(v.data) + bi * v.batch_stride, v.rows, v.cols, v.row_stride, v.col_stride};
 }
 
 // Bias and activation in one sweep over a freshly written [m, n] product. The flags are template
@@ -94,11 +69,16 @@ template <class S>
 void gemm_typed(const MatrixView& a, const MatrixView& b, S* out, int64_t batch, const S* bias,
                 GemmEpilogue epilogue) {
   const int64_t m = a.rows, n = b.cols;
-  auto emit = [&](int64_t bi, const auto& ma, const auto& mb) {
-    Eigen::Map<RowMat<S>> mo(out + bi * m * n, m, n);
-    mo.noalias() = ma * mb;
+  auto one = [&](int64_t bi) {
+    gemm_product(GemmCall<S>{matrix_at<S>(a, bi), matrix_at<S>(b, bi), out + bi * m * n, n, false});
   };
-  multiply<S>(a, b, batch, emit);
+  if (batch > 1) {
+    // Batched products are small: parallelize across the batch, Eigen runs single-threaded inside.
+#pragma omp parallel for schedule(static)
+    for (int64_t bi = 0; bi < batch; ++bi) one(bi);
+  } else {
+    one(0);
+  }
   // After the batch loop, not inside it: its parallel region would serialize this sweep.
   apply_epilogue(out, batch * m, n, bias, epilogue);
 }

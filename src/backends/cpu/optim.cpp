@@ -59,8 +59,17 @@ void store_block(const Tensor& t, int64_t begin, int64_t n, const C* src) {
 
 // Mode: 0 no weight decay, 1 L2 (Adam), 2 decoupled (AdamW). The operation order follows
 // PyTorch's single-tensor Adam: lerp_, mul_ + addcmul_, sqrt / bc2_sqrt + eps, addcdiv_.
+// The element loops are also compiled for AVX2 and picked at load time where the CPU has it (a
+// portable build's own vectors are 128 bits). Not FMA: contracting a * b + c would change the
+// rounding, and results must not depend on the CPU.
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(__AVX2__)
+#define MT_CLONES_AVX2 __attribute__((target_clones("avx2", "default")))
+#else
+#define MT_CLONES_AVX2
+#endif
+
 template <class C, int Mode, bool Amsgrad, bool LerpSmall>
-void adam_core(C* w, const C* g, C* m, C* v, C* vmax, int64_t n, const AdamScalars<C>& scalars) {
+MT_CLONES_AVX2 void adam_core(C* w, const C* g, C* m, C* v, C* vmax, int64_t n, const AdamScalars<C>& scalars) {
   // A local copy: through the reference the compiler must assume the stores below may change the
   // scalars, reloads them every element and does not vectorize.
   const AdamScalars<C> s = scalars;
@@ -140,7 +149,7 @@ void adam_typed(const Tensor& weight, const Tensor& grad, const Tensor& m, const
 
 // Mom: 0 no momentum, 1 first step (buf = g), 2 running buffer.
 template <class C, bool WeightDecay, int Mom, bool Nesterov>
-void sgd_core(C* w, const C* g, C* buf, int64_t n, const SgdScalars<C>& scalars) {
+MT_CLONES_AVX2 void sgd_core(C* w, const C* g, C* buf, int64_t n, const SgdScalars<C>& scalars) {
   const SgdScalars<C> s = scalars;  // local: see adam_core
   for (int64_t i = 0; i < n; ++i) {
     C gi = g[i];

@@ -65,16 +65,19 @@ void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inne
       parallel_for(outer, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, n * inner)), [&](int64_t ob, int64_t oe) {
         std::vector<sum_t<T>> acc(inner);
         std::vector<int64_t> arg(inner);
+        // Sums read half inputs widened in bulk (as_acc: F16C where the CPU has it), which is exact.
+        std::vector<acc_t<T>> wide;
         for (int64_t o = ob; o < oe; ++o) {
           const T* base = px + o * n * inner;
           if (op == ReduceOp::Sum && inner == 1) {
-            const sum_t<T> total =
-                lane_sum<sum_t<T>>(n, [&](int64_t j) { return static_cast<sum_t<T>>(static_cast<acc_t<T>>(base[j])); });
+            const acc_t<T>* w = as_acc(base, n, wide);
+            const sum_t<T> total = lane_sum<sum_t<T>>(n, [&](int64_t j) { return static_cast<sum_t<T>>(w[j]); });
             po[o] = static_cast<TO>(static_cast<acc_t<TO>>(total));
           } else if (op == ReduceOp::Sum) {
             std::fill(acc.begin(), acc.end(), sum_t<T>(0));
+            const acc_t<T>* w = as_acc(base, n * inner, wide);
             for (int64_t j = 0; j < n; ++j)
-              for (int64_t i = 0; i < inner; ++i) acc[i] += static_cast<sum_t<T>>(static_cast<acc_t<T>>(base[j * inner + i]));
+              for (int64_t i = 0; i < inner; ++i) acc[i] += static_cast<sum_t<T>>(w[j * inner + i]);
             for (int64_t i = 0; i < inner; ++i) po[o * inner + i] = static_cast<TO>(static_cast<acc_t<TO>>(acc[i]));
           } else {
             const bool is_max = op == ReduceOp::Max;

@@ -1,0 +1,25 @@
+# Vector code chosen at run time. A portable build (MIXTRAIN_NATIVE off) compiles the CPU
+# backend's matrix product (src/backends/cpu/gemm_eigen.cpp) twice more, for AVX2+FMA and for
+# AVX-512, each copy in its own namespace with Eigen renamed (-DEigen=...) so that none of its
+# inline or template code can stand in for the portable code's; gemm_dispatch.cpp picks the copy
+# the CPU supports. With MIXTRAIN_NATIVE the portable copy is already built for this CPU.
+if(MIXTRAIN_NATIVE OR NOT CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$"
+   OR NOT CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  return()
+endif()
+
+function(mt_add_gemm_copy isa macro)
+  mt_avx512_safe_flags(_flags ${ARGN})
+  set(_target mixtrain_gemm_${isa})
+  add_library(${_target} OBJECT ${PROJECT_SOURCE_DIR}/src/backends/cpu/gemm_eigen.cpp)
+  target_include_directories(${_target} PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_compile_definitions(${_target} PRIVATE MT_GEMM_ISA=gemm_${isa} Eigen=mt_eigen_${isa})
+  target_compile_options(${_target} PRIVATE ${_flags})
+  target_link_libraries(${_target} PRIVATE Eigen3::Eigen OpenMP::OpenMP_CXX)
+  target_sources(mixtrain PRIVATE $<TARGET_OBJECTS:${_target}>)
+  set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/backends/cpu/gemm_dispatch.cpp TARGET_DIRECTORY mixtrain
+               APPEND PROPERTY COMPILE_DEFINITIONS ${macro})
+endfunction()
+
+mt_add_gemm_copy(avx2 MT_GEMM_HAVE_AVX2 -march=haswell -mtune=generic)
+mt_add_gemm_copy(avx512 MT_GEMM_HAVE_AVX512 -march=x86-64-v4 -mtune=generic)
