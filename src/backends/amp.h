@@ -1,7 +1,7 @@
 #pragma once
 // The amp family's kernels (amp::GradScaler). Scalars live in device tensors, so neither call
 // needs a host synchronisation. A backend without its own kernels gets the fallback of
-// amp_fallback.cpp (copy to the host, run the CPU kernels, copy back: correct but synchronous).
+// backends/amp.cpp (copy to the host, run the CPU kernels, copy back: correct but synchronous).
 #include <utility>
 #include <vector>
 
