@@ -1,37 +1,18 @@
 // The CUDA backend's registration: each op family's file (backends/cuda/<family>.cpp) registers its
-// kernels in register_<family>(); a new family adds one line to each list here.
+// kernels in register_<family>(); backends/families.h lists the families.
 #include "backends/cuda/operands.h"
+#include "backends/families.h"
 
 namespace mixtrain::backends::cuda {
 
-void register_copy();
-void register_random();
-void register_elementwise();
-void register_reduce();
-void register_softmax();
-void register_loss();
-void register_matmul();
-void register_conv();
-void register_pool_upsample();
-void register_norm();
-void register_embedding();
-void register_amp();
-void register_optim();
+#define MT_DECLARE_REGISTER(family) void register_##family();
+MT_KERNEL_FAMILIES(MT_DECLARE_REGISTER)
+#undef MT_DECLARE_REGISTER
 
 void register_kernels() {
-  register_copy();
-  register_random();
-  register_elementwise();
-  register_reduce();
-  register_softmax();
-  register_loss();
-  register_matmul();
-  register_conv();
-  register_pool_upsample();
-  register_norm();
-  register_embedding();
-  register_amp();
-  register_optim();
+#define MT_CALL_REGISTER(family) register_##family();
+  MT_KERNEL_FAMILIES(MT_CALL_REGISTER)
+#undef MT_CALL_REGISTER
 }
 
 }  // namespace mixtrain::backends::cuda
