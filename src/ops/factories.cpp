@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "backends/copy.h"
-#include "backends/random.h"
 #include "mixtrain/core/dtype_traits.h"
 #include "mixtrain/core/error.h"
 
@@ -45,32 +44,6 @@ Tensor full(const Shape& shape, double value, const TensorOptions& options) {
 Tensor zeros(const Shape& shape, const TensorOptions& options) { return full(shape, 0.0, options); }
 Tensor ones(const Shape& shape, const TensorOptions& options) { return full(shape, 1.0, options); }
 Tensor scalar_tensor(double value, const TensorOptions& options) { return full({}, value, options); }
-
-namespace {
-// Drawn where the tensor lives: the backend evaluates the counter-based generator per element,
-// so a device tensor needs no host loop or copy, and every device gives the same values.
-Tensor random_tensor(const char* op, const Shape& shape, Generator& gen, const TensorOptions& options,
-                     backends::RandomKind kind) {
-  MT_CHECK(is_floating(options.dtype()), op, ": expected a floating dtype, got ", options.dtype());
-  Tensor t = Tensor::empty(shape, TensorOptions().dtype(options.dtype()).device(options.device()));
-  const uint64_t per_element = kind == backends::RandomKind::Normal ? 2 : 1;
-  const GeneratorState draws = gen.reserve_draws(static_cast<uint64_t>(t.numel()) * per_element);
-  backends::random(t, t, kind, draws.seed, draws.offset);
-  if (options.requires_grad()) t.set_requires_grad(true);
-  return t;
-}
-}  // namespace
-
-Tensor rand(const Shape& shape, Generator& gen, const TensorOptions& options) {
-  return random_tensor("rand", shape, gen, options, backends::RandomKind::Uniform);
-}
-
-Tensor randn(const Shape& shape, Generator& gen, const TensorOptions& options) {
-  return random_tensor("randn", shape, gen, options, backends::RandomKind::Normal);
-}
-
-Tensor rand(const Shape& shape, const TensorOptions& options) { return rand(shape, default_generator(), options); }
-Tensor randn(const Shape& shape, const TensorOptions& options) { return randn(shape, default_generator(), options); }
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, const TensorOptions& options) {
   MT_CHECK(high > low, "randint: empty range [", low, ", ", high, ")");

@@ -1,6 +1,5 @@
-// Losses and dropout (mixtrain::nn::functional).
+// Losses (mixtrain::nn::functional).
 #include "backends/loss.h"
-#include "backends/random.h"
 #include "mixtrain/ops/nn_functional.h"
 #include "ops/op_helpers.h"
 
@@ -99,36 +98,6 @@ Tensor binary_cross_entropy(const Tensor& input_in, const Tensor& target_in, Red
   Tensor log_q = maximum(log(rsub(input, 1.0)), floor);
   Tensor loss = neg(add(mul(target, log_p), mul(rsub(target, 1.0), log_q)));
   return reduce(loss, reduction);
-}
-
-namespace {
-// x times dropout's mask and scale in one backend pass. The mask is a function of the generator's
-// draw counter, so backward regenerates it for the gradient rather than keeping it alive.
-Tensor apply_dropout_mask(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
-  NoGradGuard no_grad;
-  const Tensor xc = x.contiguous();
-  Tensor out = new_empty(x.shape(), x);
-  backends::dropout(x, xc, p, seed, offset, out);
-  return out;
-}
-}  // namespace
-
-Tensor dropout(const Tensor& x_in, double p, bool training) {
-  Tensor x = x_in;
-  OpScope scope(OpId::dropout, {&x});
-  check_defined("dropout", x, "input");
-  check_floating("dropout", x);
-  MT_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability must be in [0, 1], got ", p);
-  if (!training || p == 0.0) return x;
-  if (p == 1.0) return mul(x, 0.0);
-  // One draw per element from the default generator, as rand(x.shape()) would take.
-  const GeneratorState draws = default_generator().reserve_draws(static_cast<uint64_t>(x.numel()));
-  const uint64_t seed = draws.seed, offset = draws.offset;
-  Tensor out = apply_dropout_mask(x, p, seed, offset);
-  autograd::record("DropoutBackward", out, {&x}, [p, seed, offset](const TensorList& g) {
-    return TensorList{apply_dropout_mask(g[0], p, seed, offset)};
-  });
-  return out;
 }
 
 }  // namespace mixtrain::nn::functional
