@@ -11,9 +11,8 @@ namespace mixtrain::backends {
 template <class Body>
 void with_unary(UnaryOp op, Body&& body) {
   switch (op) {
-#define MT_CASE(name) case UnaryOp::name: body(std::integral_constant<UnaryOp, UnaryOp::name>{}); return;
-    MT_CASE(Neg) MT_CASE(Exp) MT_CASE(Log) MT_CASE(Sqrt) MT_CASE(Rsqrt) MT_CASE(Tanh) MT_CASE(Sigmoid)
-    MT_CASE(Relu) MT_CASE(Gelu) MT_CASE(Abs) MT_CASE(Pow) MT_CASE(Square)
+#define MT_CASE(name, ...) case UnaryOp::name: body(std::integral_constant<UnaryOp, UnaryOp::name>{}); return;
+    MT_UNARY_OPS(MT_CASE)
 #undef MT_CASE
   }
 }
@@ -21,8 +20,8 @@ void with_unary(UnaryOp op, Body&& body) {
 template <class Body>
 void with_binary(BinaryOp op, Body&& body) {
   switch (op) {
-#define MT_CASE(name) case BinaryOp::name: body(std::integral_constant<BinaryOp, BinaryOp::name>{}); return;
-    MT_CASE(Add) MT_CASE(Sub) MT_CASE(Mul) MT_CASE(Div) MT_CASE(Pow) MT_CASE(Maximum) MT_CASE(Minimum)
+#define MT_CASE(name, ...) case BinaryOp::name: body(std::integral_constant<BinaryOp, BinaryOp::name>{}); return;
+    MT_BINARY_OPS(MT_CASE)
 #undef MT_CASE
   }
 }
@@ -30,8 +29,8 @@ void with_binary(BinaryOp op, Body&& body) {
 template <class Body>
 void with_compare(CompareOp op, Body&& body) {
   switch (op) {
-#define MT_CASE(name) case CompareOp::name: body(std::integral_constant<CompareOp, CompareOp::name>{}); return;
-    MT_CASE(Eq) MT_CASE(Ne) MT_CASE(Lt) MT_CASE(Le) MT_CASE(Gt) MT_CASE(Ge)
+#define MT_CASE(name, ...) case CompareOp::name: body(std::integral_constant<CompareOp, CompareOp::name>{}); return;
+    MT_COMPARE_OPS(MT_CASE)
 #undef MT_CASE
   }
 }

@@ -14,12 +14,16 @@
 namespace mixtrain::backends {
 
 const char* unary_op_name(UnaryOp op) {
-  static const char* names[] = {"neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "abs", "pow", "square"};
+#define MT_NAME(name, str, ...) str,
+  static constexpr const char* names[] = {MT_UNARY_OPS(MT_NAME)};
+  static_assert(sizeof(names) / sizeof(names[0]) == kNumUnaryOps);
   return names[static_cast<int>(op)];
 }
 
 const char* binary_op_name(BinaryOp op) {
-  static const char* names[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum"};
+  static constexpr const char* names[] = {MT_BINARY_OPS(MT_NAME)};
+#undef MT_NAME
+  static_assert(sizeof(names) / sizeof(names[0]) == kNumBinaryOps);
   return names[static_cast<int>(op)];
 }
 

@@ -137,16 +137,6 @@ Tensor scalar_op(OpId id, BinaryOp kop, const Tensor& a_in, double s, bool scala
   return out;
 }
 
-// Which forward values the derivative reads.
-constexpr bool backward_reads_input(UnaryOp op) {
-  return op == UnaryOp::Log || op == UnaryOp::Relu || op == UnaryOp::Gelu || op == UnaryOp::Abs ||
-         op == UnaryOp::Pow || op == UnaryOp::Square;
-}
-constexpr bool backward_reads_output(UnaryOp op) {
-  return op == UnaryOp::Exp || op == UnaryOp::Sqrt || op == UnaryOp::Rsqrt || op == UnaryOp::Tanh ||
-         op == UnaryOp::Sigmoid;
-}
-
 Tensor unary_op(OpId id, UnaryOp kop, const Tensor& x_in, double alpha = 0.0) {
   Tensor x = x_in;
   OpScope scope(id, {&x});
@@ -156,8 +146,8 @@ Tensor unary_op(OpId id, UnaryOp kop, const Tensor& x_in, double alpha = 0.0) {
   Tensor out = new_empty_preserving(x.shape(), x);
   backends::unary(x, kop, x, out, alpha);
   if (!autograd::needs_grad({&x})) return out;
-  const autograd::SavedTensor x_s = backward_reads_input(kop) ? autograd::saved(x, "input 0") : autograd::SavedTensor();
-  const autograd::SavedTensor y_s = backward_reads_output(kop) ? autograd::saved(out, "output 0") : autograd::SavedTensor();
+  const autograd::SavedTensor x_s = backends::unary_backward_reads_input(kop) ? autograd::saved(x, "input 0") : autograd::SavedTensor();
+  const autograd::SavedTensor y_s = backends::unary_backward_reads_output(kop) ? autograd::saved(out, "output 0") : autograd::SavedTensor();
   autograd::record(name, out, {&x}, [kop, alpha, x_s, y_s](const TensorList& g) {
     Tensor gx = new_empty_preserving(g[0].shape(), g[0]);
     backends::unary_backward(g[0], kop, x_s, y_s, g[0], gx, alpha);
