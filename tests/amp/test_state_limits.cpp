@@ -29,8 +29,6 @@ TEST(ScalerStateLimits, HysteresisTrackerIsBoundedByHysteresis) {
 TEST(ScalerStateLimits, DeepStateIsRejected) {
   mt::amp::GradScaler s;
   nlohmann::json j = s.state_dict();
-  nlohmann::json built = nlohmann::json::array();
-  for (int i = 0; i < 100000; ++i) built = nlohmann::json::array({std::move(built)});
-  j["scale"] = built;
+  mt::testing::nest_arrays_into(j["scale"], 100000);
   expect_error([&] { s.load_state_dict(j); }, {"GradScaler.load_state_dict", "deeper"});
 }

@@ -158,9 +158,9 @@ TEST(InputLimits, PolicyFilesAreBoundedAndNamed) {
   const std::string msg = mt::testing::error_of([&] { mt::amp::load_policy_table_file(p.string()); });
   EXPECT_NE(msg.find("must be a string"), std::string::npos) << msg;
   EXPECT_LT(msg.size(), 1000u);
-  nlohmann::json built = nlohmann::json::array();
-  for (int i = 0; i < 100000; ++i) built = nlohmann::json::array({std::move(built)});
-  expect_error([&] { mt::amp::load_policy_table({{"matmul", built}}); }, "deeper");
+  nlohmann::json table = nlohmann::json::object();
+  mt::testing::nest_arrays_into(table["matmul"], 100000);
+  expect_error([&] { mt::amp::load_policy_table(table); }, "deeper");
   EXPECT_EQ(mt::amp::policy_table_to_json(), before);
 }
 
@@ -171,10 +171,10 @@ TEST(InputLimits, DeepJsonInACheckpointIsRejectedWithNothingLoaded) {
   const fs::path dir = tmp.path / "ckpt";
   mt::io::save_checkpoint(dir.string(), s.model, *s.opt, *s.scaler, 1, {{"note", "ok"}});
   // A deep "extra" is refused by the writer, before the good checkpoint is touched.
-  nlohmann::json built = nlohmann::json::array();
-  for (int i = 0; i < 100000; ++i) built = nlohmann::json::array({std::move(built)});
+  nlohmann::json extra = nlohmann::json::object();
+  mt::testing::nest_arrays_into(extra["x"], 100000);
   const std::string trainer = read_bytes(dir / "trainer.json");
-  expect_error([&] { mt::io::save_checkpoint(dir.string(), s.model, *s.opt, *s.scaler, 2, {{"x", built}}); },
+  expect_error([&] { mt::io::save_checkpoint(dir.string(), s.model, *s.opt, *s.scaler, 2, extra); },
                {"save_checkpoint", "deeper"});
   EXPECT_EQ(read_bytes(dir / "trainer.json"), trainer);
   // An edited trainer.json with a deep field is rejected by the reader.

@@ -94,12 +94,10 @@ TEST(OptimizerStateValidation, DeepDocumentsAreRejectedBeforeAnyRecursion) {
   Model m;
   mt::optim::Adam adam(m.params, mt::optim::AdamOptions(1e-2));
   nlohmann::json doc = adam.state_dict();
-  nlohmann::json built = nlohmann::json::array();
-  for (int i = 0; i < 100000; ++i) built = nlohmann::json::array({std::move(built)});
-  doc["param_groups"][0]["lr"] = built;
+  mt::testing::nest_arrays_into(doc["param_groups"][0]["lr"], 100000);
   expect_rejected<mt::optim::Adam>(doc, {}, mt::optim::AdamOptions(1e-2), {"Adam state_dict", "deeper"});
   mt::optim::CosineAnnealingLR sched(adam, 10);
   nlohmann::json s = sched.state_dict();
-  s["base_lrs"] = built;
+  mt::testing::nest_arrays_into(s["base_lrs"], 100000);
   expect_error([&] { sched.load_state_dict(s); }, "deeper");
 }

@@ -56,6 +56,18 @@ std::vector<std::string> names_of(const std::vector<std::pair<std::string, Tenso
 const std::vector<DType>& float_types();
 
 // What error_of returns when f throws nothing.
+// Makes `slot` `depth` arrays nested in one another, built in place: copying such a value (an
+// initializer list, an assignment from an lvalue) recurses once per level and overflows the stack
+// of a sanitizer build, so a test hands the library a deep value without ever copying it.
+inline void nest_arrays_into(nlohmann::json& slot, int depth) {
+  slot = nlohmann::json::array();
+  nlohmann::json* p = &slot;
+  for (int i = 1; i < depth; ++i) {
+    p->push_back(nlohmann::json::array());
+    p = &p->back();
+  }
+}
+
 inline constexpr char kNoError[] = "<no error>";
 
 // The message of the mixtrain::Error that f throws, or kNoError.
