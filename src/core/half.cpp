@@ -2,6 +2,8 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+
+#include "core/cpu_features.h"
 #define MT_X86 1
 #endif
 
@@ -44,7 +46,7 @@ bool cpu_has_f16c() {
 #if defined(__F16C__)
   return true;
 #else
-  static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool has = __builtin_cpu_supports("avx") && detail::cpu_has_f16c();
   return has;
 #endif
 }

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backends/cpu/gemm_eigen.h"
+#include "core/cpu_features.h"
 
 namespace mixtrain::backends::cpu {
 
@@ -15,7 +16,7 @@ Isa detect() {
 #if defined(__x86_64__) && (defined(MT_GEMM_HAVE_AVX2) || defined(MT_GEMM_HAVE_AVX512))
   __builtin_cpu_init();
 #if defined(MT_GEMM_HAVE_AVX2)
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && detail::cpu_has_f16c())
     best = Isa::Avx2;
 #endif
 #if defined(MT_GEMM_HAVE_AVX512)

@@ -61,8 +61,9 @@ void store_block(const Tensor& t, int64_t begin, int64_t n, const C* src) {
 // PyTorch's single-tensor Adam: lerp_, mul_ + addcmul_, sqrt / bc2_sqrt + eps, addcdiv_.
 // The element loops are also compiled for AVX2 and picked at load time where the CPU has it (a
 // portable build's own vectors are 128 bits). Not FMA: contracting a * b + c would change the
-// rounding, and results must not depend on the CPU.
-#if (defined(__x86_64__) || defined(__i386__)) && !defined(__AVX2__)
+// rounding, and results must not depend on the CPU. clang (14, which builds the fuzz targets)
+// cannot clone function templates, so a clang build keeps the portable loops.
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(__AVX2__) && !defined(__clang__)
 #define MT_CLONES_AVX2 __attribute__((target_clones("avx2", "default")))
 #else
 #define MT_CLONES_AVX2

@@ -1,0 +1,15 @@
+#pragma once
+// CPU feature checks read from CPUID, for the few features that __builtin_cpu_supports does not
+// name in every compiler (clang 14 has no "f16c"). x86-64 only; callers guard on __x86_64__.
+#include <cpuid.h>
+
+namespace mixtrain::detail {
+
+// F16C: CPUID leaf 1, ECX bit 29. Its instructions use the AVX (VEX) encoding, so callers also
+// check AVX.
+inline bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+
+}  // namespace mixtrain::detail
