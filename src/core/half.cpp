@@ -71,8 +71,9 @@ void float_to_half_array(const float* in, Half* out, int64_t n) {
 }
 
 // Plain loops the compiler vectorizes; also compiled for AVX2, picked at load time where the CPU
-// has it (integer work only, so both clones give the same bits).
-#if defined(MT_X86) && !defined(__AVX2__)
+// has it (integer work only, so both clones give the same bits). Not under ThreadSanitizer: the
+// clones' ifunc resolvers run during relocation, before its runtime is up, and crash.
+#if defined(MT_X86) && !defined(__AVX2__) && !defined(__SANITIZE_THREAD__)
 #define MT_CLONES_AVX2 __attribute__((target_clones("avx2", "default")))
 #else
 #define MT_CLONES_AVX2

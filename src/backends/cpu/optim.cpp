@@ -62,8 +62,9 @@ void store_block(const Tensor& t, int64_t begin, int64_t n, const C* src) {
 // The element loops are also compiled for AVX2 and picked at load time where the CPU has it (a
 // portable build's own vectors are 128 bits). Not FMA: contracting a * b + c would change the
 // rounding, and results must not depend on the CPU. clang (14, which builds the fuzz targets)
-// cannot clone function templates, so a clang build keeps the portable loops.
-#if (defined(__x86_64__) || defined(__i386__)) && !defined(__AVX2__) && !defined(__clang__)
+// cannot clone function templates, so a clang build keeps the portable loops; so does a
+// ThreadSanitizer build, whose runtime is not up yet when the clones' ifunc resolvers run.
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(__AVX2__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define MT_CLONES_AVX2 __attribute__((target_clones("avx2", "default")))
 #else
 #define MT_CLONES_AVX2
