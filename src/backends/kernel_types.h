@@ -4,48 +4,21 @@
 // kernels without the tensor headers.
 #include <cstdint>
 
+#include "mixtrain/core/elementwise_ops.h"
+
 namespace mixtrain::backends {
 
-// The elementwise op lists, one X-macro each: the enums, their names (registry.cpp), the
-// compile-time switches (op_switch.h) and what a unary backward reads are all generated from
-// these, so an op is added in one place. Unary columns: enum name, name, whether the backward
-// formula reads the input x, whether it reads the output y (the ops layer saves only those).
-#define MT_UNARY_OPS(X)                 \
-  X(Neg, "neg", false, false)           \
-  X(Exp, "exp", false, true)            \
-  X(Log, "log", true, false)            \
-  X(Sqrt, "sqrt", false, true)          \
-  X(Rsqrt, "rsqrt", false, true)        \
-  X(Tanh, "tanh", false, true)          \
-  X(Sigmoid, "sigmoid", false, true)    \
-  X(Relu, "relu", true, false)          \
-  X(Gelu, "gelu", true, false)          \
-  X(Abs, "abs", true, false)            \
-  X(Pow, "pow", true, false)            \
-  X(Square, "square", true, false)
-#define MT_BINARY_OPS(X) X(Add, "add") X(Sub, "sub") X(Mul, "mul") X(Div, "div") X(Pow, "pow") \
-  X(Maximum, "maximum") X(Minimum, "minimum")
-#define MT_COMPARE_OPS(X) X(Eq, "eq") X(Ne, "ne") X(Lt, "lt") X(Le, "le") X(Gt, "gt") X(Ge, "ge")
-
+// The op lists are X-macros in mixtrain/core/elementwise_ops.h; everything per op is generated.
 #define MT_ENUM_ENTRY(name, ...) name,
-#define MT_COUNT_ENTRY(...) +1
 enum class UnaryOp : uint8_t { MT_UNARY_OPS(MT_ENUM_ENTRY) };
 enum class BinaryOp : uint8_t { MT_BINARY_OPS(MT_ENUM_ENTRY) };
 enum class CompareOp : uint8_t { MT_COMPARE_OPS(MT_ENUM_ENTRY) };
-constexpr int kNumUnaryOps = 0 MT_UNARY_OPS(MT_COUNT_ENTRY);
-constexpr int kNumBinaryOps = 0 MT_BINARY_OPS(MT_COUNT_ENTRY);
-constexpr int kNumCompareOps = 0 MT_COMPARE_OPS(MT_COUNT_ENTRY);
 #undef MT_ENUM_ENTRY
-#undef MT_COUNT_ENTRY
-// Every per-op table in the code base is generated from the lists above; these catch an edit of
-// a list that was not meant to change the count (and a uint8_t overflow).
-static_assert(kNumUnaryOps == 12 && kNumBinaryOps == 7 && kNumCompareOps == 6,
-              "an elementwise op list changed: update this count, and the op's formulas and tests");
 
 // What a unary op's backward formula reads: the forward's input, its output, or neither.
 constexpr bool unary_backward_reads_input(UnaryOp op) {
   constexpr bool table[] = {
-#define MT_READS_X(name, str, reads_x, reads_y) reads_x,
+#define MT_READS_X(code, name, reads_x, reads_y, kind) reads_x,
       MT_UNARY_OPS(MT_READS_X)
 #undef MT_READS_X
   };
@@ -53,7 +26,7 @@ constexpr bool unary_backward_reads_input(UnaryOp op) {
 }
 constexpr bool unary_backward_reads_output(UnaryOp op) {
   constexpr bool table[] = {
-#define MT_READS_Y(name, str, reads_x, reads_y) reads_y,
+#define MT_READS_Y(code, name, reads_x, reads_y, kind) reads_y,
       MT_UNARY_OPS(MT_READS_Y)
 #undef MT_READS_Y
   };

@@ -11,7 +11,7 @@ namespace mixtrain::backends {
 template <class Body>
 void with_unary(UnaryOp op, Body&& body) {
   switch (op) {
-#define MT_CASE(name, ...) case UnaryOp::name: body(std::integral_constant<UnaryOp, UnaryOp::name>{}); return;
+#define MT_CASE(code, ...) case UnaryOp::code: body(std::integral_constant<UnaryOp, UnaryOp::code>{}); return;
     MT_UNARY_OPS(MT_CASE)
 #undef MT_CASE
   }
@@ -20,7 +20,7 @@ void with_unary(UnaryOp op, Body&& body) {
 template <class Body>
 void with_binary(BinaryOp op, Body&& body) {
   switch (op) {
-#define MT_CASE(name, ...) case BinaryOp::name: body(std::integral_constant<BinaryOp, BinaryOp::name>{}); return;
+#define MT_CASE(code, ...) case BinaryOp::code: body(std::integral_constant<BinaryOp, BinaryOp::code>{}); return;
     MT_BINARY_OPS(MT_CASE)
 #undef MT_CASE
   }
@@ -29,7 +29,7 @@ void with_binary(BinaryOp op, Body&& body) {
 template <class Body>
 void with_compare(CompareOp op, Body&& body) {
   switch (op) {
-#define MT_CASE(name, ...) case CompareOp::name: body(std::integral_constant<CompareOp, CompareOp::name>{}); return;
+#define MT_CASE(code, ...) case CompareOp::code: body(std::integral_constant<CompareOp, CompareOp::code>{}); return;
     MT_COMPARE_OPS(MT_CASE)
 #undef MT_CASE
   }

@@ -14,7 +14,7 @@
 namespace mixtrain::backends {
 
 const char* unary_op_name(UnaryOp op) {
-#define MT_NAME(name, str, ...) str,
+#define MT_NAME(code, name, ...) #name,
   static constexpr const char* names[] = {MT_UNARY_OPS(MT_NAME)};
   static_assert(sizeof(names) / sizeof(names[0]) == kNumUnaryOps);
   return names[static_cast<int>(op)];

@@ -187,17 +187,10 @@ Tensor div(const Tensor& a, double b) { return scalar_op(OpId::div, BinaryOp::Di
 Tensor rdiv(const Tensor& a, double b) { return scalar_op(OpId::div, BinaryOp::Div, a, b, true); }
 Tensor pow(const Tensor& a, double exponent) { return unary_op(OpId::pow, UnaryOp::Pow, a, exponent); }
 
-Tensor neg(const Tensor& x) { return unary_op(OpId::neg, UnaryOp::Neg, x); }
-Tensor exp(const Tensor& x) { return unary_op(OpId::exp, UnaryOp::Exp, x); }
-Tensor log(const Tensor& x) { return unary_op(OpId::log, UnaryOp::Log, x); }
-Tensor sqrt(const Tensor& x) { return unary_op(OpId::sqrt, UnaryOp::Sqrt, x); }
-Tensor rsqrt(const Tensor& x) { return unary_op(OpId::rsqrt, UnaryOp::Rsqrt, x); }
-Tensor tanh(const Tensor& x) { return unary_op(OpId::tanh, UnaryOp::Tanh, x); }
-Tensor sigmoid(const Tensor& x) { return unary_op(OpId::sigmoid, UnaryOp::Sigmoid, x); }
-Tensor relu(const Tensor& x) { return unary_op(OpId::relu, UnaryOp::Relu, x); }
-Tensor gelu(const Tensor& x) { return unary_op(OpId::gelu, UnaryOp::Gelu, x); }
-Tensor abs(const Tensor& x) { return unary_op(OpId::abs, UnaryOp::Abs, x); }
-Tensor square(const Tensor& x) { return unary_op(OpId::square, UnaryOp::Square, x); }
+#define MT_PLAIN_UNARY(code, name) \
+  Tensor name(const Tensor& x) { return unary_op(OpId::name, UnaryOp::code, x); }
+MT_FOR_PLAIN_UNARY_OPS
+#undef MT_PLAIN_UNARY
 
 Tensor addcmul(const Tensor& self_in, const Tensor& t1_in, const Tensor& t2_in, double value) {
   Tensor self = self_in, t1 = t1_in, t2 = t2_in;

@@ -32,16 +32,10 @@ MT_INSTANTIATE_READERS(int32_t)
 MT_INSTANTIATE_READERS(bool)
 #undef MT_INSTANTIATE_READERS
 
-Tensor Tensor::neg() const { return mixtrain::neg(*this); }
-Tensor Tensor::exp() const { return mixtrain::exp(*this); }
-Tensor Tensor::log() const { return mixtrain::log(*this); }
-Tensor Tensor::sqrt() const { return mixtrain::sqrt(*this); }
-Tensor Tensor::rsqrt() const { return mixtrain::rsqrt(*this); }
-Tensor Tensor::tanh() const { return mixtrain::tanh(*this); }
-Tensor Tensor::sigmoid() const { return mixtrain::sigmoid(*this); }
-Tensor Tensor::relu() const { return mixtrain::relu(*this); }
-Tensor Tensor::gelu() const { return mixtrain::gelu(*this); }
-Tensor Tensor::abs() const { return mixtrain::abs(*this); }
+#define MT_PLAIN_UNARY(code, name) \
+  Tensor Tensor::name() const { return mixtrain::name(*this); }
+MT_FOR_PLAIN_UNARY_OPS
+#undef MT_PLAIN_UNARY
 Tensor Tensor::pow(double exponent) const { return mixtrain::pow(*this, exponent); }
 Tensor Tensor::sum() const { return mixtrain::sum(*this); }
 Tensor Tensor::sum(const DimList& dims, bool keepdim) const { return mixtrain::sum(*this, dims.vec(), keepdim); }

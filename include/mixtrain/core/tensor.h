@@ -12,6 +12,7 @@
 
 #include "mixtrain/core/device.h"
 #include "mixtrain/core/dtype.h"
+#include "mixtrain/core/elementwise_ops.h"
 #include "mixtrain/core/shape.h"
 #include "mixtrain/core/storage.h"
 #include "mixtrain/core/tensor_options.h"
@@ -149,16 +150,10 @@ class Tensor {
   Tensor expand(const Shape& shape) const;
 
   // Math (methods mirror the free functions in <mixtrain/ops/functional.h>).
-  Tensor neg() const;
-  Tensor exp() const;
-  Tensor log() const;
-  Tensor sqrt() const;
-  Tensor rsqrt() const;
-  Tensor tanh() const;
-  Tensor sigmoid() const;
-  Tensor relu() const;
-  Tensor gelu() const;
-  Tensor abs() const;
+  // x.neg(), x.exp(), ... x.square(): one per plain unary op (mixtrain/core/elementwise_ops.h).
+#define MT_PLAIN_UNARY(code, name) Tensor name() const;
+  MT_FOR_PLAIN_UNARY_OPS
+#undef MT_PLAIN_UNARY
   Tensor pow(double exponent) const;
   Tensor sum() const;
   Tensor sum(const DimList& dims, bool keepdim = false) const;

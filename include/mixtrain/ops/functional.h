@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include "mixtrain/core/elementwise_ops.h"
 #include "mixtrain/core/tensor.h"
 
 namespace mixtrain {
@@ -42,17 +43,11 @@ Tensor mul(const Tensor& a, double b);
 Tensor div(const Tensor& a, double b);
 Tensor rdiv(const Tensor& a, double b);  // b / a
 Tensor pow(const Tensor& a, double exponent);
-Tensor neg(const Tensor& x);
-Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);
-Tensor sqrt(const Tensor& x);
-Tensor rsqrt(const Tensor& x);
-Tensor tanh(const Tensor& x);
-Tensor sigmoid(const Tensor& x);
-Tensor relu(const Tensor& x);
-Tensor gelu(const Tensor& x);
-Tensor abs(const Tensor& x);
-Tensor square(const Tensor& x);
+// The plain unary ops, one per entry of MT_UNARY_OPS (mixtrain/core/elementwise_ops.h): neg, exp,
+// log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, abs, square.
+#define MT_PLAIN_UNARY(code, name) Tensor name(const Tensor& x);
+MT_FOR_PLAIN_UNARY_OPS
+#undef MT_PLAIN_UNARY
 // self + value * t1 * t2 (broadcasting, type promotion over all three). Half results are computed
 // in fp32 and rounded once, as PyTorch's fused kernel does.
 Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, double value = 1.0);
