@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <mutex>
 
+#include "mixtrain/core/host_device.h"
+
 namespace mixtrain {
 
 struct GeneratorState {

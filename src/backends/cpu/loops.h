@@ -1,7 +1,7 @@
 #pragma once
-// Building blocks of the CPU kernels: dtype dispatch and a strided N-ary elementwise loop that
-// coalesces dimensions, runs the contiguous case as a plain vectorizable loop and splits large
-// work across OpenMP threads (as many as threads.h allows).
+// Building blocks of the CPU kernels: dtype dispatch (the shared one, with the CPU half types) and
+// a strided N-ary elementwise loop that coalesces dimensions, runs the contiguous case as a plain
+// vectorizable loop and splits large work across OpenMP threads (as many as threads.h allows).
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -16,32 +16,23 @@
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/tensor.h"
 #include "backends/cpu/threads.h"
+#include "backends/dtype_dispatch.h"
+#include "backends/elementwise_math.h"
 
 namespace mixtrain::backends::cpu {
 
-template <class T> struct Tag { using type = T; };
+using backends::Tag;
 
-// Calls f(Tag<T>{}) for the floating dtypes.
+// Calls f(Tag<T>{}) for the floating dtypes (backends/dtype_dispatch.h).
 template <class F>
 void dispatch_floating(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case DType::Float32: f(Tag<float>{}); return;
-    case DType::Float64: f(Tag<double>{}); return;
-    case DType::Float16: f(Tag<Half>{}); return;
-    case DType::BFloat16: f(Tag<BFloat16>{}); return;
-    default: MT_ERROR(op, ": not implemented for dtype ", dtype, " (expected a floating dtype)");
-  }
+  dispatch_floating_types<Half, BFloat16>(dtype, op, "CPU", std::forward<F>(f));
 }
 
 // Calls f(Tag<T>{}) for every dtype.
 template <class F>
 void dispatch_all(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case DType::Int64: f(Tag<int64_t>{}); return;
-    case DType::Int32: f(Tag<int32_t>{}); return;
-    case DType::Bool: f(Tag<bool>{}); return;
-    default: dispatch_floating(dtype, op, std::forward<F>(f));
-  }
+  dispatch_all_types<Half, BFloat16>(dtype, op, "CPU", std::forward<F>(f));
 }
 
 // Elements below which a loop stays on one thread. 8192 measured best on 2 cores (the small
@@ -235,7 +226,7 @@ void store_acc(const acc_t<T>* src, int64_t n, T* p) {
 // with the two ops bit for bit. NaN stays NaN.
 template <class A>
 inline A relu_value(A x) {
-  return x <= A(0) ? A(0) : x;
+  return math::Unary<UnaryOp::Relu>::forward(x, A(0));
 }
 
 template <class T>

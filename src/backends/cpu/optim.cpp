@@ -10,7 +10,7 @@
 #include "backends/optim.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
-#include "backends/optim_scalars.h"
+#include "backends/optim_math.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/half.h"
 
@@ -57,8 +57,8 @@ void store_block(const Tensor& t, int64_t begin, int64_t n, const C* src) {
 
 // ---- Adam -------------------------------------------------------------------------------------
 
-// Mode: 0 no weight decay, 1 L2 (Adam), 2 decoupled (AdamW). The operation order follows
-// PyTorch's single-tensor Adam: lerp_, mul_ + addcmul_, sqrt / bc2_sqrt + eps, addcdiv_.
+// The element update is adam_update / sgd_update of backends/optim_math.h, which the CUDA kernels
+// run too; these loops give it contiguous float or double arrays.
 // The element loops are also compiled for AVX2 and picked at load time where the CPU has it (a
 // portable build's own vectors are 128 bits). Not FMA: contracting a * b + c would change the
 // rounding, and results must not depend on the CPU. clang (14, which builds the fuzz targets)
@@ -75,27 +75,12 @@ MT_CLONES_AVX2 void adam_core(C* w, const C* g, C* m, C* v, C* vmax, int64_t n, 
   // A local copy: through the reference the compiler must assume the stores below may change the
   // scalars, reloads them every element and does not vectorize.
   const AdamScalars<C> s = scalars;
+  C unused = C(0);  // vmax's stand-in without amsgrad
   for (int64_t i = 0; i < n; ++i) {
-    C p = w[i];
-    C gi = g[i];
-    if constexpr (Mode == 2) p = p * s.decay;
-    if constexpr (Mode == 1) gi = gi + s.wd * p;
-    C mi = m[i];
-    // torch.lerp: the formula depends on whether the weight is below 0.5, for accuracy.
-    if constexpr (LerpSmall) mi = mi + s.w1 * (gi - mi);
-    else mi = gi - (gi - mi) * s.one_minus_w1;
-    C vi = v[i] * s.beta2;
-    vi = vi + s.one_minus_beta2 * gi * gi;
+    C mi = m[i], vi = v[i];
+    w[i] = adam_update<Mode, Amsgrad, LerpSmall>(w[i], g[i], mi, vi, Amsgrad ? vmax[i] : unused, s);
     m[i] = mi;
     v[i] = vi;
-    if constexpr (Amsgrad) {
-      const C old = vmax[i];
-      // torch.maximum propagates NaN from either side.
-      vi = (old < vi || vi != vi) ? vi : old;
-      vmax[i] = vi;
-    }
-    const C denom = std::sqrt(vi) / s.bc2_sqrt + s.eps;
-    w[i] = p + s.neg_step_size * (mi / denom);
   }
 }
 
@@ -149,18 +134,11 @@ void adam_typed(const Tensor& weight, const Tensor& grad, const Tensor& m, const
 
 // ---- SGD --------------------------------------------------------------------------------------
 
-// Mom: 0 no momentum, 1 first step (buf = g), 2 running buffer.
 template <class C, bool WeightDecay, int Mom, bool Nesterov>
 MT_CLONES_AVX2 void sgd_core(C* w, const C* g, C* buf, int64_t n, const SgdScalars<C>& scalars) {
   const SgdScalars<C> s = scalars;  // local: see adam_core
-  for (int64_t i = 0; i < n; ++i) {
-    C gi = g[i];
-    if constexpr (WeightDecay) gi = gi + s.wd * w[i];
-    if constexpr (Mom == 1) buf[i] = gi;
-    if constexpr (Mom == 2) buf[i] = buf[i] * s.momentum + s.one_minus_dampening * gi;
-    if constexpr (Mom != 0) gi = Nesterov ? gi + s.momentum * buf[i] : buf[i];
-    w[i] = w[i] + s.neg_lr * gi;
-  }
+  C unused = C(0);  // buf's stand-in without momentum
+  for (int64_t i = 0; i < n; ++i) w[i] = sgd_update<WeightDecay, Mom, Nesterov>(w[i], g[i], Mom != 0 ? buf[i] : unused, s);
 }
 
 template <class C>

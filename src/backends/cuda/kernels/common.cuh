@@ -9,13 +9,15 @@
 #include <type_traits>
 #include <utility>
 
+#include "backends/dtype_dispatch.h"
+#include "backends/elementwise_math.h"
 #include "launchers.h"
 #include "mixtrain/core/error.h"
 
 namespace mixtrain::kernels {
 
 // ---- Types: the storage type of each DType and the type arithmetic runs in.
-template <class T> struct Tag { using type = T; };
+using backends::Tag;
 
 template <class T> struct Acc { using type = T; };
 template <> struct Acc<__half> { using type = float; };
@@ -48,35 +50,25 @@ __device__ __forceinline__ acc_t<T> load_acc(const T* p) {
   return convert<acc_t<T>>(*p);
 }
 
-// fp32 and fp64 overloads under one name, so the functors are written once for both.
-template <class A> __device__ __forceinline__ A m_exp(A x) { if constexpr (std::is_same_v<A, float>) return expf(x); else return exp(x); }
-template <class A> __device__ __forceinline__ A m_log(A x) { if constexpr (std::is_same_v<A, float>) return logf(x); else return log(x); }
-template <class A> __device__ __forceinline__ A m_sqrt(A x) { if constexpr (std::is_same_v<A, float>) return sqrtf(x); else return sqrt(x); }
-template <class A> __device__ __forceinline__ A m_tanh(A x) { if constexpr (std::is_same_v<A, float>) return tanhf(x); else return tanh(x); }
-template <class A> __device__ __forceinline__ A m_erf(A x) { if constexpr (std::is_same_v<A, float>) return erff(x); else return erf(x); }
-template <class A> __device__ __forceinline__ A m_pow(A x, A y) { if constexpr (std::is_same_v<A, float>) return powf(x, y); else return pow(x, y); }
-template <class A> __device__ __forceinline__ A m_abs(A x) { if constexpr (std::is_same_v<A, float>) return fabsf(x); else return fabs(x); }
+// The fp32/fp64 math wrappers are the shared ones (backends/elementwise_math.h), so every kernel
+// calls the same functions as the CPU backend's formulas.
+using backends::math::m_abs;
+using backends::math::m_erf;
+using backends::math::m_exp;
+using backends::math::m_log;
+using backends::math::m_pow;
+using backends::math::m_sqrt;
+using backends::math::m_tanh;
 
-// ---- Host-side dispatch over DType.
+// ---- Host-side dispatch over DType: the shared one (backends/dtype_dispatch.h) with CUDA's half types.
 template <class F>
 void dispatch_floating(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case DType::Float32: f(Tag<float>{}); return;
-    case DType::Float64: f(Tag<double>{}); return;
-    case DType::Float16: f(Tag<__half>{}); return;
-    case DType::BFloat16: f(Tag<__nv_bfloat16>{}); return;
-    default: MT_ERROR(op, ": not implemented on CUDA for dtype ", dtype, " (expected a floating dtype)");
-  }
+  backends::dispatch_floating_types<__half, __nv_bfloat16>(dtype, op, "CUDA", std::forward<F>(f));
 }
 
 template <class F>
 void dispatch_all(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case DType::Int64: f(Tag<int64_t>{}); return;
-    case DType::Int32: f(Tag<int32_t>{}); return;
-    case DType::Bool: f(Tag<bool>{}); return;
-    default: dispatch_floating(dtype, op, std::forward<F>(f));
-  }
+  backends::dispatch_all_types<__half, __nv_bfloat16>(dtype, op, "CUDA", std::forward<F>(f));
 }
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }

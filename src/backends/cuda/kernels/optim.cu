@@ -1,8 +1,8 @@
 // The optimizers' fused updates: one pass per parameter reads weight, gradient and state, updates
 // in fp32 (fp64 for fp64 weights), and writes weight, state and, with master weights, the half
-// parameter rounded from the updated fp32 copy. Operation order follows PyTorch's single-tensor
-// Adam and SGD, as the CPU loops do (src/optim/fused_cpu.cpp).
-#include "backends/optim_scalars.h"
+// parameter rounded from the updated fp32 copy. The element update is adam_update / sgd_update of
+// backends/optim_math.h, which the CPU loops run too (backends/cpu/optim.cpp).
+#include "backends/optim_math.h"
 #include "common.cuh"
 
 namespace mixtrain::kernels {
@@ -32,24 +32,11 @@ __global__ void adam_kernel(W* __restrict__ weight, const G* __restrict__ grad, 
   if (skipped_steps) backends::adam_set_step(s, a, step);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    C p = convert<C>(weight[i]);
-    C g = convert<C>(grad[i]);
-    if (s.mode == 2) p = p * s.decay;
-    if (s.mode == 1) g = g + s.wd * p;
-    C mi = convert<C>(m[i]);
-    // torch.lerp: the formula depends on whether the weight is below 0.5, for accuracy.
-    mi = s.lerp_small ? mi + s.w1 * (g - mi) : g - (g - mi) * s.one_minus_w1;
-    C vi = convert<C>(v[i]) * s.beta2;
-    vi = vi + s.one_minus_beta2 * g * g;
+    C mi = convert<C>(m[i]), vi = convert<C>(v[i]), vm = s.amsgrad ? convert<C>(vmax[i]) : C(0);
+    const C p = backends::adam_update(convert<C>(weight[i]), convert<C>(grad[i]), mi, vi, vm, s);
     m[i] = convert<W>(mi);
     v[i] = convert<W>(vi);
-    if (s.amsgrad) {
-      const C old = convert<C>(vmax[i]);
-      vi = (old < vi || vi != vi) ? vi : old;  // torch.maximum propagates NaN
-      vmax[i] = convert<W>(vi);
-    }
-    const C denom = m_sqrt(vi) / s.bc2_sqrt + s.eps;
-    p = p + s.neg_step_size * (mi / denom);
+    if (s.amsgrad) vmax[i] = convert<W>(vm);
     weight[i] = convert<W>(p);
     if (half_out) half_out[i] = convert<H>(p);
   }
@@ -65,15 +52,9 @@ __global__ void sgd_kernel(W* __restrict__ weight, const G* __restrict__ grad, W
   if (skipped_steps) s.mom = backends::sgd_momentum_mode(a, step);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    C w = convert<C>(weight[i]);
-    C g = convert<C>(grad[i]);
-    if (s.weight_decay) g = g + s.wd * w;
-    if (s.mom != 0) {
-      const C b = s.mom == 1 ? g : convert<C>(buf[i]) * s.momentum + s.one_minus_dampening * g;
-      buf[i] = convert<W>(b);
-      g = s.nesterov ? g + s.momentum * b : b;
-    }
-    w = w + s.neg_lr * g;
+    C b = s.mom == 2 ? convert<C>(buf[i]) : C(0);
+    const C w = backends::sgd_update(convert<C>(weight[i]), convert<C>(grad[i]), b, s);
+    if (s.mom != 0) buf[i] = convert<W>(b);
     weight[i] = convert<W>(w);
     if (half_out) half_out[i] = convert<H>(w);
   }

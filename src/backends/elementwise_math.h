@@ -1,0 +1,126 @@
+#pragma once
+// The scalar formulas of the elementwise ops, written once for both backends: the CPU loops
+// (backends/cpu/elementwise.cpp) and the CUDA kernels (backends/cuda/kernels/elementwise.cu)
+// instantiate the same functions, so the two agree by construction. One row per op, forward and
+// backward side by side. A is the compute type: float for fp32/fp16/bf16 data (half inputs are
+// widened once and the result rounded once), double for fp64.
+#include <cmath>
+#include <type_traits>
+
+#include "backends/kernel_types.h"
+#include "mixtrain/core/host_device.h"
+
+namespace mixtrain::backends::math {
+
+// fp32 and fp64 math under one name: std:: on the host (what the CPU backend always called),
+// CUDA's expf/exp pairs on the device.
+#ifdef __CUDA_ARCH__
+#define MT_MATH_FN(name, f32, f64)                                                          \
+  template <class A>                                                                        \
+  MT_HOST_DEVICE inline A name(A x) {                                                              \
+    if constexpr (std::is_same_v<A, float>) return f32(x); else return f64(x);              \
+  }
+#else
+#define MT_MATH_FN(name, f32, f64) \
+  template <class A>               \
+  MT_HOST_DEVICE inline A name(A x) {     \
+    return std::f64(x);            \
+  }
+#endif
+MT_MATH_FN(m_exp, expf, exp)
+MT_MATH_FN(m_log, logf, log)
+MT_MATH_FN(m_sqrt, sqrtf, sqrt)
+MT_MATH_FN(m_tanh, tanhf, tanh)
+MT_MATH_FN(m_erf, erff, erf)
+MT_MATH_FN(m_abs, fabsf, fabs)
+#undef MT_MATH_FN
+
+template <class A>
+MT_HOST_DEVICE inline A m_pow(A x, A y) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<A, float>) return powf(x, y); else return pow(x, y);
+#else
+  return std::pow(x, y);
+#endif
+}
+
+// The exact (erf) GELU: cdf and pdf of the standard normal.
+template <class A>
+MT_HOST_DEVICE inline A gelu_cdf(A x) { return A(0.5) * (A(1) + m_erf(x * A(0.70710678118654752440))); }
+template <class A>
+MT_HOST_DEVICE inline A gelu_pdf(A x) { return A(0.39894228040143267794) * m_exp(A(-0.5) * x * x); }
+
+// ---- Unary: forward(x, alpha) and backward(x, y, g, alpha) = g * d op(x) / dx, from the forward's
+// input x and output y (the ops layer saves only what MT_UNARY_OPS says the backward reads).
+// alpha is the scalar of the `alpha` ops (pow's exponent); the others ignore it.
+template <UnaryOp Op>
+struct Unary;  // an op in MT_UNARY_OPS without a row here does not compile
+
+#define MT_UNARY_MATH(code, forward_expr, backward_expr)                              \
+  template <>                                                                         \
+  struct Unary<UnaryOp::code> {                                                       \
+    template <class A>                                                                \
+    static MT_HOST_DEVICE inline A forward(A x, A alpha) {                                   \
+      (void)alpha;                                                                    \
+      return forward_expr;                                                            \
+    }                                                                                 \
+    template <class A>                                                                \
+    static MT_HOST_DEVICE inline A backward(A x, A y, A g, A alpha) {                        \
+      (void)x, (void)y, (void)alpha;                                                  \
+      return backward_expr;                                                           \
+    }                                                                                 \
+  };
+
+//            op       forward                          backward
+MT_UNARY_MATH(Neg,     -x,                              -g)
+MT_UNARY_MATH(Exp,     m_exp(x),                        g * y)
+MT_UNARY_MATH(Log,     m_log(x),                        g / x)
+MT_UNARY_MATH(Sqrt,    m_sqrt(x),                       g / (A(2) * y))
+MT_UNARY_MATH(Rsqrt,   A(1) / m_sqrt(x),                A(-0.5) * g * y * y * y)
+MT_UNARY_MATH(Tanh,    m_tanh(x),                       g * (A(1) - y * y))
+MT_UNARY_MATH(Sigmoid, A(1) / (A(1) + m_exp(-x)),       g * y * (A(1) - y))
+MT_UNARY_MATH(Relu,    x <= A(0) ? A(0) : x,            x > A(0) ? g : A(0))  // NaN stays NaN
+MT_UNARY_MATH(Gelu,    x * gelu_cdf(x),                 g * (gelu_cdf(x) + x * gelu_pdf(x)))
+MT_UNARY_MATH(Abs,     m_abs(x),                        x > A(0) ? g : (x < A(0) ? -g : A(0)))
+MT_UNARY_MATH(Pow,     m_pow(x, alpha),                 alpha == A(0) ? A(0) : g * alpha * m_pow(x, alpha - A(1)))
+MT_UNARY_MATH(Square,  x * x,                           A(2) * g * x)
+#undef MT_UNARY_MATH
+
+// ---- Binary: apply(a, b). The gradients are composed from ops in the ops layer.
+template <BinaryOp Op>
+struct Binary;
+
+#define MT_BINARY_MATH(code, expr)                            \
+  template <>                                                 \
+  struct Binary<BinaryOp::code> {                             \
+    template <class A>                                        \
+    static MT_HOST_DEVICE inline A apply(A a, A b) { return expr; }  \
+  };
+MT_BINARY_MATH(Add, a + b)
+MT_BINARY_MATH(Sub, a - b)
+MT_BINARY_MATH(Mul, a * b)
+MT_BINARY_MATH(Div, a / b)
+MT_BINARY_MATH(Pow, m_pow(a, b))
+MT_BINARY_MATH(Maximum, (a != a || a > b) ? a : b)  // NaN propagates
+MT_BINARY_MATH(Minimum, (a != a || a < b) ? a : b)
+#undef MT_BINARY_MATH
+
+// ---- Comparisons: apply(a, b) -> bool.
+template <CompareOp Op>
+struct Compare;
+
+#define MT_COMPARE_MATH(code, expr)                              \
+  template <>                                                    \
+  struct Compare<CompareOp::code> {                              \
+    template <class A>                                           \
+    static MT_HOST_DEVICE inline bool apply(A a, A b) { return expr; }  \
+  };
+MT_COMPARE_MATH(Eq, a == b)
+MT_COMPARE_MATH(Ne, a != b)
+MT_COMPARE_MATH(Lt, a < b)
+MT_COMPARE_MATH(Le, a <= b)
+MT_COMPARE_MATH(Gt, a > b)
+MT_COMPARE_MATH(Ge, a >= b)
+#undef MT_COMPARE_MATH
+
+}  // namespace mixtrain::backends::math
