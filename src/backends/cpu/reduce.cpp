@@ -86,8 +86,8 @@ void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inne
               int64_t best_j = 0;
               for (int64_t j = 1; j < n; ++j) {
                 const acc_t<T> v = static_cast<acc_t<T>>(base[j * inner + i]);
-                if (best != best) break;  // NaN wins and stays
-                if (v != v || (is_max ? v > best : v < best)) {
+                if (is_nan_value(best)) break;  // NaN wins and stays
+                if (is_nan_value(v) || (is_max ? v > best : v < best)) {
                   best = v;
                   best_j = j;
                 }
