@@ -50,6 +50,7 @@ Tensor rsqrt(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
+Tensor& relu_(Tensor& x);  // x.relu_(): in place, differentiable (Tensor::relu_)
 Tensor gelu(const Tensor& x);
 Tensor abs(const Tensor& x);
 Tensor square(const Tensor& x);
