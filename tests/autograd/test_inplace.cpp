@@ -225,3 +225,27 @@ TEST(InplaceOps, ModulesWithInplaceMatchTheOutOfPlaceModules) {
   EXPECT_TRUE(mt::nn::Dropout(mt::nn::DropoutOptions(0.1).inplace(true))->inplace());
   EXPECT_FALSE(mt::nn::Dropout(0.1)->inplace());
 }
+
+TEST(InplaceOps, NonContiguousSelfMatchesTheOutOfPlaceOps) {
+  // A transposed non-leaf: the kernels walk it through its strides (dropout_ through a copy).
+  for (Which op : {Which::Relu, Which::Add, Which::Dropout}) {
+    for (mt::DType dt : {mt::kFloat32, mt::kBFloat16}) {
+      SCOPED_TRACE(std::string(name_of(op)) + " " + mt::dtype_name(dt));
+      auto grads = [&](bool inplace) {
+        Tensor x = random_tensor({5, 4}, mt::kFloat64, 21).to(dt).set_requires_grad(true);
+        Tensor r = random_tensor({5}, mt::kFloat64, 22).to(dt).set_requires_grad(true);
+        Tensor h = mt::mul(x, 1.5).t();  // [4, 5], strides (1, 4)
+        EXPECT_FALSE(h.is_contiguous());
+        mt::manual_seed(5);
+        if (op == Which::Relu) h = inplace ? Tensor(h.relu_()) : mt::relu(h);
+        if (op == Which::Add) h = inplace ? Tensor(h.add_(r)) : mt::add(h, r);
+        if (op == Which::Dropout) h = inplace ? Tensor(F::dropout_(h, 0.5, true)) : F::dropout(h, 0.5, true);
+        Tensor loss = mt::mul(h.to(mt::kFloat32), random_tensor({4, 5}, mt::kFloat32, 23)).sum();
+        loss.backward();
+        return std::vector<std::vector<uint8_t>>{bytes_of(h), bytes_of(x.grad()),
+                                                 op == Which::Add ? bytes_of(r.grad()) : std::vector<uint8_t>{}};
+      };
+      EXPECT_EQ(grads(true), grads(false));
+    }
+  }
+}
