@@ -2,6 +2,19 @@
 
 namespace mixtrain::examples {
 
+namespace {
+
+// x + branch. The branch output (a dropout's or the output projection's) is saved by no backward,
+// so the sum can go into its memory (add_, one activation less) when that rounds the same: under
+// autocast the branch is half while the residual stream is fp32, and there the sum stays out of
+// place in fp32. IEEE addition commutes, so branch + x is x + branch bit for bit.
+Tensor residual_add(const Tensor& x, Tensor branch) {
+  if (branch.dtype() != x.dtype()) return x + branch;
+  return branch.add_(x);
+}
+
+}  // namespace
+
 GptBlockImpl::GptBlockImpl(const GptOptions& o) : Module("GptBlock") {
   ln1_ = register_module("ln1", nn::LayerNorm(Shape{o.width}));
   attn_ = register_module(
@@ -9,13 +22,14 @@ GptBlockImpl::GptBlockImpl(const GptOptions& o) : Module("GptBlock") {
   ln2_ = register_module("ln2", nn::LayerNorm(Shape{o.width}));
   fc1_ = register_module("fc1", nn::Linear(o.width, 4 * o.width));
   fc2_ = register_module("fc2", nn::Linear(4 * o.width, o.width));
-  drop_ = register_module("drop", nn::Dropout(o.dropout));
+  // In place: it masks a fresh output (attention's or fc2's) that no backward saved.
+  drop_ = register_module("drop", nn::Dropout(nn::DropoutOptions(o.dropout).inplace(true)));
 }
 
 Tensor GptBlockImpl::forward(const Tensor& x) {
   const Tensor h = ln1_(x);
-  const Tensor a = x + drop_(attn_->forward(h, h, h, Tensor(), /*is_causal=*/true));
-  return a + drop_(fc2_(gelu(fc1_(ln2_(a)))));
+  const Tensor a = residual_add(x, drop_(attn_->forward(h, h, h, Tensor(), /*is_causal=*/true)));
+  return residual_add(a, drop_(fc2_(gelu(fc1_(ln2_(a))))));
 }
 
 GptImpl::GptImpl(const GptOptions& o) : Module("Gpt"), options_(o) {
@@ -35,7 +49,14 @@ Tensor GptImpl::forward(const Tensor& tokens) {
            "Gpt: expected int64 tokens [N, T] with T <= context = ", options_.context, ", got ", tokens.summary());
   const Tensor positions = arange(static_cast<double>(tokens.size(1)), TensorOptions(kInt64).device(tokens.device()));
   Tensor x = tok_emb_(tokens) + pos_emb_(positions);
-  for (const auto& block : *blocks_) x = block->forward(x);
+  for (const auto& block : *blocks_) {
+    if (options_.checkpoint_activations) {
+      // The block (a shared handle) is called again in backward, after this loop.
+      x = nn::checkpoint([block](const Tensor& in) { return block->forward(in); }, x);
+    } else {
+      x = block->forward(x);
+    }
+  }
   return head_(ln_f_(x));
 }
 

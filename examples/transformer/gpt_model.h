@@ -15,13 +15,17 @@ struct GptOptions {
   int64_t layers = 4;
   int64_t heads = 4;
   double dropout = 0.0;  // attention and residual dropout
+  // Recompute each block in backward instead of keeping its activations (nn::checkpoint): the
+  // same gradients, bit for bit, for one more forward pass of the blocks.
+  bool checkpoint_activations = false;
 
   // BERT-base's sizes (12 layers, width 768, 12 heads, MLP 3072) at context 128, for GPU
   // benchmarks. Causal, so unlike BERT not bidirectional: the cost per token is the same.
-  static GptOptions bert_base() { return {256, 128, 768, 12, 12, 0.0}; }
+  static GptOptions bert_base() { return {256, 128, 768, 12, 12, 0.0, false}; }
 };
 
-// x + attn(ln1(x)), then x + fc2(gelu(fc1(ln2(x)))).
+// x + attn(ln1(x)), then x + fc2(gelu(fc1(ln2(x)))); the residual sums are written into the
+// branch outputs where that gives the same result (see residual_add in gpt_model.cpp).
 class GptBlockImpl : public nn::Module {
  public:
   explicit GptBlockImpl(const GptOptions& o);

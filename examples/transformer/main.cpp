@@ -18,7 +18,8 @@ namespace {
 const char* kUsage =
     "usage: transformer [--synthetic | --text FILE] [--precision fp32|fp16|bf16] [--device cpu|cuda]\n"
     "                   [--steps N] [--batch-size N] [--lr X] [--seed N] [--preset tiny|small|bert-base]\n"
-    "                   [--layers N] [--width N] [--heads N] [--context N] [--log-every K]\n";
+    "                   [--layers N] [--width N] [--heads N] [--context N] [--log-every K]\n"
+    "                   [--checkpoint-activations]\n";
 
 ex::TransformerConfig parse_args(int argc, char** argv) {
   ex::TransformerConfig c;
@@ -33,6 +34,8 @@ ex::TransformerConfig parse_args(int argc, char** argv) {
       c.synthetic = true;
     } else if (f == "--text") {
       c.text_path = flags.value();
+    } else if (f == "--checkpoint-activations") {
+      c.model.checkpoint_activations = true;
     } else if (f == "--preset") {
       c.model = ex::gpt_preset(flags.value());
     } else if (f == "--layers") {

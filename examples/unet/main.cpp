@@ -15,7 +15,8 @@ namespace {
 
 const char* kUsage =
     "usage: unet [--synthetic] [--data-dir DIR] [--precision fp32|fp16|bf16] [--device cpu|cuda]\n"
-    "            [--steps N] [--batch-size N] [--lr X] [--seed N] [--image-size S] [--width W] [--channels-last] [--log-every K]\n";
+    "            [--steps N] [--batch-size N] [--lr X] [--seed N] [--image-size S] [--width W] [--channels-last] [--log-every K]\n"
+    "            [--checkpoint-activations]\n";
 
 ex::UnetConfig parse_args(int argc, char** argv) {
   ex::UnetConfig c;
@@ -32,6 +33,8 @@ ex::UnetConfig parse_args(int argc, char** argv) {
       c.image_size = flags.number<int64_t>(1);
     } else if (f == "--width") {
       c.width = flags.number<int64_t>(1);
+    } else if (f == "--checkpoint-activations") {
+      c.checkpoint_activations = true;
     } else if (f == "--channels-last") {
       c.channels_last = true;
     } else {

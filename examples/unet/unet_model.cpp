@@ -5,9 +5,17 @@ namespace mixtrain::examples {
 namespace {
 
 // Conv 3x3 -> ReLU -> BatchNorm2d, twice (the Spell UNet's order: normalisation after the ReLU).
+// The ReLUs run in place: a convolution's backward reads its input and weight, not its output.
 nn::Sequential double_conv(int64_t in, int64_t out) {
-  return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(in, out, 3).padding(1)), nn::ReLU(), nn::BatchNorm2d(out),
-                        nn::Conv2d(nn::Conv2dOptions(out, out, 3).padding(1)), nn::ReLU(), nn::BatchNorm2d(out));
+  const auto relu = [] { return nn::ReLU(nn::ReLUOptions().inplace(true)); };
+  return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(in, out, 3).padding(1)), relu(), nn::BatchNorm2d(out),
+                        nn::Conv2d(nn::Conv2dOptions(out, out, 3).padding(1)), relu(), nn::BatchNorm2d(out));
+}
+
+// fn(inputs...) directly, or through nn::checkpoint.
+template <class F, class... Ts>
+Tensor stage(bool checkpointed, F fn, const Ts&... inputs) {
+  return checkpointed ? nn::checkpoint(std::move(fn), inputs...) : fn(inputs...);
 }
 
 }  // namespace
@@ -34,15 +42,22 @@ Tensor UNetImpl::forward(const Tensor& input) {
                input.size(3) % multiple == 0,
            "UNet: expected input [N, ", options_.in_channels, ", H, W] with H and W multiples of ", multiple, ", got ",
            input.summary());
+  // Each stage's inputs are tensors kept anyway (the skips), so a checkpointed stage keeps
+  // nothing of its own. The lambdas hold shared module handles: backward calls them again.
+  const bool ckpt = options_.checkpoint_activations;
   std::vector<Tensor> skips;
-  Tensor x = encoders_->ptr(0)->forward(input);
+  const auto first = encoders_->ptr(0);
+  Tensor x = stage(ckpt, [first](const Tensor& in) { return first->forward(in); }, input);
   for (size_t i = 1; i < encoders_->size(); ++i) {
     skips.push_back(x);
-    x = encoders_->ptr(i)->forward(pool_(x));
+    const auto enc = encoders_->ptr(i);
+    const nn::MaxPool2d pool = pool_;
+    x = stage(ckpt, [enc, pool](const Tensor& in) { return enc->forward(pool(in)); }, x);
   }
   for (size_t j = 0; j < upsamplers_->size(); ++j) {
-    x = upsamplers_->ptr(j)->forward(x);
-    x = decoders_->ptr(j)->forward(cat({skips[skips.size() - 1 - j], x}, 1));
+    const auto up = upsamplers_->ptr(j), dec = decoders_->ptr(j);
+    x = stage(ckpt, [up, dec](const Tensor& skip, const Tensor& in) { return dec->forward(cat({skip, up->forward(in)}, 1)); },
+              skips[skips.size() - 1 - j], x);
   }
   return head_(x);
 }

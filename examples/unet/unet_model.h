@@ -16,6 +16,9 @@ struct UNetOptions {
   int64_t classes = 11;
   int64_t width = 64;   // channels of the first level; level i has width * 2^i
   int64_t levels = 4;   // encoder levels; the input size must be divisible by 2^(levels - 1)
+  // Recompute each stage (an encoder level with its pooling, a decoder level with its upsampling
+  // and concatenation) in backward instead of keeping its activations (nn::checkpoint).
+  bool checkpoint_activations = false;
 };
 
 class UNetImpl : public nn::Module {

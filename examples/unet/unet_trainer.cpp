@@ -30,6 +30,7 @@ class UnetTrainTask : public TrainTask {
     MT_CHECK(c.batch_size > 0, "unet: --batch-size must be positive, got ", c.batch_size);
     UNetOptions o;
     o.width = c.width;
+    o.checkpoint_activations = c.checkpoint_activations;
     if (c.synthetic) {
       MT_CHECK(c.in_channels > 0 && c.classes > 1 && c.synthetic_batches > 0, "unet: bad synthetic options");
       o.in_channels = c.in_channels;

@@ -24,6 +24,7 @@ struct UnetConfig {
   int64_t synthetic_batches = 4;  // distinct pre-generated batches, reused in turn
   double threshold = 0.1;      // a pixel (0..1) above this belongs to the item
   bool channels_last = false;  // weights and images (so every activation) in NHWC, for tensor-core convolutions
+  bool checkpoint_activations = false;  // recompute each UNet stage in backward (UNetOptions)
   int64_t steps = 200;
   int64_t batch_size = 8;
   double lr = 1e-3;

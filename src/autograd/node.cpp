@@ -1,5 +1,6 @@
 #include "mixtrain/autograd/node.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "mixtrain/autograd/grad_mode.h"
@@ -32,7 +33,25 @@ struct RunningNode {
   ~RunningNode() { t_running_node = previous; }
   const char* previous;
 };
+// A tensor the graph still describes: its producer's recorded version is its memory's version.
+void check_current(const char* op, const Tensor& t) {
+  const auto& impl = t.impl();
+  if (!impl->grad_fn || impl->grad_fn->output_versions.size() <= impl->output_nr) return;
+  const uint64_t recorded = impl->grad_fn->output_versions[impl->output_nr];
+  MT_CHECK(recorded == t.version(), op, ": output ", impl->output_nr, " of ", impl->grad_fn->name(), " ", t.summary(),
+           " was modified by an inplace operation that autograd did not record (one under NoGradGuard, or one on a ",
+           "view of it or on the tensor it views): its memory is at version ", t.version(),
+           " but its history was recorded at version ", recorded, ", so its gradient would be wrong. Apply ",
+           "the in-place op to the tensor itself with grad mode on, or change a clone.");
+}
 }  // namespace
+
+void check_inplace_autograd(const char* op, const Tensor& self) {
+  if (!is_grad_enabled() || !self.requires_grad()) return;
+  MT_CHECK(!self.is_leaf(), op, ": a leaf Variable that requires grad is being used in an in-place operation (",
+           self.summary(), "); run it under NoGradGuard or use the out-of-place op");
+  check_current(op, self);
+}
 
 Node::Node() : sequence_nr(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
 
@@ -101,11 +120,20 @@ void record(const char* name, const std::vector<Tensor*>& outputs, const std::ve
   bool any = false;
   for (const Tensor* t : inputs) any = any || (t && t->defined() && t->requires_grad());
   if (!any) return;
+  record_always(name, outputs, inputs, std::move(fn));
+}
+
+void record_always(const char* name, const std::vector<Tensor*>& outputs, const std::vector<const Tensor*>& inputs,
+                   BackwardFn fn) {
   auto node = std::make_shared<FunctionNode>(name, std::move(fn));
   node->next_edges.reserve(inputs.size());
   node->input_meta.reserve(inputs.size());
   for (const Tensor* t : inputs) {
     if (t && t->defined()) {
+      // An in-place op's self is also its output: it checked self before writing it.
+      const bool is_output = std::any_of(outputs.begin(), outputs.end(),
+                                         [t](const Tensor* o) { return o->impl() == t->impl(); });
+      if (t->requires_grad() && !is_output) check_current(name, *t);
       node->next_edges.push_back(t->requires_grad() ? gradient_edge(*t) : Edge{});
       node->input_meta.push_back({t->shape(), t->dtype(), t->device()});
     } else {
@@ -114,8 +142,10 @@ void record(const char* name, const std::vector<Tensor*>& outputs, const std::ve
     }
   }
   node->num_outputs = static_cast<uint32_t>(outputs.size());
+  node->output_versions.reserve(outputs.size());
   for (uint32_t i = 0; i < outputs.size(); ++i) {
     auto& impl = outputs[i]->impl();
+    node->output_versions.push_back(outputs[i]->version());
     impl->requires_grad = true;
     impl->grad_fn = node;
     impl->output_nr = i;

@@ -49,7 +49,10 @@ void BatchNorm2dImpl::reset_parameters() {
 Tensor BatchNorm2dImpl::forward(const Tensor& input) {
   MT_CHECK(input.defined() && input.dim() == 4 && input.size(1) == options_.num_features(),
            "BatchNorm2d: expected input [N, ", options_.num_features(), ", H, W], got ", describe(input));
-  const bool tracking = options_.track_running_stats();
+  // A checkpoint's recomputation (nn/checkpoint.h) normalizes with the batch's statistics as
+  // the forward did, but leaves the running statistics and the count, already updated, alone.
+  const bool recompute = is_training() && autograd::is_checkpoint_recompute();
+  const bool tracking = options_.track_running_stats() && !recompute;
   double momentum = options_.momentum().value_or(0.0);
   if (is_training() && tracking) {
     NoGradGuard no_grad;
@@ -63,8 +66,8 @@ Tensor BatchNorm2dImpl::forward(const Tensor& input) {
   }
   // Without running statistics, eval mode normalizes with the batch's own, as PyTorch does.
   const bool use_batch_stats = is_training() || !tracking;
-  return functional::batch_norm(input, running_mean, running_var, weight, bias, use_batch_stats, momentum,
-                                options_.eps());
+  return functional::batch_norm(input, recompute ? Tensor() : running_mean, recompute ? Tensor() : running_var, weight,
+                                bias, use_batch_stats, momentum, options_.eps());
 }
 
 GroupNormImpl::GroupNormImpl(const GroupNormOptions& options) : Module("GroupNorm"), options_(options) {

@@ -252,12 +252,6 @@ Tensor& binary_inplace(const char* name, BinaryOp op, Tensor& self, const Tensor
 }
 }  // namespace
 
-Tensor& Tensor::add_(const Tensor& other, double alpha) {
-  if (alpha == 1.0) return binary_inplace("add_", BinaryOp::Add, *this, other);
-  const Tensor o = other.dtype() == dtype() ? other : other.to(dtype());  // scaled in this dtype
-  return binary_inplace("add_", BinaryOp::Add, *this, mul(o, alpha));
-}
-
 Tensor& Tensor::mul_(double value) {
   check_inplace("mul_", *this);
   backends::binary_scalar(*this, BinaryOp::Mul, *this, value, false, *this);

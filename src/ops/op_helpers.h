@@ -46,5 +46,8 @@ Tensor causal_softmax(const Tensor& scores);
 
 // Throws when an in-place op would modify a tensor autograd needs untouched.
 void check_inplace(const char* op, const Tensor& self);
+// For the differentiable in-place ops (ops/inplace.cpp): self is floating, has no element in two
+// places, and autograd allows writing it (autograd::check_inplace_autograd).
+void check_writable_inplace(const char* op, const Tensor& self);
 
 }  // namespace mixtrain::ops

@@ -1,5 +1,7 @@
 // The random family's ops: rand and randn (the counter-based generator evaluated where the tensor
 // lives) and dropout, whose mask comes from the same draws.
+#include "backends/copy.h"
+#include "backends/elementwise.h"
 #include "backends/random.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/ops/nn_functional.h"
@@ -67,6 +69,38 @@ Tensor dropout(const Tensor& x_in, double p, bool training) {
     return TensorList{apply_dropout_mask(g[0], p, seed, offset)};
   });
   return out;
+}
+
+Tensor& dropout_(Tensor& x, double p, bool training) {
+  MT_CHECK(p >= 0.0 && p <= 1.0, "dropout_: probability must be in [0, 1], got ", p);
+  check_defined("dropout_", x, "input");
+  HookExcludeGuard not_autocast;  // in-place ops keep self's dtype
+  if (!training || p == 0.0) return x;
+  check_writable_inplace("dropout_", x);
+  // The same draws, mask and scale as dropout(x), so the two give the same values.
+  const GeneratorState draws = default_generator().reserve_draws(p == 1.0 ? 0 : static_cast<uint64_t>(x.numel()));
+  const uint64_t seed = draws.seed, offset = draws.offset;
+  if (p == 1.0) {
+    backends::binary_scalar(x, backends::BinaryOp::Mul, x, 0.0, false, x);
+  } else if (x.is_contiguous()) {
+    backends::dropout(x, x, p, seed, offset, x);
+  } else {
+    const Tensor out = apply_dropout_mask(x, p, seed, offset);
+    backends::copy(x, out, x);
+  }
+  x.bump_version();
+  if (autograd::needs_grad({&x})) {
+    autograd::record("DropoutBackward (dropout_)", x, {&x}, [p, seed, offset](const TensorList& g) {
+      return TensorList{p == 1.0 ? mul(g[0], 0.0) : apply_dropout_mask(g[0], p, seed, offset)};
+    });
+  }
+  return x;
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, bool inplace) {
+  if (!inplace) return dropout(x, p, training);
+  Tensor self = x;
+  return dropout_(self, p, training);
 }
 
 }  // namespace mixtrain::nn::functional

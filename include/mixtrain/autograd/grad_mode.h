@@ -6,6 +6,10 @@ namespace mixtrain {
 namespace autograd {
 bool is_grad_enabled();
 void set_grad_enabled(bool enabled);
+// True while nn::checkpoint recomputes its region in backward: updates of module state that the
+// forward already made once (BatchNorm's running statistics and batch count) are skipped.
+bool is_checkpoint_recompute();
+void set_checkpoint_recompute(bool recomputing);
 }  // namespace autograd
 
 // RAII: ops inside the scope record no history (like torch.no_grad()).
@@ -27,6 +31,18 @@ class AutoGradMode {
   ~AutoGradMode() { autograd::set_grad_enabled(prev_); }
   AutoGradMode(const AutoGradMode&) = delete;
   AutoGradMode& operator=(const AutoGradMode&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// RAII: marks the scope as a checkpoint's recomputation (autograd::is_checkpoint_recompute).
+class CheckpointRecomputeGuard {
+ public:
+  CheckpointRecomputeGuard() : prev_(autograd::is_checkpoint_recompute()) { autograd::set_checkpoint_recompute(true); }
+  ~CheckpointRecomputeGuard() { autograd::set_checkpoint_recompute(prev_); }
+  CheckpointRecomputeGuard(const CheckpointRecomputeGuard&) = delete;
+  CheckpointRecomputeGuard& operator=(const CheckpointRecomputeGuard&) = delete;
 
  private:
   bool prev_;

@@ -44,6 +44,10 @@ class Node {
   std::vector<InputMeta> input_meta;
   uint32_t num_outputs = 1;
   uint64_t sequence_nr;  // later nodes run first
+  // The memory version of each output when the node was recorded (empty: not tracked). An output
+  // whose memory moved since, without an in-place op re-recording it (its base or a sibling view
+  // was written in place), no longer holds what this node computed: using it as an input raises.
+  std::vector<uint64_t> output_versions;
 };
 
 using BackwardFn = std::function<TensorList(const TensorList& grad_outputs)>;
@@ -80,9 +84,19 @@ bool needs_grad(const std::vector<Tensor>& inputs);
 // fn receives one gradient per output and returns one per input (undefined where none).
 void record(const char* name, const std::vector<Tensor*>& outputs, const std::vector<const Tensor*>& inputs,
             BackwardFn fn);
+// As record, whatever the inputs and the grad mode: for nn::checkpoint, whose region's parameters
+// (not its inputs) may be all that needs a gradient.
+void record_always(const char* name, const std::vector<Tensor*>& outputs, const std::vector<const Tensor*>& inputs,
+                   BackwardFn fn);
 inline void record(const char* name, Tensor& output, std::initializer_list<const Tensor*> inputs, BackwardFn fn) {
   record(name, std::vector<Tensor*>{&output}, std::vector<const Tensor*>(inputs), std::move(fn));
 }
+
+// For an in-place op about to write `self` (relu_, add_, dropout_): raises PyTorch's errors for a
+// leaf that requires grad (under grad mode) and for a tensor whose graph is stale. After writing,
+// the op bumps the version and records itself with self as both an input and the output, which
+// rebases self's grad_fn onto the in-place op.
+void check_inplace_autograd(const char* op, const Tensor& self);
 
 // A tensor saved for backward: a handle to its data with no history (saving an op's own output
 // makes no reference cycle through its grad_fn), plus the version of its memory when saved.

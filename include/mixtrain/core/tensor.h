@@ -196,11 +196,15 @@ class Tensor {
   Tensor log_softmax(int64_t dim) const;
   Tensor matmul(const Tensor& other) const;
 
-  // In-place (not autocast, not differentiable through leaves that require grad).
+  // In-place (not autocast). zero_, fill_, copy_ and mul_ refuse a tensor that requires grad
+  // under grad mode. add_ and relu_ are differentiable as in PyTorch: on a non-leaf they rebase
+  // its grad_fn onto the in-place op; on a leaf that requires grad (under grad mode) they raise;
+  // writing a tensor that backward saved raises at backward (docs/MEMORY.md).
   Tensor& zero_();
   Tensor& fill_(double value);
   Tensor& copy_(const Tensor& src);
   Tensor& add_(const Tensor& other, double alpha = 1.0);
+  Tensor& relu_();
   Tensor& mul_(double value);
   Tensor& mul_(const Tensor& other);  // other broadcast to this shape, cast to this dtype
 

@@ -2,6 +2,7 @@
 // Everything in mixtrain::nn: modules, layers, containers, initialisers, functional ops.
 #include "mixtrain/nn/activation.h"
 #include "mixtrain/nn/attention.h"
+#include "mixtrain/nn/checkpoint.h"
 #include "mixtrain/nn/container.h"
 #include "mixtrain/nn/conv.h"
 #include "mixtrain/nn/embedding.h"

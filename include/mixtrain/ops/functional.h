@@ -48,6 +48,7 @@ Tensor pow(const Tensor& a, double exponent);
 #define MT_PLAIN_UNARY(code, name) Tensor name(const Tensor& x);
 MT_FOR_PLAIN_UNARY_OPS
 #undef MT_PLAIN_UNARY
+Tensor& relu_(Tensor& x);  // x.relu_(): in place, differentiable (Tensor::relu_)
 // self + value * t1 * t2 (broadcasting, type promotion over all three). Half results are computed
 // in fp32 and rounded once, as PyTorch's fused kernel does.
 Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, double value = 1.0);

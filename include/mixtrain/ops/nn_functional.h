@@ -49,6 +49,11 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
 
 Tensor dropout(const Tensor& x, double p, bool training);
+// In place (PyTorch's inplace=True): the same values and draws as dropout(x, p, training), written
+// into x; differentiable on a non-leaf (its grad_fn is rebased onto the dropout), an error on a
+// leaf that requires grad under grad mode.
+Tensor& dropout_(Tensor& x, double p, bool training);
+Tensor dropout(const Tensor& x, double p, bool training, bool inplace);
 
 // ---- Convolution. input [N, C, H, W]; weight [Cout, C / groups, kh, kw]; bias [Cout].
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), IntPair stride = 1,
