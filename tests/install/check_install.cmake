@@ -1,8 +1,9 @@
 # Installs the build tree into a scratch prefix, checks that the installed CMake files and headers
 # name no path of this machine, then configures, builds and runs a consumer project that uses
 # find_package(mixtrain) with CUDA hidden from CMake (no CUDAToolkit package, no nvcc on PATH),
-# with the README's training loops (examples/readme/amp_loop.cpp) as a second program, and checks what the consumer's binary links: never libcudart, libcublas(Lt) or libcudnn itself,
-# nor through libmixtrain when mixtrain was built without CUDA.
+# with the README's training loops (examples/readme/amp_loop.cpp) as a second program, and checks
+# what the consumer's binary links: never libcudart, libcublas(Lt) or libcudnn itself, nor
+# through libmixtrain when mixtrain was built without CUDA.
 # Variables: BUILD (mixtrain's build dir), SOURCE (the consumer), WORK (scratch), MT_SOURCE_DIR,
 # WITH_CUDA (ON/OFF), SHARED (ON/OFF), CUDA_ROOT (the toolkit's root, when known), READELF, LDD.
 # A static mixtrain built with CUDA leaves cudart, cuBLAS and cuDNN to its users' link, so its
