@@ -1,5 +1,6 @@
 // mixtrain: train the example models, benchmark fp32 against AMP, show the autocast policy,
-// launch data-parallel ranks. Each command parses its own flags (`mixtrain COMMAND --help`).
+// launch data-parallel ranks, plot a training log. Each command parses its own flags
+// (`mixtrain COMMAND --help`).
 #include <iostream>
 #include <stdexcept>
 
@@ -16,6 +17,7 @@ const char* kUsage =
     "  bench         each model in fp32, fp16 and bf16: step time, memory, loss (JSON and SVG)\n"
     "  policy        the autocast cast policy of every op (--load FILE applies a table first)\n"
     "  launch        run a program as N data-parallel ranks on this host\n"
+    "  plot LOG      draw a training log (train --log) as an SVG: loss, loss scale, learning rate\n"
     "  --version     the version and whether the CUDA backend is compiled in\n";
 
 struct Command {
@@ -25,7 +27,8 @@ struct Command {
 constexpr Command kCommands[] = {{"train", mixtrain::cli::run_train},
                                  {"bench", mixtrain::cli::run_bench},
                                  {"policy", mixtrain::cli::run_policy},
-                                 {"launch", mixtrain::cli::run_launch}};
+                                 {"launch", mixtrain::cli::run_launch},
+                                 {"plot", mixtrain::cli::run_plot}};
 
 }  // namespace
 

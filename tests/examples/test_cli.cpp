@@ -145,6 +145,17 @@ TEST(MixtrainCli, TrainLogsStepsAndResumes) {
   }
   EXPECT_EQ(step, 4);
 
+  // mixtrain plot draws the log.
+  const CliRun plot = run_mixtrain("plot " + log + " --out " + dir + ".svg");
+  ASSERT_EQ(plot.code, 0) << plot.err;
+  EXPECT_NE(plot.out.find("4 steps"), std::string::npos) << plot.out;
+  const std::string svg = slurp(dir + ".svg");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_EQ(count_of(svg, "class=\"axes\""), 3u);  // loss, scale, learning rate
+  const CliRun bad_plot = run_mixtrain("plot " + dir + "_nope.jsonl");
+  EXPECT_EQ(bad_plot.code, 2);
+  EXPECT_NE(bad_plot.err.find("_nope.jsonl"), std::string::npos) << bad_plot.err;
+
   const CliRun resumed = run_mixtrain("train mlp --synthetic --device cpu --steps 6 --batch-size 32 --log " + log + " --resume " + ckpt);
   ASSERT_EQ(resumed.code, 0) << resumed.err;
   std::istringstream again(slurp(log));
@@ -191,7 +202,7 @@ TEST(MixtrainCli, HelpPrintsTheUsageWithSuccess) {
     const CliRun r = run_mixtrain(args);
     EXPECT_EQ(r.code, 0) << r.err;
     EXPECT_EQ(r.out.rfind("usage: mixtrain <command>", 0), 0u) << r.out;
-    for (const char* command : {"train", "bench", "policy", "launch", "--version"})
+    for (const char* command : {"train", "bench", "policy", "launch", "plot", "--version"})
       EXPECT_NE(r.out.find("  " + std::string(command) + " "), std::string::npos) << command << " in\n" << r.out;
   }
   EXPECT_EQ(run_mixtrain("").code, 2);  // no command: the usage, as an error
@@ -205,7 +216,8 @@ TEST(MixtrainCli, EachCommandsHelpListsEveryFlagWithItsDefault) {
       {"bench", {"--models", "--precisions", "--device", "--steps", "--warmup", "--size", "--out", "--reference",
                  "--fp32-math", "--channels-last"}},
       {"policy", {"--load", "--json", "--cpu-autocast"}},
-      {"launch", {"--nproc", "--rank-weights"}}};
+      {"launch", {"--nproc", "--rank-weights"}},
+      {"plot", {"--out"}}};
   const std::vector<std::string> switches = {"--synthetic", "--channels-last", "--json"};
   for (const auto& [command, flags] : commands) {
     for (const std::string& form : {command + " --help", command + " -h", "help " + command}) {
