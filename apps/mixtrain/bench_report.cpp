@@ -39,16 +39,7 @@ std::vector<std::string> models_of(const nlohmann::json& doc) {
   return out;
 }
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
-  }
-  return out;
-}
+std::string xml_escape(const std::string& s) { return svg::escape(s); }
 
 }  // namespace
 

@@ -215,10 +215,10 @@ TEST(MixtrainCli, EachCommandsHelpListsEveryFlagWithItsDefault) {
                  "--resume", "--log", "--cpu-autocast", "--synthetic", "--channels-last"}},
       {"bench", {"--models", "--precisions", "--device", "--steps", "--warmup", "--size", "--out", "--reference",
                  "--fp32-math", "--channels-last"}},
-      {"policy", {"--load", "--json", "--cpu-autocast"}},
+      {"policy", {"--load", "--json", "--markdown", "--cpu-autocast"}},
       {"launch", {"--nproc", "--rank-weights"}},
       {"plot", {"--out"}}};
-  const std::vector<std::string> switches = {"--synthetic", "--channels-last", "--json"};
+  const std::vector<std::string> switches = {"--synthetic", "--channels-last", "--json", "--markdown"};
   for (const auto& [command, flags] : commands) {
     for (const std::string& form : {command + " --help", command + " -h", "help " + command}) {
       SCOPED_TRACE(form);
