@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 #include <mixtrain/mixtrain.h>
 
-#include "args.h"
 #include "bench_report.h"
 #include "commands.h"
+#include "common/cli.h"
 #include "tasks.h"
 
 namespace mixtrain::cli {
@@ -77,37 +77,64 @@ nlohmann::json bench_one(const TaskSpec& spec, examples::Precision precision, in
           {"skipped_steps", skipped}};
 }
 
+// The output directory must take files before minutes of benchmarking: created, then probed.
+void check_output_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("--out: cannot create " + dir + ": " + ec.message());
+  const std::string probe = dir + "/.mixtrain-probe";
+  if (!std::ofstream(probe)) throw std::runtime_error("--out: cannot write files in " + dir);
+  std::filesystem::remove(probe, ec);
+}
+
 }  // namespace
 
 int run_bench(const std::vector<std::string>& argv) {
-  const Args args(argv, {"models", "precisions", "device", "steps", "warmup", "size", "out", "reference", "fp32-math"},
-                  {"channels-last"});
-  if (!args.positional().empty()) throw std::runtime_error("unexpected argument '" + args.positional()[0] + "'");
-  const std::vector<std::string> models = args.list("models", {"mlp", "unet", "transformer"});
-  for (const auto& m : models) check_model_name(m);
+  namespace flags = examples::cli;
+  std::vector<std::string> models = {"mlp", "unet", "transformer"}, precision_names = {"fp32", "fp16", "bf16"};
+  std::string fp32_math = "default", size = "tiny", out_dir = "mixtrain-bench", reference_path;
+  int64_t steps = 20, warmup = 3;
+  TaskSpec spec;
+  spec.device = examples::default_device();
+  const auto app = flags::make_app("mixtrain bench", "Each model in fp32 and under AMP on synthetic data: median step "
+                                                     "time, samples/s, speedup, peak memory, final loss.");
+  app->add_option("--models", models, "the models to run")
+      ->delimiter(',')
+      ->check(flags::one_of({"mlp", "unet", "transformer"}))
+      ->type_name("M1,M2")
+      ->default_str("mlp,unet,transformer");
   // A subset (e.g. --precisions fp16 under a profiler); the speedup column needs fp32 first.
-  std::vector<examples::Precision> precisions;
-  for (const auto& name : args.list("precisions", {"fp32", "fp16", "bf16"})) {
-    if (name != "fp32" && name != "fp16" && name != "bf16")
-      throw std::runtime_error("--precisions expects fp32, fp16 and/or bf16, got '" + name + "'");
-    precisions.push_back(examples::parse_precision(name));
-  }
+  app->add_option("--precisions", precision_names, "the precisions to run (the speedup needs fp32 first)")
+      ->delimiter(',')
+      ->check(flags::one_of({"fp32", "fp16", "bf16"}))
+      ->type_name("P1,P2")
+      ->default_str("fp32,fp16,bf16");
+  flags::add_device_flag(*app, spec.device);
+  app->add_option("--steps", steps, "timed steps per run")->check(flags::integer_at_least(1))->type_name("N");
+  app->add_option("--warmup", warmup, "untimed steps first")->check(flags::integer_at_least(0))->type_name("N");
+  app->add_option("--size", size, "model sizes: tiny (seconds on a CPU) or full (the Spell benchmark's)")
+      ->check(flags::one_of({"tiny", "full"}))
+      ->type_name("tiny|full");
+  app->add_option("--out", out_dir, "where bench.json and bench.svg go (checked before running)")->type_name("DIR");
+  app->add_option("--reference", reference_path, "results of bench/reference/torch_amp_bench.py to show beside ours")
+      ->type_name("FILE.json")
+      ->default_str("none");
   // Which fp32 the baseline is: PyTorch's defaults (cuDNN convolutions on TF32 tensor cores,
   // matmuls in strict fp32), or strict fp32 everywhere. The AMP speedup depends on it.
-  const std::string fp32_math = args.str("fp32-math", "default");
-  if (fp32_math != "default" && fp32_math != "strict")
-    throw std::runtime_error("--fp32-math expects default or strict, got '" + fp32_math + "'");
+  app->add_option("--fp32-math", fp32_math, "the fp32 baseline: default (PyTorch's: TF32 convolutions) or strict")
+      ->check(flags::one_of({"default", "strict"}))
+      ->type_name("default|strict");
+  app->add_flag("--channels-last", spec.channels_last, "the UNet in NHWC");
+  if (!flags::parse(*app, argv, std::cout)) return 0;
+  std::vector<examples::Precision> precisions;
+  for (const auto& name : precision_names) precisions.push_back(examples::parse_precision(name));
   cuda::set_allow_tf32(false);
   cuda::set_cudnn_allow_tf32(fp32_math == "default");
-  TaskSpec spec;
-  spec.device = device_flag(args);
   spec.synthetic = true;
-  spec.channels_last = args.has("channels-last");
-  spec.size = parse_task_size(args.str("size", "tiny"));
-  const int64_t steps = args.integer("steps", 20, 1), warmup = args.integer("warmup", 3, 0);
-  const std::string out_dir = args.str("out", "mixtrain-bench");
+  spec.size = parse_task_size(size);
   nlohmann::json reference;
-  if (args.has("reference")) reference = load_reference(args.str("reference", ""));
+  if (!reference_path.empty()) reference = load_reference(reference_path);
+  check_output_dir(out_dir);
 
   nlohmann::json doc = {{"framework", "mixtrain"},
                         {"framework_version", "0.1.0"},

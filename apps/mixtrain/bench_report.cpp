@@ -1,10 +1,13 @@
 #include "bench_report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iomanip>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
+
+#include "svg_chart.h"
 
 namespace mixtrain::cli {
 
@@ -20,6 +23,12 @@ std::string fixed(double v, int digits) {
   return os.str();
 }
 
+// A memory field in MiB, or "n/a" where it was not recorded (null).
+std::string mib(const nlohmann::json& row, const char* key) {
+  const nlohmann::json& v = row.at(key);
+  return v.is_null() ? "n/a" : fixed(v.get<double>() / kMiB, 1);
+}
+
 // Models in first-seen order.
 std::vector<std::string> models_of(const nlohmann::json& doc) {
   std::vector<std::string> out;
@@ -30,16 +39,7 @@ std::vector<std::string> models_of(const nlohmann::json& doc) {
   return out;
 }
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
-  }
-  return out;
-}
+std::string xml_escape(const std::string& s) { return svg::escape(s); }
 
 }  // namespace
 
@@ -57,8 +57,11 @@ void check_bench_json(const nlohmann::json& doc, const std::string& what) {
     for (const char* key : {"model", "precision"})
       if (!r.contains(key) || !r[key].is_string()) fail(at + key);
     for (const char* key : {"parameters", "batch_size", "median_step_ms", "samples_per_s", "speedup_vs_fp32",
-                            "peak_allocated_bytes", "peak_reserved_bytes", "final_loss", "skipped_steps"})
-      if (!r.contains(key) || !r[key].is_number()) fail(at + key);
+                            "peak_allocated_bytes", "peak_reserved_bytes", "final_loss", "skipped_steps"}) {
+      // Memory a framework does not record (PyTorch on the CPU) is null.
+      const bool may_be_null = std::string(key).rfind("peak_", 0) == 0;
+      if (!r.contains(key) || !(r[key].is_number() || (may_be_null && r[key].is_null()))) fail(at + key);
+    }
   }
 }
 
@@ -92,8 +95,7 @@ void print_bench_table(std::ostream& out, const nlohmann::json& doc, const nlohm
         << std::setw(7) << r.at("batch_size").get<int64_t>() << std::setw(11)
         << fixed(r.at("median_step_ms").get<double>(), 2) << std::setw(11) << fixed(r.at("samples_per_s").get<double>(), 1)
         << std::setw(8) << fixed(r.at("speedup_vs_fp32").get<double>(), 2) << "x" << std::setw(11)
-        << fixed(r.at("peak_allocated_bytes").get<double>() / kMiB, 1) << std::setw(11)
-        << fixed(r.at("peak_reserved_bytes").get<double>() / kMiB, 1) << std::setw(10)
+        << mib(r, "peak_allocated_bytes") << std::setw(11) << mib(r, "peak_reserved_bytes") << std::setw(10)
         << fixed(r.at("final_loss").get<double>(), 4);
     if (ref) {
       const nlohmann::json* t = find_result(*ref, r.at("model"), r.at("precision"));
@@ -101,8 +103,7 @@ void print_bench_table(std::ostream& out, const nlohmann::json& doc, const nlohm
       if (t)
         out << std::setw(11) << fixed(t->at("median_step_ms").get<double>(), 2) << std::setw(8)
             << fixed(t->at("speedup_vs_fp32").get<double>(), 2) << "x" << std::setw(11)
-            << fixed(t->at("peak_allocated_bytes").get<double>() / kMiB, 1) << std::setw(11)
-            << fixed(t->at("peak_reserved_bytes").get<double>() / kMiB, 1);
+            << mib(*t, "peak_allocated_bytes") << std::setw(11) << mib(*t, "peak_reserved_bytes");
       else
         out << std::setw(11) << "-";
     }
@@ -113,9 +114,9 @@ void print_bench_table(std::ostream& out, const nlohmann::json& doc, const nlohm
 std::string bench_svg(const nlohmann::json& doc, const nlohmann::json* ref) {
   const std::vector<std::string> models = models_of(doc);
   const int series = ref ? 6 : 3;  // ours fp32/fp16/bf16, then the reference's
-  const double bar = 16, gap = 26, panel_pad = 40, plot_h = 220, top = 70;
+  const double bar = 16, gap = 26, axis_w = 60, plot_h = 220, top = 70;
   const double group_w = series * bar + gap;
-  const double panel_w = std::max(300.0, panel_pad * 2 + group_w * static_cast<double>(models.size()));
+  const double panel_w = std::max(300.0, axis_w + 20 + group_w * static_cast<double>(models.size()));
   const double width = panel_w * 2 + 20, height = top + plot_h + 30;
   const std::string ours = doc.value("framework", std::string("mixtrain"));
   const std::string theirs = ref ? ref->value("framework", std::string("reference")) : "";
@@ -143,27 +144,54 @@ std::string bench_svg(const nlohmann::json& doc, const nlohmann::json* ref) {
                           {"peak allocated memory", "peak_allocated_bytes", kMiB, "MiB"}};
   for (int pi = 0; pi < 2; ++pi) {
     const Panel& panel = panels[pi];
-    const double x0 = pi * (panel_w + 20) + panel_pad, base = top + plot_h;
-    s << "<text x=\"" << x0 << "\" y=\"" << top - 14 << "\" font-size=\"13\">" << panel.title << " (" << panel.unit
-      << ")</text>\n"
-      << "<line x1=\"" << x0 - 5 << "\" y1=\"" << base << "\" x2=\"" << x0 + group_w * models.size() << "\" y2=\"" << base
-      << "\" stroke=\"#333\"/>\n";
-    for (size_t mi = 0; mi < models.size(); ++mi) {
-      std::vector<double> values(static_cast<size_t>(series), -1);
+    const double x0 = pi * (panel_w + 20) + axis_w, base = top + plot_h;
+    // Every model's bars on one log scale: models differ by orders of magnitude, and an outlier
+    // no longer flattens the others. NaN: no such row; -1: the row has no value (n/a).
+    std::vector<std::vector<double>> values(models.size(), std::vector<double>(static_cast<size_t>(series), NAN));
+    double lo = INFINITY, hi = -INFINITY;
+    for (size_t mi = 0; mi < models.size(); ++mi)
       for (int k = 0; k < series; ++k) {
-        const nlohmann::json* src = k < 3 ? &doc : ref;
-        const nlohmann::json* r = find_result(*src, models[mi], kPrecisions[k % 3]);
-        if (r) values[static_cast<size_t>(k)] = r->at(panel.key).get<double>() / panel.divisor;
+        const nlohmann::json* r = find_result(k < 3 ? doc : *ref, models[mi], kPrecisions[k % 3]);
+        if (!r) continue;
+        const nlohmann::json& v = r->at(panel.key);
+        const double x = v.is_null() ? -1 : v.get<double>() / panel.divisor;
+        values[mi][static_cast<size_t>(k)] = x;
+        if (x > 0) lo = std::min(lo, x), hi = std::max(hi, x);
       }
-      const double vmax = std::max(*std::max_element(values.begin(), values.end()), 1e-12);
-      const double gx = x0 + group_w * static_cast<double>(mi);
+    if (!(lo <= hi)) lo = 1, hi = 10;
+    const double d_lo = std::floor(std::log10(lo)), d_hi = std::max(d_lo + 1, std::ceil(std::log10(hi)));
+    auto y_of = [&](double v) { return base - plot_h * (std::log10(v) - d_lo) / (d_hi - d_lo); };
+    s << "<text x=\"" << x0 << "\" y=\"" << top - 14 << "\" font-size=\"13\">" << panel.title << " (" << panel.unit
+      << ", log scale)</text>\n"
+      << "<g class=\"axes\" stroke=\"#333\"><line x1=\"" << x0 << "\" y1=\"" << base << "\" x2=\""
+      << x0 + group_w * static_cast<double>(models.size()) << "\" y2=\"" << base << "\"/><line x1=\"" << x0 << "\" y1=\""
+      << top << "\" x2=\"" << x0 << "\" y2=\"" << base << "\"/></g>\n";
+    // Ticks at 1, 2 and 5 times each power of ten (only the powers when there are many decades).
+    for (double d = d_lo; d <= d_hi; ++d)
+      for (double m : {1.0, 2.0, 5.0}) {
+        if ((m != 1.0 && d_hi - d_lo > 3) || d + std::log10(m) > d_hi + 1e-9) continue;
+        const double v = m * std::pow(10.0, d), y = y_of(v);
+        s << "<line x1=\"" << x0 << "\" y1=\"" << y << "\" x2=\"" << x0 + group_w * static_cast<double>(models.size())
+          << "\" y2=\"" << y << "\" stroke=\"" << (m == 1.0 ? "#ccc" : "#eee") << "\"/><text class=\"tick\" x=\""
+          << x0 - 5 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">" << svg::label(v) << "</text>\n";
+      }
+    for (size_t mi = 0; mi < models.size(); ++mi) {
+      const double gx = x0 + 10 + group_w * static_cast<double>(mi);
       for (int k = 0; k < series; ++k) {
-        const double v = values[static_cast<size_t>(k)];
-        if (v < 0) continue;
-        const double h = plot_h * 0.85 * v / vmax, x = gx + k * bar;
+        const double v = values[mi][static_cast<size_t>(k)], x = gx + k * bar;
+        if (std::isnan(v)) continue;
+        const std::string name = xml_escape(models[mi]) + " " + kPrecisions[k % 3] +
+                                 (k >= 3 ? " " + xml_escape(theirs) : std::string());
+        if (v <= 0) {  // not recorded, or nothing to draw on a log scale
+          const double tx = x + bar / 2 + 3, ty = base - 4;
+          s << "<text class=\"na\" x=\"" << tx << "\" y=\"" << ty << "\" font-size=\"9\" fill=\"#888\" transform=\"rotate(-90 "
+            << tx << " " << ty << ")\"><title>" << name << ": not recorded</title>" << (v < 0 ? "n/a" : "0")
+            << "</text>\n";
+          continue;
+        }
+        const double h = std::max(1.0, base - y_of(v));
         s << "<rect class=\"bar\" x=\"" << x << "\" y=\"" << base - h << "\" width=\"" << bar - 2 << "\" height=\"" << h
-          << "\" fill=\"" << kColors[k % 3] << "\"><title>" << xml_escape(models[mi]) << " " << kPrecisions[k % 3]
-          << (k >= 3 ? " " + xml_escape(theirs) : std::string()) << ": " << fixed(v, 2) << " " << panel.unit
+          << "\" fill=\"" << kColors[k % 3] << "\"><title>" << name << ": " << fixed(v, 2) << " " << panel.unit
           << "</title></rect>\n";
         if (k >= 3)
           s << "<rect x=\"" << x << "\" y=\"" << base - h << "\" width=\"" << bar - 2 << "\" height=\"" << h

@@ -7,6 +7,7 @@
 //    "results": [{"model", "precision", "parameters", "batch_size", "median_step_ms",
 //                 "samples_per_s", "speedup_vs_fp32", "peak_allocated_bytes",
 //                 "peak_reserved_bytes", "final_loss", "skipped_steps"}, ...]}
+// The peak memory fields are null where a framework records none (PyTorch on the CPU).
 #include <ostream>
 #include <string>
 
@@ -25,8 +26,9 @@ const nlohmann::json* find_result(const nlohmann::json& doc, const std::string& 
 void print_bench_table(std::ostream& out, const nlohmann::json& doc, const nlohmann::json* reference);
 
 // Two panels, median step time and peak allocated memory, fp32 / fp16 / bf16 bars per model (and
-// the reference's beside them, hatched). Each model's bars share a scale of their own, since the
-// models differ by orders of magnitude; the values are written on the bars.
+// the reference's beside them, hatched), on one log-scale axis per panel with ticks: the models
+// differ by orders of magnitude, and one outlier does not flatten the rest. The values are
+// written on the bars; a value the document does not record (null) is drawn as "n/a".
 std::string bench_svg(const nlohmann::json& doc, const nlohmann::json* reference);
 
 }  // namespace mixtrain::cli

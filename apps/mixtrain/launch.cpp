@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "common/cli.h"
 
 extern char** environ;
 
@@ -64,30 +66,21 @@ int exit_code(int status) {
 }  // namespace
 
 int run_launch(const std::vector<std::string>& argv) {
+  namespace flags = examples::cli;
+  // Everything after `--` belongs to the program, --help included.
+  const auto split = std::find(argv.begin(), argv.end(), "--");
   int nproc = 0;
   std::string weights;
-  size_t i = 0;
-  for (; i < argv.size() && argv[i] != "--"; ++i) {
-    const std::string& a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argv.size() || argv[i + 1] == "--") throw std::runtime_error(a + " expects a value");
-      return argv[++i];
-    };
-    if (a == "--nproc") {
-      const std::string v = value();
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (!end || *end || n < 1 || n > 1024) throw std::runtime_error("--nproc expects a count 1..1024, got " + v);
-      nproc = static_cast<int>(n);
-    } else if (a == "--rank-weights") {
-      weights = value();
-    } else {
-      throw std::runtime_error("launch: unknown option " + a);
-    }
-  }
-  if (nproc == 0) throw std::runtime_error("launch: --nproc N is required");
-  if (i + 1 >= argv.size()) throw std::runtime_error("launch: expected -- PROGRAM [ARGS...]");
-  const std::vector<std::string> program(argv.begin() + static_cast<long>(i) + 1, argv.end());
+  const auto app = flags::make_app("mixtrain launch", "Runs PROGRAM as N data-parallel ranks on this host: "
+                                                      "mixtrain launch --nproc N [flags] -- PROGRAM [ARGS...]");
+  app->add_option("--nproc", nproc, "ranks to start")->required()->check(flags::integer_in(1, 1024))->type_name("N");
+  app->add_option("--rank-weights", weights, "each rank's share of every batch, one weight per rank")
+      ->type_name("W0,W1,...")
+      ->default_str("even");
+  if (!flags::parse(*app, std::vector<std::string>(argv.begin(), split), std::cout)) return 0;
+  if (split == argv.end() || split + 1 == argv.end())
+    throw std::runtime_error("launch: expected -- PROGRAM [ARGS...]");
+  const std::vector<std::string> program(split + 1, argv.end());
   if (!weights.empty()) {
     size_t count = 1;
     for (char c : weights) count += c == ',';

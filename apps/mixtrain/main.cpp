@@ -1,5 +1,6 @@
-// mixtrain: train the example models, benchmark fp32 against AMP, show the autocast policy.
-#include <algorithm>
+// mixtrain: train the example models, benchmark fp32 against AMP, show the autocast policy,
+// launch data-parallel ranks, plot a training log. Each command parses its own flags
+// (`mixtrain COMMAND --help`).
 #include <iostream>
 #include <stdexcept>
 
@@ -9,25 +10,43 @@
 #include "commands.h"
 
 namespace {
+
 const char* kUsage =
-    "usage: mixtrain <command> [options]\n"
-    "  train mlp|unet|transformer [--precision fp32|fp16|bf16] [--device cpu|cuda] [--steps N]\n"
-    "        [--batch-size N] [--lr X] [--seed N] [--save DIR] [--resume DIR] [--log FILE] [--synthetic]\n"
-    "        [--channels-last]\n"
-    "  bench [--models mlp,unet,transformer] [--precisions fp32,fp16,bf16] [--device cpu|cuda] [--steps N]\n"
-    "        [--warmup N] [--size tiny|full] [--out DIR] [--reference FILE.json] [--fp32-math default|strict]\n"
-    "        [--channels-last]\n"
-    "  policy [--json]\n"
-    "  launch --nproc N [--rank-weights W0,W1,...] -- PROGRAM [ARGS...]   (data-parallel ranks on this host)\n"
-    "  --version\n";
-}
+    "usage: mixtrain <command> [options]   (mixtrain <command> --help lists its flags and defaults)\n"
+    "  train MODEL   train mlp, unet or transformer with AMP: progress, JSONL log, checkpoints\n"
+    "  bench         each model in fp32, fp16 and bf16: step time, memory, loss (JSON and SVG)\n"
+    "  policy        the autocast cast policy of every op (--load FILE applies a table first)\n"
+    "  launch        run a program as N data-parallel ranks on this host\n"
+    "  plot LOG      draw a training log (train --log) as an SVG: loss, loss scale, learning rate\n"
+    "  --version     the version and whether the CUDA backend is compiled in\n";
+
+struct Command {
+  const char* name;
+  int (*run)(const std::vector<std::string>&);
+};
+constexpr Command kCommands[] = {{"train", mixtrain::cli::run_train},
+                                 {"bench", mixtrain::cli::run_bench},
+                                 {"policy", mixtrain::cli::run_policy},
+                                 {"launch", mixtrain::cli::run_launch},
+                                 {"plot", mixtrain::cli::run_plot}};
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-    std::cout << kUsage;
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) {
+    std::cerr << kUsage;
+    return 2;
   }
-  const std::string command = argv[1];
+  std::string command = argv[1];
+  std::vector<std::string> rest(argv + 2, argv + argc);
+  if (command == "--help" || command == "-h" || (command == "help" && rest.empty())) {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (command == "help") {  // `mixtrain help train` is `mixtrain train --help`
+    command = rest[0];
+    rest = {"--help"};
+  }
   if (command == "--version" || command == "version") {
 #ifdef MIXTRAIN_WITH_CUDA
     std::cout << "mixtrain " MIXTRAIN_VERSION " (CUDA backend compiled in)\n";
@@ -36,33 +55,18 @@ int main(int argc, char** argv) {
 #endif
     return 0;
   }
-  const std::vector<std::string> rest(argv + 2, argv + argc);
-  if (command == "launch" && (rest.empty() || rest[0] != "--help")) {
-    // Everything after `--` belongs to the program, --help included.
+  for (const Command& c : kCommands) {
+    if (command != c.name) continue;
     try {
-      return mixtrain::cli::run_launch(rest);
-    } catch (const std::exception& e) {
-      std::cerr << "mixtrain launch: " << e.what() << "\n";
+      return c.run(rest);
+    } catch (const mixtrain::Error& e) {
+      std::cerr << "mixtrain " << command << ": " << e.what() << "\n";
+      return 1;
+    } catch (const std::exception& e) {  // usage errors
+      std::cerr << "mixtrain " << command << ": " << e.what() << "\n";
       return 2;
     }
   }
-  // `mixtrain help` and `mixtrain <command> --help` print the usage too, with success.
-  if (command == "help" || std::find(rest.begin(), rest.end(), "--help") != rest.end() ||
-      std::find(rest.begin(), rest.end(), "-h") != rest.end()) {
-    std::cout << kUsage;
-    return 0;
-  }
-  try {
-    if (command == "train") return mixtrain::cli::run_train(rest);
-    if (command == "bench") return mixtrain::cli::run_bench(rest);
-    if (command == "policy") return mixtrain::cli::run_policy(rest);
-    std::cerr << "mixtrain: unknown command '" << command << "'\n" << kUsage;
-    return 2;
-  } catch (const mixtrain::Error& e) {
-    std::cerr << "mixtrain " << command << ": " << e.what() << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "mixtrain " << command << ": " << e.what() << "\n";
-    return 2;
-  }
+  std::cerr << "mixtrain: unknown command '" << command << "' (see mixtrain --help)\n";
+  return 2;
 }

@@ -1,21 +1,22 @@
 // mixtrain train MODEL: trains an example model with the shared AMP loop, showing progress,
-// logging every step as a JSON line (--log), checkpointing (--save, --resume), and printing a
-// summary with the memory statistics.
+// logging every step as a JSON line (--log), checkpointing (--save, --save-every, --resume), and
+// printing a summary with the memory statistics. Every output is checked before training starts.
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <iomanip>
-#include <streambuf>
 #include <iostream>
 #include <stdexcept>
+#include <streambuf>
 
-#include <nlohmann/json.hpp>
 #include <mixtrain/mixtrain.h>
 
-#include "args.h"
 #include "commands.h"
+#include "common/cli.h"
+#include "cpu_autocast.h"
 #include "progress.h"
+#include "step_log.h"
 #include "tasks.h"
 
 namespace mixtrain::cli {
@@ -24,81 +25,115 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-// Flag values that the library parses: a bad one is a usage error (exit 2), like a bad number.
-examples::Precision precision_flag(const Args& args) {
-  const std::string v = args.str("precision", "fp16");
-  if (v != "fp32" && v != "fp16" && v != "bf16")
-    throw std::runtime_error("--precision expects fp32, fp16 or bf16, got '" + v + "'");
-  return examples::parse_precision(v);
+struct TrainFlags {
+  TaskSpec spec;
+  examples::TrainOptions options;
+  std::string log_path, cpu_autocast = "cuda";
+};
+
+std::unique_ptr<CLI::App> train_app(TrainFlags& f) {
+  namespace flags = examples::cli;
+  auto app = flags::make_app("mixtrain train", "Trains an example model with autocast, GradScaler and AdamW.");
+  f.spec.device = examples::default_device();
+  f.options.steps = 200;
+  app->add_option("model", f.spec.model, "mlp, unet or transformer")
+      ->required()
+      ->check(flags::one_of({"mlp", "unet", "transformer"}))
+      ->type_name("MODEL");
+  flags::add_precision_flag(*app, f.options.precision);
+  flags::add_device_flag(*app, f.spec.device);
+  app->add_option("--steps", f.options.steps, "train up to this step (a resumed run continues to it)")
+      ->check(flags::integer_at_least(1))
+      ->type_name("N");
+  app->add_option("--batch-size", f.spec.batch_size, "samples per step")
+      ->check(flags::integer_at_least(1))
+      ->type_name("N")
+      ->default_str("mlp 128, unet 8, transformer 16");
+  app->add_option("--lr", f.options.lr, "peak learning rate (AdamW; the transformer warms up, then decays)")
+      ->check(flags::finite_number(true))
+      ->type_name("X");
+  app->add_option("--seed", f.spec.seed, "seed of the weights and the data order")
+      ->check(flags::unsigned_integer())
+      ->type_name("N");
+  app->add_flag("--synthetic", f.spec.synthetic, "generated data on the device, no dataset package needed");
+  app->add_flag("--channels-last", f.spec.channels_last, "the UNet's images and activations in NHWC");
+  app->add_option("--save", f.options.save_dir, "checkpoint directory, written at the end (checked before training)")
+      ->type_name("DIR")
+      ->default_str("none");
+  app->add_option("--save-every", f.options.save_every, "also checkpoint every N steps (0: only at the end)")
+      ->check(flags::integer_at_least(0))
+      ->type_name("N");
+  app->add_option("--resume", f.options.resume_dir, "continue from this checkpoint (to --steps)")
+      ->type_name("DIR")
+      ->default_str("none");
+  app->add_option("--log", f.log_path, "one JSON object per step (step, loss, lr, scale, memory, ...)")
+      ->type_name("FILE")
+      ->default_str("none");
+  app->add_option("--cpu-autocast", f.cpu_autocast,
+                  "CPU autocast: cuda (the CUDA lists and fp16, as on a GPU) or pytorch (torch's CPU lists, "
+                  "bf16 unless --precision says otherwise)")
+      ->check(flags::one_of(cpu_autocast_presets()))
+      ->type_name("cuda|pytorch");
+  return app;
 }
+
+// Under `mixtrain launch` (or torchrun, mpirun, Slurm) every rank trains its share; only rank 0
+// reports, so the output reads as one run's.
+struct QuietUnlessRankZero {
+  struct NullBuf : std::streambuf {
+    int overflow(int c) override { return c; }
+  } discard;
+  std::streambuf* const saved = std::cout.rdbuf();
+  QuietUnlessRankZero() {
+    if (distributed::read_launch_env().rank != 0) std::cout.rdbuf(&discard);
+  }
+  ~QuietUnlessRankZero() { std::cout.rdbuf(saved); }
+};
 
 }  // namespace
 
-Device device_flag(const Args& args) {
-  if (!args.has("device")) return examples::default_device();
-  const std::string v = args.str("device", "");
-  if (v != "cpu" && v.rfind("cuda", 0) != 0) throw std::runtime_error("--device expects cpu or cuda, got '" + v + "'");
-  return examples::parse_device(v);
-}
-
 int run_train(const std::vector<std::string>& argv) {
-  const Args args(argv, {"precision", "device", "steps", "batch-size", "lr", "seed", "save", "resume", "log"},
-                  {"synthetic", "channels-last"});
-  if (args.positional().size() != 1)
-    throw std::runtime_error(std::string("train expects one model (") + known_models() + ")" +
-                             (args.positional().empty() ? "" : ", got '" + args.positional()[0] + "'" +
-                                                                   (args.positional().size() > 1 ? " and more" : "")));
-  // Under `mixtrain launch` (or torchrun, mpirun, Slurm) every rank trains its share; only rank 0
-  // reports, so the output reads as one run's.
-  struct NullBuf : std::streambuf {
-    int overflow(int c) override { return c; }
-  };
-  static NullBuf discard;
-  std::streambuf* const cout_buf = std::cout.rdbuf();
-  if (distributed::read_launch_env().rank != 0) std::cout.rdbuf(&discard);
-  struct Restore {
-    std::streambuf* buf;
-    ~Restore() { std::cout.rdbuf(buf); }
-  } restore{cout_buf};
-  TaskSpec spec;
-  spec.model = args.positional()[0];
-  check_model_name(spec.model);
-  spec.device = device_flag(args);
-  spec.batch_size = args.integer("batch-size", 0, 1);
-  spec.seed = static_cast<uint64_t>(args.integer("seed", 0, 0));
-  spec.synthetic = args.has("synthetic");
-  spec.channels_last = args.has("channels-last");
-
-  examples::TrainOptions options;
-  options.precision = precision_flag(args);
+  TrainFlags f;
+  f.options.lr = default_lr("mlp");
+  const auto app = train_app(f);
+  if (!examples::cli::parse(*app, argv, std::cout)) return 0;
+  if (app->count("--lr") == 0) f.options.lr = default_lr(f.spec.model);
+  const QuietUnlessRankZero quiet;
+  TaskSpec& spec = f.spec;
+  examples::TrainOptions& options = f.options;
   options.device = spec.device;
-  options.steps = args.integer("steps", 200, 1);
-  options.lr = args.number("lr", default_lr(spec.model));
-  if (options.lr <= 0) throw std::runtime_error("--lr expects a positive number, got " + args.str("lr", ""));
-  options.save_dir = args.str("save", "");
-  options.resume_dir = args.str("resume", "");
+  if (f.cpu_autocast != "cuda") {
+    if (!spec.device.is_cpu())
+      throw examples::cli::UsageError("--cpu-autocast " + f.cpu_autocast + " is for CPU training; add --device cpu");
+    if (app->count("--precision") == 0) options.precision = cpu_autocast_precision(f.cpu_autocast);
+  }
+  apply_cpu_autocast_preset(f.cpu_autocast);
 
+  // Outputs first: a long run must not end in "cannot write".
+  const bool rank0 = distributed::read_launch_env().rank == 0;
+  if (!options.save_dir.empty() && rank0) io::check_checkpoint_destination(options.save_dir);
   std::ofstream log;
-  if (args.has("log") && distributed::read_launch_env().rank == 0) {
-    log.open(args.str("log", ""), std::ios::trunc);
-    if (!log) throw std::runtime_error("cannot write the log file " + args.str("log", ""));
+  if (!f.log_path.empty() && rank0) {
+    log.open(f.log_path, std::ios::trunc);
+    if (!log) throw std::runtime_error("cannot write the log file " + f.log_path);
   }
 
   const auto task = make_task(spec);
   std::cout << task->describe() << "\n"
             << "training " << options.steps << " steps, batch " << task->batch_size() << ", "
-            << examples::precision_name(options.precision) << " on " << options.device << ", lr " << options.lr << "\n"
+            << examples::precision_name(options.precision) << " on " << options.device << ", lr " << options.lr
+            << (f.cpu_autocast != "cuda" ? ", CPU autocast preset " + f.cpu_autocast : std::string()) << "\n"
             << std::flush;
   std::unique_ptr<Progress> progress;
+  const bool terminal = ::isatty(::fileno(stdout)) != 0;
   const examples::TrainResult result = examples::train(*task, options, [&](const examples::StepRecord& r) {
     if (!progress)  // the first step tells where a resumed run starts
-      progress = std::make_unique<Progress>(std::cout, ::isatty(::fileno(stdout)) != 0, r.step, options.steps);
+      progress = std::make_unique<Progress>(std::cout, terminal, terminal_columns(::fileno(stdout)), r.step,
+                                            options.steps);
     progress->update(r);
     if (log.is_open())
-      log << nlohmann::json{{"step", r.step},     {"loss", r.loss},           {"scale", r.scale},
-                            {"skipped", r.skipped}, {"grad_norm", r.grad_norm}, {"seconds", r.seconds}}
-                 .dump()
-          << "\n";
+      log << step_log_line(r, task->batch_size(), memory::stats(options.device), std::chrono::system_clock::now()).dump()
+          << "\n" << std::flush;
   });
   if (progress) progress->finish();
 

@@ -11,7 +11,7 @@ shows both side by side. The models match mixtrain's examples layer for layer (s
 names and counts, printed below): examples/mlp, examples/unet/unet_model.*, and
 examples/transformer/gpt_model.*. Peak memory is torch.cuda.max_memory_allocated / _reserved
 (reset before each run, cache emptied between runs); on the CPU PyTorch keeps no such
-statistics and 0 is written."""
+statistics and null is written (mixtrain bench shows it as n/a)."""
 import argparse, json, math, platform, statistics, time
 import torch
 import torch.nn as nn
@@ -182,8 +182,8 @@ def bench_one(name, size, precision, dev, steps, warmup, seed, channels_last=Fal
         if i >= warmup:
             times.append(time.perf_counter() - t0)
             skipped += int(precision == "fp16" and scaler.get_scale() < scale_before)
-    peak_alloc = torch.cuda.max_memory_allocated() if dev.type == "cuda" else 0
-    peak_resv = torch.cuda.max_memory_reserved() if dev.type == "cuda" else 0
+    peak_alloc = torch.cuda.max_memory_allocated() if dev.type == "cuda" else None
+    peak_resv = torch.cuda.max_memory_reserved() if dev.type == "cuda" else None
     step = statistics.median(times)
     return {"model": name, "precision": precision, "parameters": sum(p.numel() for p in model.parameters()),
             "batch_size": batch, "median_step_ms": step * 1e3, "samples_per_s": batch / step,
@@ -231,9 +231,10 @@ def main():
             fp32_ms = fp32_ms or row["median_step_ms"]
             row["speedup_vs_fp32"] = fp32_ms / row["median_step_ms"]
             doc["results"].append(row)
+            mib = lambda b: "     n/a" if b is None else f"{b / 2**20:8.1f}"
             print(f"{m:12s} {prec}: {row['parameters']:>11,d} parameters, batch {row['batch_size']}, "
                   f"{row['median_step_ms']:9.2f} ms/step, {row['speedup_vs_fp32']:.2f}x, "
-                  f"peak {row['peak_allocated_bytes'] / 2**20:8.1f} / {row['peak_reserved_bytes'] / 2**20:8.1f} MiB, "
+                  f"peak {mib(row['peak_allocated_bytes'])} / {mib(row['peak_reserved_bytes'])} MiB, "
                   f"loss {row['final_loss']:.4f}", flush=True)
     with open(a.out, "w") as f:
         json.dump(doc, f, indent=2)

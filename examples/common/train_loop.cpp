@@ -107,6 +107,10 @@ std::unique_ptr<optim::LRScheduler> make_scheduler(optim::Optimizer& opt, const 
 
 TrainResult train(TrainTask& task, const TrainOptions& options, const std::function<void(const StepRecord&)>& on_step) {
   using clock = std::chrono::steady_clock;
+  MT_CHECK(options.save_every >= 0, "save_every must be >= 0, got ", options.save_every);
+  // Only rank 0 writes checkpoints; a destination it cannot write fails now, not after the run.
+  if (!options.save_dir.empty() && distributed::read_launch_env().rank == 0)
+    io::check_checkpoint_destination(options.save_dir);
   nn::Module& model = task.model();
   model.to(options.device);
   optim::AdamW opt(model.parameters(), optim::AdamWOptions().lr(options.lr).weight_decay(options.weight_decay));
@@ -124,8 +128,7 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     if (!distributed::is_initialized()) distributed::init_process_group();
     std::vector<double> weights(static_cast<size_t>(distributed::world_size()), 1.0);
     if (const char* w = std::getenv("MIXTRAIN_RANK_WEIGHTS")) weights = parse_rank_weights(w, distributed::world_size());
-    MT_CHECK(task.set_data_shard(distributed::rank(), weights), "this trainer (", task.describe(),
-             ") does not support data-parallel training yet; run it as a single process");
+    task.set_data_shard(distributed::rank(), weights);
     ddp = std::make_unique<nn::DistributedDataParallel>(model.shared_from_this());
     ddp->sync_grad_scaler(scaler);
   }
@@ -153,7 +156,11 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
       amp::AutocastGuard guard(options.device.type, amp_dtype, autocast);
       if (ddp) ddp->prepare_forward();
       loss = task.next_loss();
-      if (ddp) ddp->set_local_batch(task.last_batch_rows());
+      if (ddp) {
+        MT_CHECK(task.last_batch_rows() > 0, "this trainer (", task.describe(), ") does not shard its batches ",
+                 "(its next_loss does not call take_shard), so it cannot train data-parallel; run it as one process");
+        ddp->set_local_batch(task.last_batch_rows());
+      }
     }
     scaler.scale(loss).backward();
     scaler.unscale_(opt);

@@ -58,11 +58,25 @@ class TrainTask {
   virtual int64_t batch_size() const { return 0; }
   virtual std::string evaluate() { return ""; }
   // Data-parallel training: from now on next_loss computes only this rank's share of each batch
-  // (the batch split by the ranks' weights, the rank's slice in rank order). False: the task
-  // cannot be sharded.
-  virtual bool set_data_shard(int /*rank*/, const std::vector<double>& /*weights*/) { return false; }
-  // Rows of the batch the last next_loss computed on (this rank's share when sharded).
-  virtual int64_t last_batch_rows() const { return 0; }
+  // (the batch split by the ranks' weights, the rank's slice in rank order).
+  void set_data_shard(int rank, const std::vector<double>& weights) { shard_ = {rank, weights}; }
+  // Rows of the batch the last next_loss computed on (this rank's share when sharded; 0 when
+  // next_loss never called take_shard).
+  int64_t last_batch_rows() const { return last_rows_; }
+
+ protected:
+  // next_loss passes its batch's tensors through this: each becomes this rank's rows of the batch
+  // every rank drew (all of them when not sharded), and the first one's rows count as the batch's.
+  template <class... More>
+  void take_shard(Tensor& first, More&... more) {
+    first = shard_.rows(first);
+    ((more = shard_.rows(more)), ...);
+    last_rows_ = first.size(0);
+  }
+
+ private:
+  DataShard shard_;
+  int64_t last_rows_ = 0;
 };
 
 // Under a launcher (WORLD_SIZE > 1 in the environment: `mixtrain launch`, torchrun, mpirun,

@@ -2,56 +2,44 @@
 //   mlp                                   Fashion-MNIST classifier (dataset-fashion-mnist)
 //   mlp --csv FILE --target COL           regressor on a CSV's columns
 //   mlp --synthetic                       215 -> 1 regressor on generated data (no files needed)
-// Options: --precision fp32|fp16|bf16 (fp16) --device cpu|cuda (cuda when present) --steps N
-//          --batch-size N --lr X --seed N --hidden W1,W2,... --log-every K --data-dir DIR
+// `mlp --help` lists every flag with its default.
 #include <iostream>
-#include <sstream>
-#include <string>
 
-#include "common/flags.h"
+#include "common/cli.h"
 #include "mlp/mlp_trainer.h"
 
 namespace ex = mixtrain::examples;
 
-namespace {
-
-const char* kUsage =
-    "usage: mlp [--synthetic | --csv FILE --target COL] [--data-dir DIR] [--precision fp32|fp16|bf16]\n"
-    "           [--device cpu|cuda] [--steps N] [--batch-size N] [--lr X] [--seed N] [--hidden W1,W2,...]\n"
-    "           [--log-every K]\n";
-
-ex::MlpConfig parse_args(int argc, char** argv) {
+int main(int argc, char** argv) {
   ex::MlpConfig c;
   c.log = &std::cout;
-  ex::FlagReader flags("mlp", kUsage, argc, argv);
-  std::string f;
-  while (flags.next(f)) {
-    if (ex::read_run_flag(flags, f, c)) continue;
-    if (f == "--synthetic") {
-      c.task = ex::MlpTask::Synthetic;
-    } else if (f == "--csv") {
+  bool synthetic = false;
+  std::string csv;
+  auto flags = [&](CLI::App& app) {
+    app.add_flag("--synthetic", synthetic, "a 215-input regressor on generated data (no files)");
+    app.add_option("--csv", csv, "a regressor on this CSV file's columns (needs --target)")->type_name("FILE")->default_str("none");
+    app.add_option("--target", c.target_column, "the CSV column to predict (needs --csv)")
+        ->type_name("COL")
+        ->default_str("none");
+    app.add_option("--data-dir", c.data_dir, "the Fashion-MNIST directory")->type_name("DIR");
+    app.add_option("--hidden", c.hidden, "hidden layer widths")
+        ->delimiter(',')
+        ->check(ex::cli::integer_at_least(1))
+        ->type_name("W1,W2")
+        ->default_str("256,128; synthetic 1000,500; CSV 64,32");
+    ex::cli::add_run_flags(app, c);
+  };
+  auto run = [&] {
+    if (synthetic) c.task = ex::MlpTask::Synthetic;
+    if (!csv.empty()) {
+      MT_CHECK(!synthetic, "mlp: --csv and --synthetic exclude each other");
       c.task = ex::MlpTask::Csv;
-      c.csv_path = flags.value();
-    } else if (f == "--target") {
-      c.target_column = flags.value();
-    } else if (f == "--data-dir") {
-      c.data_dir = flags.value();
-    } else if (f == "--hidden") {
-      std::istringstream is(flags.value());
-      std::string w;
-      c.hidden.clear();
-      while (std::getline(is, w, ',')) c.hidden.push_back(flags.parse<int64_t>(w));
-    } else {
-      flags.unknown();
+      c.csv_path = csv;
     }
-  }
-  MT_CHECK(c.task != ex::MlpTask::Csv || !c.target_column.empty(), "mlp: --csv needs --target COL");
-  MT_CHECK(c.task == ex::MlpTask::Csv || c.target_column.empty(), "mlp: --target needs --csv FILE");
-  return c;
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  return ex::run_program([&] { ex::run_mlp(parse_args(argc, argv)); });
+    MT_CHECK(c.task != ex::MlpTask::Csv || !c.target_column.empty(), "mlp: --csv needs --target COL");
+    MT_CHECK(c.task == ex::MlpTask::Csv || c.target_column.empty(), "mlp: --target needs --csv FILE");
+    ex::run_mlp(c);
+  };
+  return ex::cli::run_program("mlp", "Trains a feed-forward network under AMP (Fashion-MNIST by default).", argc, argv,
+                              flags, run);
 }

@@ -111,17 +111,9 @@ class MlpTrainTask : public TrainTask {
       y = batches_[i].y;
     }
     // Data parallel: this rank's rows of the batch every rank drew.
-    x = shard_.rows(x);
-    y = shard_.rows(y);
-    last_rows_ = x.size(0);
+    take_shard(x, y);
     return loss_of(model_(x), y, classification_);
   }
-
-  bool set_data_shard(int rank, const std::vector<double>& weights) override {
-    shard_ = {rank, weights};
-    return true;
-  }
-  int64_t last_batch_rows() const override { return last_rows_; }
 
   void skip_batches(int64_t n) override {
     if (loader_)
@@ -202,8 +194,6 @@ class MlpTrainTask : public TrainTask {
   std::vector<XY> batches_;
   XY test_batch_;
   size_t next_ = 0;
-  DataShard shard_;
-  int64_t last_rows_ = 0;
   nn::Sequential model_{nullptr};
   bool classification_ = false;
   int64_t rows_ = 0;

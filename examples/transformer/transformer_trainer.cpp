@@ -56,17 +56,9 @@ class TransformerTrainTask : public TrainTask {
     TokenBatch b = next_batch();
     // Data parallel: this rank's sequences of the batch every rank drew (all of one length, so
     // the per-token mean weighted by sequences is the global batch's mean).
-    b.x = shard_.rows(b.x);
-    b.y = shard_.rows(b.y);
-    last_rows_ = b.x.size(0);
+    take_shard(b.x, b.y);
     return loss_of(b);
   }
-
-  bool set_data_shard(int rank, const std::vector<double>& weights) override {
-    shard_ = {rank, weights};
-    return true;
-  }
-  int64_t last_batch_rows() const override { return last_rows_; }
 
   void skip_batches(int64_t n) override {
     if (train_loader_)
@@ -153,8 +145,6 @@ class TransformerTrainTask : public TrainTask {
   std::vector<TokenBatch> batches_;
   TokenBatch held_out_;
   size_t next_ = 0;
-  DataShard shard_;
-  int64_t last_rows_ = 0;
   Gpt model_{nullptr};
   std::string description_;
 };

@@ -2,50 +2,29 @@
 // AMP by default, with mixtrain's public API.
 //   unet                        Fashion-MNIST (Debian package dataset-fashion-mnist)
 //   unet --synthetic            generated images and labels, no files
-// Options: --precision fp32|fp16|bf16 (fp16) --device cpu|cuda (cuda when present) --steps N
-//          --batch-size N --lr X --seed N --image-size S --width W --channels-last --log-every K --data-dir DIR
+// `unet --help` lists every flag with its default.
 #include <iostream>
 
-#include "common/flags.h"
+#include "common/cli.h"
 #include "unet/unet_trainer.h"
 
 namespace ex = mixtrain::examples;
 
-namespace {
-
-const char* kUsage =
-    "usage: unet [--synthetic] [--data-dir DIR] [--precision fp32|fp16|bf16] [--device cpu|cuda]\n"
-    "            [--steps N] [--batch-size N] [--lr X] [--seed N] [--image-size S] [--width W] [--channels-last] [--log-every K]\n"
-    "            [--checkpoint-activations]\n";
-
-ex::UnetConfig parse_args(int argc, char** argv) {
+int main(int argc, char** argv) {
   ex::UnetConfig c;
   c.log = &std::cout;
-  ex::FlagReader flags("unet", kUsage, argc, argv);
-  std::string f;
-  while (flags.next(f)) {
-    if (ex::read_run_flag(flags, f, c)) continue;
-    if (f == "--synthetic") {
-      c.synthetic = true;
-    } else if (f == "--data-dir") {
-      c.data_dir = flags.value();
-    } else if (f == "--image-size") {
-      c.image_size = flags.number<int64_t>(1);
-    } else if (f == "--width") {
-      c.width = flags.number<int64_t>(1);
-    } else if (f == "--checkpoint-activations") {
-      c.checkpoint_activations = true;
-    } else if (f == "--channels-last") {
-      c.channels_last = true;
-    } else {
-      flags.unknown();
-    }
-  }
-  return c;
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  return ex::run_program([&] { ex::run_unet(parse_args(argc, argv)); });
+  auto flags = [&](CLI::App& app) {
+    app.add_flag("--synthetic", c.synthetic, "generated images and labels (no files)");
+    app.add_option("--data-dir", c.data_dir, "the Fashion-MNIST directory")->type_name("DIR");
+    app.add_option("--image-size", c.image_size, "image side in pixels, a multiple of 8")
+        ->check(ex::cli::integer_at_least(1))
+        ->type_name("S");
+    app.add_option("--width", c.width, "channels of the first level")->check(ex::cli::integer_at_least(1))->type_name("W");
+    app.add_flag("--channels-last", c.channels_last, "NHWC weights and images");
+    app.add_flag("--checkpoint-activations", c.checkpoint_activations,
+                 "recompute each stage's activations in backward instead of keeping them");
+    ex::cli::add_run_flags(app, c);
+  };
+  return ex::cli::run_program("unet", "Trains a UNet to segment images per pixel, under AMP.", argc, argv, flags,
+                              [&] { ex::run_unet(c); });
 }

@@ -70,16 +70,10 @@ class UnetTrainTask : public TrainTask {
     const SegBatch b = loader_ ? segment(loader_->next_batch()) : batches_[next_++ % batches_.size()];
     // Data parallel: this rank's images. Batch norm normalises over the rank's images only (no
     // synchronised batch norm), so the curve differs slightly from one process's.
-    const Tensor image = shard_.rows(b.image), labels = shard_.rows(b.labels);
-    last_rows_ = image.size(0);
+    Tensor image = b.image, labels = b.labels;
+    take_shard(image, labels);
     return F::cross_entropy(model_(image), labels);
   }
-
-  bool set_data_shard(int rank, const std::vector<double>& weights) override {
-    shard_ = {rank, weights};
-    return true;
-  }
-  int64_t last_batch_rows() const override { return last_rows_; }
 
   void skip_batches(int64_t n) override {
     if (loader_)
@@ -163,8 +157,6 @@ class UnetTrainTask : public TrainTask {
   std::vector<SegBatch> batches_;
   SegBatch held_out_;
   size_t next_ = 0;
-  DataShard shard_;
-  int64_t last_rows_ = 0;
   UNet model_{nullptr};
   std::string description_;
 };

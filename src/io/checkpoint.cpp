@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -116,7 +118,38 @@ nlohmann::json write_tensor_file(const fs::path& path, const NamedTensors& tenso
   return {{"bytes", w.size()}, {"crc32", crc_hex(w.crc())}};
 }
 
+// A checkpoint replaces its directory whole: only a directory holding nothing but a checkpoint's
+// own files may be replaced.
+void check_replaceable(const fs::path& dir, const char* who) {
+  if (!fs::exists(dir)) return;
+  MT_CHECK(fs::is_directory(dir), who, ": ", dir.string(), " exists and is not a directory");
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    MT_CHECK(n == kModelFile || n == kOptimizerFile || n == kTrainerFile, who, ": ", dir.string(), " holds \"", n,
+             "\", which is not part of a checkpoint; refusing to replace the directory (choose a directory used ",
+             "only for this checkpoint)");
+  }
+}
+
 }  // namespace
+
+void check_checkpoint_destination(const std::string& dir_in) {
+  const fs::path dir = checkpoint_path(dir_in);
+  check_replaceable(dir, "checkpoint destination");
+  // save_checkpoint stages beside dir, so the nearest existing directory above it must take a
+  // new file: try one (permissions alone say nothing for root or a read-only mount).
+  fs::path existing = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+  while (!existing.empty() && !fs::exists(existing)) existing = existing.parent_path();
+  if (existing.empty()) existing = ".";
+  MT_CHECK(fs::is_directory(existing), "checkpoint destination: cannot write ", dir.string(), ": ", existing.string(),
+           " is not a directory");
+  std::string probe = (existing / ".mixtrain-probe-XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  MT_CHECK(fd >= 0, "checkpoint destination: cannot write ", dir.string(), ": cannot create a file in ",
+           existing.string(), ": ", std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
 
 namespace detail {
 void set_save_hook(SaveHook hook) { save_hook() = std::move(hook); }
@@ -127,15 +160,7 @@ void save_checkpoint(const std::string& dir_in, const NamedTensors& model, const
                      const CheckpointParts& parts) {
   MT_CHECK(step >= 0, "save_checkpoint: step must be >= 0, got ", step);
   const fs::path dir = checkpoint_path(dir_in);
-  if (fs::exists(dir)) {
-    MT_CHECK(fs::is_directory(dir), "save_checkpoint: ", dir.string(), " exists and is not a directory");
-    for (const auto& e : fs::directory_iterator(dir)) {
-      const std::string n = e.path().filename().string();
-      MT_CHECK(n == kModelFile || n == kOptimizerFile || n == kTrainerFile, "save_checkpoint: ", dir.string(),
-               " holds \"", n, "\", which is not part of a checkpoint; refusing to replace the directory (choose ",
-               "a directory used only for this checkpoint)");
-    }
-  }
+  check_replaceable(dir, "save_checkpoint");
   // Whatever this writes, load_checkpoint must accept: check the state with the loader's rules
   // before anything on disk is touched.
   const NamedTensors opt_tensors = optimizer.state_tensors();

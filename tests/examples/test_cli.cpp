@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <algorithm>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -32,7 +34,9 @@ CliRun run_mixtrain(const std::string& args) {
   // Per process: ctest runs the tests of this file in parallel processes.
   const std::string base = ::testing::TempDir() + "mixtrain_cli_" + std::to_string(::getpid());
   const std::string out = base + ".out", err = base + ".err";
-  const std::string cmd = std::string(MIXTRAIN_EXE) + " " + args + " >" + out + " 2>" + err + " </dev/null";
+  // Bounded: a check that fails to stop a long run must not hang the suite.
+  const std::string cmd = "timeout -s KILL 300 " + std::string(MIXTRAIN_EXE) + " " + args + " >" + out + " 2>" + err +
+                          " </dev/null";
   const int status = std::system(cmd.c_str());
   CliRun r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -119,12 +123,38 @@ TEST(MixtrainCli, TrainLogsStepsAndResumes) {
   std::istringstream lines(slurp(log));
   std::string line;
   int64_t step = 0;
+  const std::regex iso_time(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)");
+  std::string previous_time;
   while (std::getline(lines, line)) {
     const auto j = nlohmann::json::parse(line);
     EXPECT_EQ(j["step"].get<int64_t>(), ++step);
-    EXPECT_TRUE(j.contains("loss") && j.contains("scale") && j.contains("skipped"));
+    for (const char* key : {"loss", "lr", "scale", "seconds", "samples_per_s"})
+      EXPECT_TRUE(j.contains(key) && j[key].is_number() && std::isfinite(j[key].get<double>())) << key << ": " << line;
+    EXPECT_TRUE(j["skipped"].is_boolean()) << line;
+    // JSON has no inf: a skipped step's non-finite gradient norm is null.
+    EXPECT_TRUE(j["grad_norm"].is_number() || (j["grad_norm"].is_null() && j["skipped"].get<bool>())) << line;
+    EXPECT_EQ(j["lr"].get<double>(), 1e-3) << line;  // the MLP trains at a constant rate
+    EXPECT_NEAR(j["samples_per_s"].get<double>(), 32 / j["seconds"].get<double>(), 1e-6 * j["samples_per_s"].get<double>());
+    EXPECT_GT(j["peak_allocated_bytes"].get<int64_t>(), 0) << line;
+    EXPECT_GE(j["peak_reserved_bytes"].get<int64_t>(), j["peak_allocated_bytes"].get<int64_t>()) << line;
+    EXPECT_GE(j["peak_allocated_bytes"].get<int64_t>(), j["allocated_bytes"].get<int64_t>()) << line;
+    const std::string time = j["time"].get<std::string>();
+    EXPECT_TRUE(std::regex_match(time, iso_time)) << time;
+    EXPECT_GE(time, previous_time);  // ISO 8601 sorts as text
+    previous_time = time;
   }
   EXPECT_EQ(step, 4);
+
+  // mixtrain plot draws the log.
+  const CliRun plot = run_mixtrain("plot " + log + " --out " + dir + ".svg");
+  ASSERT_EQ(plot.code, 0) << plot.err;
+  EXPECT_NE(plot.out.find("4 steps"), std::string::npos) << plot.out;
+  const std::string svg = slurp(dir + ".svg");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_EQ(count_of(svg, "class=\"axes\""), 3u);  // loss, scale, learning rate
+  const CliRun bad_plot = run_mixtrain("plot " + dir + "_nope.jsonl");
+  EXPECT_EQ(bad_plot.code, 2);
+  EXPECT_NE(bad_plot.err.find("_nope.jsonl"), std::string::npos) << bad_plot.err;
 
   const CliRun resumed = run_mixtrain("train mlp --synthetic --device cpu --steps 6 --batch-size 32 --log " + log + " --resume " + ckpt);
   ASSERT_EQ(resumed.code, 0) << resumed.err;
@@ -134,15 +164,32 @@ TEST(MixtrainCli, TrainLogsStepsAndResumes) {
 }
 
 TEST(MixtrainCli, UsageErrorsAreOneLineWithExitCode2) {
-  for (const std::string args : {"train mlp --bogus 1", "train mlp --precision fp8", "train resnet",
-                                 "bench --size huge", "bench --fp32-math tf16", "bench --models mlp,resnet", "train mlp --steps -3"}) {
+  for (const std::string args :
+       {"train mlp --bogus 1", "train mlp --precision fp8", "train resnet", "bench --size huge", "bench --fp32-math tf16",
+        "bench --models mlp,resnet", "train mlp --steps -3", "train mlp --save-every -1", "train mlp --lr 0",
+        "train mlp --seed -1", "train", "train mlp unet", "policy --bogus", "policy --cpu-autocast tpu",
+        "bench --steps 0", "launch --nproc x -- true", "train mlp --cpu-autocast gpu", "frobnicate"}) {
     SCOPED_TRACE(args);
     const CliRun r = run_mixtrain(args);
     EXPECT_EQ(r.code, 2) << r.err;
     EXPECT_EQ(count_of(r.err, "\n"), 1u) << r.err;
     EXPECT_EQ(r.out, "");
   }
-  EXPECT_NE(run_mixtrain("train mlp --bogus 1").err.find("--bogus"), std::string::npos);
+  // The message names the flag (or argument) at fault.
+  for (const auto& [args, named] : std::vector<std::pair<std::string, std::string>>{
+           {"train mlp --bogus 1", "--bogus"},
+           {"train mlp --steps 3x", "--steps"},
+           {"train mlp --save-every -1", "--save-every"},
+           {"train resnet", "resnet"},
+           {"bench --models mlp,resnet", "--models"},
+           {"policy --cpu-autocast tpu", "--cpu-autocast"}}) {
+    const CliRun r = run_mixtrain(args);
+    EXPECT_NE(r.err.find(named), std::string::npos) << args << ": " << r.err;
+  }
+  // --cpu-autocast pytorch is a CPU preset.
+  const CliRun gpu = run_mixtrain("train mlp --device cuda --cpu-autocast pytorch --synthetic");
+  EXPECT_NE(gpu.code, 0);
+  EXPECT_NE(gpu.err.find("cuda"), std::string::npos) << gpu.err;
   // A missing data file is an error too (not a usage error).
   const CliRun missing = run_mixtrain("train mlp --synthetic --device cpu --steps 1 --resume /nonexistent/ckpt");
   EXPECT_NE(missing.code, 0);
@@ -150,14 +197,101 @@ TEST(MixtrainCli, UsageErrorsAreOneLineWithExitCode2) {
 }
 
 TEST(MixtrainCli, HelpPrintsTheUsageWithSuccess) {
-  for (const std::string args : {"--help", "help", "bench --help", "train mlp --help", "policy -h"}) {
+  for (const std::string args : {"--help", "help", "-h"}) {
     SCOPED_TRACE(args);
     const CliRun r = run_mixtrain(args);
     EXPECT_EQ(r.code, 0) << r.err;
-    EXPECT_NE(r.out.find("usage: mixtrain"), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find("--fp32-math"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.rfind("usage: mixtrain <command>", 0), 0u) << r.out;
+    for (const char* command : {"train", "bench", "policy", "launch", "plot", "--version"})
+      EXPECT_NE(r.out.find("  " + std::string(command) + " "), std::string::npos) << command << " in\n" << r.out;
   }
   EXPECT_EQ(run_mixtrain("").code, 2);  // no command: the usage, as an error
+}
+
+// Each command's --help lists every flag it takes, each with its default, and fits 80 columns.
+TEST(MixtrainCli, EachCommandsHelpListsEveryFlagWithItsDefault) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> commands = {
+      {"train", {"--precision", "--device", "--steps", "--batch-size", "--lr", "--seed", "--save", "--save-every",
+                 "--resume", "--log", "--cpu-autocast", "--synthetic", "--channels-last"}},
+      {"bench", {"--models", "--precisions", "--device", "--steps", "--warmup", "--size", "--out", "--reference",
+                 "--fp32-math", "--channels-last"}},
+      {"policy", {"--load", "--json", "--markdown", "--cpu-autocast"}},
+      {"launch", {"--nproc", "--rank-weights"}},
+      {"plot", {"--out"}}};
+  const std::vector<std::string> switches = {"--synthetic", "--channels-last", "--json", "--markdown"};
+  for (const auto& [command, flags] : commands) {
+    for (const std::string& form : {command + " --help", command + " -h", "help " + command}) {
+      SCOPED_TRACE(form);
+      const CliRun r = run_mixtrain(form + (command == "train" && form.rfind("help", 0) != 0 ? " mlp" : ""));
+      EXPECT_EQ(r.code, 0) << r.err;
+      EXPECT_NE(r.out.find("usage: mixtrain " + command + " [OPTIONS]"), std::string::npos) << r.out;
+      std::istringstream lines(r.out);
+      for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 80u) << line;
+      size_t listed = 0;
+      for (size_t at = r.out.find("\n  --"); at != std::string::npos; at = r.out.find("\n  --", at + 1)) ++listed;
+      EXPECT_EQ(listed, flags.size()) << r.out;  // no flag undocumented, none forgotten here
+      for (const std::string& flag : flags) {
+        const size_t at = r.out.find("\n  " + flag + " ") != std::string::npos ? r.out.find("\n  " + flag + " ")
+                                                                              : r.out.find("\n  " + flag + "\n");
+        ASSERT_NE(at, std::string::npos) << flag << " missing from\n" << r.out;
+        const std::string entry = r.out.substr(at, r.out.find("\n  -", at + 1) - at);
+        const bool is_switch = std::find(switches.begin(), switches.end(), flag) != switches.end();
+        const bool has_default = entry.find("default") != std::string::npos || entry.find("(required)") != std::string::npos;
+        EXPECT_EQ(has_default, !is_switch) << entry;
+      }
+    }
+  }
+  // policy --load is documented with its format.
+  EXPECT_NE(run_mixtrain("policy --help").out.find("as --json prints"), std::string::npos);
+}
+
+TEST(MixtrainCli, UnwritableOutputsFailBeforeTraining) {
+  const std::string base = ::testing::TempDir() + "mixtrain_unwritable_" + std::to_string(::getpid());
+  std::system(("rm -rf " + base + " && mkdir -p " + base + "/foreign && touch " + base + "/file " + base +
+               "/foreign/notes.txt").c_str());
+  // A million steps: only a check before training returns in time.
+  const std::string train = "train mlp --synthetic --device cpu --steps 1000000 ";
+  for (const auto& [args, named] : std::vector<std::pair<std::string, std::string>>{
+           {train + "--save " + base + "/file/ckpt", base + "/file"},
+           {train + "--save " + base + "/foreign", "notes.txt"},
+           {train + "--log " + base + "/file/log.jsonl", base + "/file/log.jsonl"},
+           {"bench --models mlp --steps 1000000 --out " + base + "/file/out", base + "/file"}}) {
+    SCOPED_TRACE(args);
+    const CliRun r = run_mixtrain(args);
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.err.find(named), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("step "), std::string::npos) << r.out;  // no training step ran
+    EXPECT_EQ(r.out.find("ms/step"), std::string::npos) << r.out;
+  }
+  // The foreign directory is left as it was, and nothing was created beside the file.
+  EXPECT_EQ(slurp(base + "/foreign/notes.txt"), "");
+  EXPECT_EQ(std::system(("test -e " + base + "/foreign/model.safetensors").c_str()) == 0, false);
+  std::system(("rm -rf " + base).c_str());
+}
+
+TEST(MixtrainCli, CpuAutocastPytorchPresetTrainsInBf16WithTorchsCpuLists) {
+  const CliRun table = run_mixtrain("policy --cpu-autocast pytorch --json");
+  ASSERT_EQ(table.code, 0) << table.err;
+  const nlohmann::json j = nlohmann::json::parse(table.out);
+  EXPECT_EQ(j["matmul"], "lower_precision");
+  EXPECT_EQ(j["conv2d"], "lower_precision");
+  EXPECT_EQ(j["mse_loss"], "fp32");
+  EXPECT_EQ(j["cross_entropy"], "fp32");
+  EXPECT_EQ(j["binary_cross_entropy"], "fp32");  // banned on CUDA only
+  EXPECT_EQ(j["cat"], "promote");
+  for (const char* op : {"exp", "log", "softmax", "layer_norm", "sum", "upsample_bilinear2d", "dot"})
+    EXPECT_EQ(j[op], "passthrough") << op;  // on the CUDA lists, not on torch's CPU lists
+  const nlohmann::json cuda = nlohmann::json::parse(run_mixtrain("policy --json").out);
+  EXPECT_EQ(cuda["exp"], "fp32");
+  EXPECT_EQ(cuda.size(), j.size());
+
+  const CliRun run = run_mixtrain("train mlp --synthetic --device cpu --steps 3 --batch-size 16 --cpu-autocast pytorch");
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_NE(run.out.find("bf16 on cpu"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("CPU autocast preset pytorch"), std::string::npos) << run.out;
+  const CliRun fp16 = run_mixtrain("train mlp --synthetic --device cpu --steps 1 --cpu-autocast pytorch --precision fp16");
+  ASSERT_EQ(fp16.code, 0) << fp16.err;
+  EXPECT_NE(fp16.out.find("fp16 on cpu"), std::string::npos) << fp16.out;
 }
 
 TEST(MixtrainCli, VersionPrintsTheConfiguredVersion) {
@@ -175,4 +309,43 @@ TEST(MixtrainCli, VersionPrintsTheConfiguredVersion) {
   ASSERT_NE(at, std::string::npos);
   const size_t from = at + std::string("project(mixtrain VERSION ").size();
   EXPECT_EQ(cmake.substr(from, cmake.find(' ', from) - from), MIXTRAIN_VERSION);
+}
+
+// The example programs parse with the same parser: --help lists every flag with its default,
+// a bad flag is a one-line usage error (exit 2) naming it.
+TEST(ExamplePrograms, HelpAndUsageErrors) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> programs = {
+      {MT_EXAMPLE_MLP, {"--synthetic", "--csv", "--target", "--data-dir", "--hidden"}},
+      {MT_EXAMPLE_UNET, {"--synthetic", "--data-dir", "--image-size", "--width", "--channels-last"}},
+      {MT_EXAMPLE_TRANSFORMER, {"--synthetic", "--text", "--preset", "--layers", "--width", "--heads", "--context"}}};
+  for (const auto& [exe, own] : programs) {
+    SCOPED_TRACE(exe);
+    const std::string base = ::testing::TempDir() + "example_" + std::to_string(::getpid());
+    auto run = [&](const std::string& args) {
+      CliRun r;
+      const int status = std::system(("timeout -s KILL 120 " + exe + " " + args + " >" + base + ".out 2>" + base +
+                                      ".err </dev/null").c_str());
+      r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      r.out = slurp(base + ".out");
+      r.err = slurp(base + ".err");
+      return r;
+    };
+    const CliRun help = run("--help");
+    EXPECT_EQ(help.code, 0) << help.err;
+    std::vector<std::string> flags = own;
+    for (const char* f : {"--precision", "--device", "--steps", "--batch-size", "--lr", "--seed", "--log-every"})
+      flags.push_back(f);
+    for (const auto& f : flags) EXPECT_NE(help.out.find("  " + f + " "), std::string::npos) << f << "\n" << help.out;
+    size_t listed = 0;
+    for (size_t at = help.out.find("\n  --"); at != std::string::npos; at = help.out.find("\n  --", at + 1)) ++listed;
+    EXPECT_EQ(listed, flags.size()) << help.out;
+    EXPECT_GE(count_of(help.out, "(default: "), flags.size() - 2) << help.out;  // all but the two switches at most
+    for (const auto& [args, named] : std::vector<std::pair<std::string, std::string>>{
+             {"--bogus", "--bogus"}, {"--steps 0", "--steps"}, {"--seed -1", "--seed"}, {"--precision fp8", "fp8"}}) {
+      const CliRun bad = run(args);
+      EXPECT_EQ(bad.code, 2) << args << ": " << bad.err;
+      EXPECT_EQ(count_of(bad.err, "\n"), 1u) << bad.err;
+      EXPECT_NE(bad.err.find(named), std::string::npos) << bad.err;
+    }
+  }
 }

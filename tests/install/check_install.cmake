@@ -1,8 +1,9 @@
 # Installs the build tree into a scratch prefix, checks that the installed CMake files and headers
 # name no path of this machine, then configures, builds and runs a consumer project that uses
 # find_package(mixtrain) with CUDA hidden from CMake (no CUDAToolkit package, no nvcc on PATH),
-# and checks what the consumer's binary links: never libcudart, libcublas(Lt) or libcudnn itself,
-# nor through libmixtrain when mixtrain was built without CUDA.
+# with the README's training loops (examples/readme/amp_loop.cpp) as a second program, and checks
+# what the consumer's binary links: never libcudart, libcublas(Lt) or libcudnn itself, nor
+# through libmixtrain when mixtrain was built without CUDA.
 # Variables: BUILD (mixtrain's build dir), SOURCE (the consumer), WORK (scratch), MT_SOURCE_DIR,
 # WITH_CUDA (ON/OFF), SHARED (ON/OFF), CUDA_ROOT (the toolkit's root, when known), READELF, LDD.
 # A static mixtrain built with CUDA leaves cudart, cuBLAS and cuDNN to its users' link, so its
@@ -51,6 +52,7 @@ endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -E env "PATH=${path_without_cuda}"
                         ${CMAKE_COMMAND} -S ${SOURCE} -B ${WORK}/build -DCMAKE_PREFIX_PATH=${WORK}/prefix
                         -DCMAKE_BUILD_TYPE=Release -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=${hide_cuda}
+                        -DREADME_LOOP=${MT_SOURCE_DIR}/examples/readme/amp_loop.cpp
                         -DCMAKE_DISABLE_FIND_PACKAGE_CUDA=${hide_cuda} RESULT_VARIABLE rc)
 if(rc)
   message(FATAL_ERROR "configuring the consumer project with CUDA hidden failed: ${rc}")
@@ -63,6 +65,10 @@ endif()
 execute_process(COMMAND ${WORK}/build/consumer RESULT_VARIABLE rc)
 if(rc)
   message(FATAL_ERROR "the consumer program failed: ${rc}")
+endif()
+execute_process(COMMAND ${WORK}/build/readme_loop RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "the README's training loop (examples/readme/amp_loop.cpp), built against the package, failed: ${rc}")
 endif()
 
 # What the consumer links directly: mixtrain, never CUDA's libraries.

@@ -52,6 +52,11 @@ void save_checkpoint(const std::string& dir, const NamedTensors& model, const op
 int64_t load_checkpoint(const std::string& dir, const NamedTensors& model, optim::Optimizer& optimizer,
                         amp::GradScaler& scaler, nlohmann::json* extra = nullptr, const CheckpointParts& parts = {});
 
+// Throws Error naming `dir` unless save_checkpoint could write there: `dir` absent or a directory
+// holding only a checkpoint's files, and the nearest existing directory above it taking a new file
+// (one is created and removed). For programs that save after a long run: check first.
+void check_checkpoint_destination(const std::string& dir);
+
 void save_checkpoint(const std::string& dir, const nn::Module& model, const optim::Optimizer& optimizer,
                      const amp::GradScaler& scaler, int64_t step,
                      const nlohmann::json& extra = nlohmann::json::object(), const CheckpointParts& parts = {});

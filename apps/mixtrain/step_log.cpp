@@ -1,0 +1,37 @@
+#include "step_log.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+
+namespace mixtrain::cli {
+
+std::string iso8601_utc(std::chrono::system_clock::time_point t) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+  const std::time_t secs = static_cast<std::time_t>(ms / 1000 - (ms % 1000 < 0));
+  std::tm utc{};
+  gmtime_r(&secs, &utc);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday,
+                utc.tm_hour, utc.tm_min, utc.tm_sec, static_cast<int>(((ms % 1000) + 1000) % 1000));
+  return buf;
+}
+
+nlohmann::json step_log_line(const examples::StepRecord& r, int64_t batch_size, const memory::Stats& memory,
+                             std::chrono::system_clock::time_point now) {
+  return {{"step", r.step},
+          {"loss", r.loss},
+          {"lr", r.lr},
+          {"scale", r.scale},
+          {"skipped", r.skipped},
+          {"grad_norm", std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json(nullptr)},
+          {"seconds", r.seconds},
+          {"samples_per_s", static_cast<double>(batch_size) / std::max(r.seconds, 1e-9)},
+          {"allocated_bytes", memory.allocated_bytes},
+          {"peak_allocated_bytes", memory.peak_allocated_bytes},
+          {"peak_reserved_bytes", memory.peak_reserved_bytes},
+          {"time", iso8601_utc(now)}};
+}
+
+}  // namespace mixtrain::cli

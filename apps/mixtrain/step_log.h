@@ -1,0 +1,24 @@
+#pragma once
+// One line of `mixtrain train --log`: a step's record as a JSON object.
+//   {"step", "loss", "lr", "scale", "skipped", "grad_norm", "seconds", "samples_per_s",
+//    "allocated_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "time"}
+// "time" is the wall-clock time the step ended, ISO 8601 in UTC with milliseconds
+// ("2026-11-25T13:04:05.123Z"); the peaks are since training started. A non-finite grad_norm
+// (a step the scaler skipped) is null: JSON has no inf or NaN.
+#include <chrono>
+#include <cstdint>
+
+#include <nlohmann/json.hpp>
+#include <mixtrain/mixtrain.h>
+
+#include "common/train_loop.h"
+
+namespace mixtrain::cli {
+
+nlohmann::json step_log_line(const examples::StepRecord& record, int64_t batch_size, const memory::Stats& memory,
+                             std::chrono::system_clock::time_point now);
+
+// "2026-11-25T13:04:05.123Z"
+std::string iso8601_utc(std::chrono::system_clock::time_point t);
+
+}  // namespace mixtrain::cli
