@@ -71,6 +71,7 @@ std::unique_ptr<examples::TrainTask> make_unet(const TaskSpec& s) {
   c.seed = s.seed;
   c.synthetic = s.synthetic || s.size != TaskSize::Default;
   c.channels_last = s.channels_last;
+  c.checkpoint_activations = s.checkpoint_activations;
   switch (s.size) {
     case TaskSize::Default:
       c.batch_size = pick(s.batch_size, 8);
@@ -107,6 +108,7 @@ std::unique_ptr<examples::TrainTask> make_transformer(const TaskSpec& s) {
       c.batch_size = pick(s.batch_size, 64);
       break;
   }
+  c.model.checkpoint_activations = s.checkpoint_activations;
   return examples::make_transformer_task(c);
 }
 

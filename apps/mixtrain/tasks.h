@@ -23,6 +23,7 @@ struct TaskSpec {
   bool synthetic = false;   // generated data, no dataset package needed (always for Tiny and Full)
   TaskSize size = TaskSize::Default;
   bool channels_last = false;  // the UNet's images and activations in NHWC
+  bool checkpoint_activations = false;  // recompute each UNet stage / transformer block in backward
 };
 
 std::unique_ptr<examples::TrainTask> make_task(const TaskSpec& spec);

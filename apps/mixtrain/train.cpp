@@ -57,6 +57,8 @@ std::unique_ptr<CLI::App> train_app(TrainFlags& f) {
       ->type_name("N");
   app->add_flag("--synthetic", f.spec.synthetic, "generated data on the device, no dataset package needed");
   app->add_flag("--channels-last", f.spec.channels_last, "the UNet's images and activations in NHWC");
+  app->add_flag("--checkpoint-activations", f.spec.checkpoint_activations,
+                "recompute each UNet stage / transformer block in backward instead of keeping its activations");
   app->add_option("--save", f.options.save_dir, "checkpoint directory, written at the end (checked before training)")
       ->type_name("DIR")
       ->default_str("none");

@@ -212,13 +212,15 @@ TEST(MixtrainCli, HelpPrintsTheUsageWithSuccess) {
 TEST(MixtrainCli, EachCommandsHelpListsEveryFlagWithItsDefault) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> commands = {
       {"train", {"--precision", "--device", "--steps", "--batch-size", "--lr", "--seed", "--save", "--save-every",
-                 "--resume", "--log", "--cpu-autocast", "--synthetic", "--channels-last"}},
+                 "--resume", "--log", "--cpu-autocast", "--synthetic", "--channels-last",
+                 "--checkpoint-activations"}},
       {"bench", {"--models", "--precisions", "--device", "--steps", "--warmup", "--size", "--out", "--reference",
                  "--fp32-math", "--channels-last"}},
       {"policy", {"--load", "--json", "--markdown", "--cpu-autocast"}},
       {"launch", {"--nproc", "--rank-weights"}},
       {"plot", {"--out"}}};
-  const std::vector<std::string> switches = {"--synthetic", "--channels-last", "--json", "--markdown"};
+  const std::vector<std::string> switches = {"--synthetic", "--channels-last", "--checkpoint-activations", "--json",
+                                             "--markdown"};
   for (const auto& [command, flags] : commands) {
     for (const std::string& form : {command + " --help", command + " -h", "help " + command}) {
       SCOPED_TRACE(form);
@@ -316,8 +318,10 @@ TEST(MixtrainCli, VersionPrintsTheConfiguredVersion) {
 TEST(ExamplePrograms, HelpAndUsageErrors) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> programs = {
       {MT_EXAMPLE_MLP, {"--synthetic", "--csv", "--target", "--data-dir", "--hidden"}},
-      {MT_EXAMPLE_UNET, {"--synthetic", "--data-dir", "--image-size", "--width", "--channels-last"}},
-      {MT_EXAMPLE_TRANSFORMER, {"--synthetic", "--text", "--preset", "--layers", "--width", "--heads", "--context"}}};
+      {MT_EXAMPLE_UNET, {"--synthetic", "--data-dir", "--image-size", "--width", "--channels-last",
+                         "--checkpoint-activations"}},
+      {MT_EXAMPLE_TRANSFORMER,
+       {"--synthetic", "--text", "--preset", "--layers", "--width", "--heads", "--context", "--checkpoint-activations"}}};
   for (const auto& [exe, own] : programs) {
     SCOPED_TRACE(exe);
     const std::string base = ::testing::TempDir() + "example_" + std::to_string(::getpid());
