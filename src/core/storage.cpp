@@ -1,14 +1,20 @@
 #include "mixtrain/core/storage.h"
 
 #include "mixtrain/memory/allocator.h"
+#include "mixtrain/memory/trace.h"
 
 namespace mixtrain {
 
 StorageImpl::StorageImpl(size_t nbytes, Device device)
-    : nbytes_(nbytes), device_(device), allocator_(&memory::allocator_for(device)) {
-  data_ = allocator_->allocate(nbytes);
+    : nbytes_(nbytes), device_(device),
+      allocator_(device.is_meta() ? nullptr : &memory::allocator_for(device)) {
+  if (allocator_) data_ = allocator_->allocate(nbytes);
+  memory::detail::on_storage_created(this, nbytes, device);
 }
 
-StorageImpl::~StorageImpl() { allocator_->deallocate(data_); }
+StorageImpl::~StorageImpl() {
+  memory::detail::on_storage_destroyed(this, device_);
+  if (allocator_) allocator_->deallocate(data_);
+}
 
 }  // namespace mixtrain

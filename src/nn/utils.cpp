@@ -7,6 +7,7 @@
 #include "backends/reduce.h"
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/memory/trace.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/ops/functional.h"
 
@@ -95,7 +96,10 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
   Tensor acc = any_host ? full({}, host_acc, on_home) : device_parts.front();
   for (size_t i = any_host ? 0 : 1; i < device_parts.size(); ++i) acc = combine_parts(inf, acc, device_parts[i].to(home));
   const Tensor total = finish_norm(norm_type, acc);
-  if (error_if_nonfinite) nonfinite_error(total.item<double>());
+  if (error_if_nonfinite && total.device().is_meta())
+    memory::note_assumption("clip_grad_norm_: the total norm is on meta; assumed finite");
+  else if (error_if_nonfinite)
+    nonfinite_error(total.item<double>());
   const Tensor coef = minimum(rdiv(add(total, 1e-6), max_norm), full({}, 1.0, on_home));
   for (Tensor& g : grads) g.mul_(g.device() == home ? coef : coef.to(g.device()));
   return total;
