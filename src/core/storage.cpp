@@ -9,11 +9,13 @@ StorageImpl::StorageImpl(size_t nbytes, Device device)
     : nbytes_(nbytes), device_(device),
       allocator_(device.is_meta() ? nullptr : &memory::allocator_for(device)) {
   if (allocator_) data_ = allocator_->allocate(nbytes);
-  memory::detail::on_storage_created(this, nbytes, device);
+  // Meta storages are always reported (the dry run lists those alive when it starts); real ones
+  // only while memory::record_step records.
+  if (!allocator_ || memory::recording()) memory::detail::on_storage_created(this, nbytes, device);
 }
 
 StorageImpl::~StorageImpl() {
-  memory::detail::on_storage_destroyed(this, device_);
+  if (!allocator_ || memory::recording()) memory::detail::on_storage_destroyed(this, device_);
   if (allocator_) allocator_->deallocate(data_);
 }
 

@@ -53,8 +53,9 @@ struct Buffer {
 
 class Recorder {
  public:
-  explicit Recorder(Device target) { trace_.target = target; }
+  Recorder(Device target, Device recorded) : recorded_(recorded) { trace_.target = target; }
   Device target() const { return trace_.target; }
+  bool records(Device device) const { return device == recorded_; }
 
   // Storages alive at the start: Allocs at the head of the trace, marked before_step.
   void add_existing(const std::vector<std::pair<const void*, MetaEntry>>& existing) {
@@ -160,6 +161,7 @@ class Recorder {
     trace_.events.push_back(e);
   }
 
+  Device recorded_;  // whose storages become events: meta in a dry run, the device in record_step
   std::mutex mutex_;
   MemoryTrace trace_;
   std::vector<Buffer> buffers_;
@@ -228,7 +230,10 @@ const char* push_op_label(const char* name, bool override_outer) {
 void pop_op_label(const char* previous) { t_op = previous; }
 
 void on_storage_created(const void* storage, size_t nbytes, Device device) {
-  if (!device.is_meta()) return;
+  if (!device.is_meta()) {
+    if (Recorder* rec = g_recorder.load(std::memory_order_acquire); rec && rec->records(device)) rec->alloc(storage, nbytes);
+    return;
+  }
   {
     MetaRegistry& r = meta_registry();
     std::lock_guard<std::mutex> lock(r.mutex);
@@ -237,34 +242,37 @@ void on_storage_created(const void* storage, size_t nbytes, Device device) {
     e.seq = r.next_seq++;
     r.live[storage] = e;
   }
-  if (Recorder* rec = g_recorder.load(std::memory_order_acquire)) rec->alloc(storage, nbytes);
+  if (Recorder* rec = g_recorder.load(std::memory_order_acquire); rec && rec->records(device)) rec->alloc(storage, nbytes);
 }
 
 void on_storage_destroyed(const void* storage, Device device) {
-  if (!device.is_meta()) return;
+  if (!device.is_meta()) {
+    if (Recorder* rec = g_recorder.load(std::memory_order_acquire); rec && rec->records(device)) rec->free(storage);
+    return;
+  }
   {
     MetaRegistry& r = meta_registry();
     std::lock_guard<std::mutex> lock(r.mutex);
     r.live.erase(storage);
   }
-  if (Recorder* rec = g_recorder.load(std::memory_order_acquire)) rec->free(storage);
+  if (Recorder* rec = g_recorder.load(std::memory_order_acquire); rec && rec->records(device)) rec->free(storage);
 }
 
 }  // namespace detail
 
-MemoryTrace dry_run(Device target, const std::function<void()>& fn) {
-  MT_CHECK(target.is_cpu() || target.is_cuda(), "memory::dry_run: the target must be a cpu or cuda device, got ",
-           target);
-  MT_CHECK(static_cast<bool>(fn), "memory::dry_run: no step function given");
-  auto recorder = std::make_unique<Recorder>(target);
+namespace {
+MemoryTrace record(Device target, Device recorded, const std::function<void()>& fn, const char* who) {
+  MT_CHECK(target.is_cpu() || target.is_cuda(), who, ": the target must be a cpu or cuda device, got ", target);
+  MT_CHECK(static_cast<bool>(fn), who, ": no step function given");
+  auto recorder = std::make_unique<Recorder>(target, recorded);
   std::vector<std::pair<const void*, MetaEntry>> existing;
   {
     MetaRegistry& r = meta_registry();
     std::lock_guard<std::mutex> lock(r.mutex);
     Recorder* expected = nullptr;
-    MT_CHECK(g_recorder.compare_exchange_strong(expected, recorder.get()),
-             "memory::dry_run: another dry run is recording; dry runs do not nest");
-    existing.assign(r.live.begin(), r.live.end());
+    MT_CHECK(g_recorder.compare_exchange_strong(expected, recorder.get()), who,
+             ": another dry run or recording is running; they do not nest");
+    if (recorded.is_meta()) existing.assign(r.live.begin(), r.live.end());
   }
   std::sort(existing.begin(), existing.end(), [](const auto& a, const auto& b) { return a.second.seq < b.second.seq; });
   recorder->add_existing(existing);
@@ -281,6 +289,15 @@ MemoryTrace dry_run(Device target, const std::function<void()>& fn) {
     fn();
   }
   return recorder->finish();
+}
+}  // namespace
+
+MemoryTrace dry_run(Device target, const std::function<void()>& fn) {
+  return record(target, Device::meta(), fn, "memory::dry_run");
+}
+
+MemoryTrace record_step(Device device, const std::function<void()>& fn) {
+  return record(device, device, fn, "memory::record_step");
 }
 
 }  // namespace mixtrain::memory

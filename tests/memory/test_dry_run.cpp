@@ -191,4 +191,27 @@ TEST(DryRun, AThrowingStepStopsTheRecordingAndDryRunsDoNotNest) {
   mt::testing::expect_error(
       [] { mem::dry_run(mt::Device::cpu(), [] { mem::dry_run(mt::Device::cpu(), [] {}); }); }, "do not nest");
   mt::testing::expect_error([] { mem::dry_run(mt::Device::meta(), [] {}); }, "cpu or cuda");
+  mt::testing::expect_error([] { (void)mem::stats(mt::Device::meta()); }, {"meta device has no allocator"});
+}
+
+TEST(DryRun, TheMetaStepAllocatesWhatTheRealStepAllocatesInTheSameOrder) {
+  // fp32 and bf16 (fp16's scaler moves its state to meta inside the dry run, four extra events).
+  for (const Precision& p : {kPrecisions[0], kPrecisions[1]}) {
+    SCOPED_TRACE(p.name);
+    mt::nn::Sequential model = make_mlp();
+    mt::optim::Adam opt(model->parameters(), mt::optim::AdamOptions(1e-3));
+    std::optional<mt::amp::GradScaler> scaler = make_scaler(p);
+    const Tensor x = mt::randn({kBatch, kIn});
+    const Tensor y = mt::randint(0, kClasses, {kBatch});
+    const mem::MemoryTrace real =
+        mem::record_step(mt::Device::cpu(), [&] { train_step(model, opt, scaler, x, y, p); });
+    const mem::MemoryTrace dry = dry_run_step(p);
+    std::vector<std::pair<mem::MemoryEvent::Kind, size_t>> a, b;
+    for (const mem::MemoryEvent& e : real.events) a.emplace_back(e.kind, e.bytes);
+    for (const mem::MemoryEvent& e : dry.events)
+      if (!e.before_step) b.emplace_back(e.kind, e.bytes);
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(real.lifetimes().size(), dry.lifetimes().size());
+    EXPECT_GT(real.lifetimes().size(), 10u);
+  }
 }
