@@ -30,7 +30,7 @@ struct Precision {
   bool scaler;  // fp16 trains with a GradScaler, as a real fp16 run does
 };
 
-// One training step: forward (under autocast when asked), backward, Adam step.
+// One training step: forward (under autocast when asked), backward, gradient clipping, Adam step.
 void train_step(mt::nn::Sequential& model, mt::optim::Adam& opt, std::optional<mt::amp::GradScaler>& scaler,
                 const Tensor& x, const Tensor& y, const Precision& p) {
   opt.zero_grad();
@@ -40,12 +40,18 @@ void train_step(mt::nn::Sequential& model, mt::optim::Adam& opt, std::optional<m
     if (p.autocast) autocast.emplace(mt::DeviceType::CPU, p.dtype);
     loss = mt::nn::functional::cross_entropy(model->forward(x), y);
   }
+  // As the example trainers do: unscale, clip, step.
   if (scaler) {
     scaler->scale(loss).backward();
+    scaler->unscale_(opt);
+  } else {
+    loss.backward();
+  }
+  mt::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
+  if (scaler) {
     scaler->step(opt);
     scaler->update();
   } else {
-    loss.backward();
     opt.step();
   }
 }
