@@ -1,6 +1,7 @@
 // memory::dry_run on the example trainers' models at a tiny size: the predicted peak of one
-// training step (forward, backward, Adam) against the CPU caching allocator's measured peak
-// allocated bytes of the same real step, fp32 and under autocast bf16 / fp16 (with a GradScaler).
+// training step as the trainers take it (forward, backward, clipping, AdamW) against the CPU
+// caching allocator's measured peak allocated bytes of the same real step, fp32 and under
+// autocast bf16 / fp16 (with a GradScaler).
 #include <cstdio>
 #include <functional>
 #include <optional>
@@ -32,7 +33,7 @@ struct ModelCase {
   std::function<Tensor(mt::nn::Module&, const Tensor&, const Tensor&)> loss;
 };
 
-void step(mt::nn::Module& model, mt::optim::Adam& opt, std::optional<mt::amp::GradScaler>& scaler,
+void step(mt::nn::Module& model, mt::optim::AdamW& opt, std::optional<mt::amp::GradScaler>& scaler,
           const ModelCase& c, const Tensor& x, const Tensor& y, const Precision& p) {
   opt.zero_grad();
   Tensor loss;
@@ -41,12 +42,18 @@ void step(mt::nn::Module& model, mt::optim::Adam& opt, std::optional<mt::amp::Gr
     if (p.autocast) autocast.emplace(mt::DeviceType::CPU, p.dtype);
     loss = c.loss(model, x, y);
   }
+  // As examples/common/train_loop.cpp does: unscale, clip, step.
   if (scaler) {
     scaler->scale(loss).backward();
+    scaler->unscale_(opt);
+  } else {
+    loss.backward();
+  }
+  mt::nn::utils::clip_grad_norm_(model.parameters(), 1.0);
+  if (scaler) {
     scaler->step(opt);
     scaler->update();
   } else {
-    loss.backward();
     opt.step();
   }
 }
@@ -62,7 +69,7 @@ int64_t measured_peak(const ModelCase& c, const Precision& p) {
   int64_t peak = 0;
   {
     std::shared_ptr<mt::nn::Module> model = c.build();
-    mt::optim::Adam opt(model->parameters(), mt::optim::AdamOptions(1e-3));
+    mt::optim::AdamW opt(model->parameters(), mt::optim::AdamWOptions(1e-3));
     std::optional<mt::amp::GradScaler> scaler = scaler_for(p);
     const auto [x, y] = c.batch(mt::Device::cpu());
     mem::reset_peak_stats(mt::Device::cpu());
@@ -75,7 +82,7 @@ int64_t measured_peak(const ModelCase& c, const Precision& p) {
 int64_t predicted_peak(const ModelCase& c, const Precision& p) {
   std::shared_ptr<mt::nn::Module> model = c.build();
   model->to(mt::Device::meta());
-  mt::optim::Adam opt(model->parameters(), mt::optim::AdamOptions(1e-3));
+  mt::optim::AdamW opt(model->parameters(), mt::optim::AdamWOptions(1e-3));
   std::optional<mt::amp::GradScaler> scaler = scaler_for(p);
   const auto [x, y] = c.batch(mt::Device::meta());
   return mem::dry_run(mt::Device::cpu(), [&] { step(*model, opt, scaler, c, x, y, p); }).peak_bytes();
