@@ -17,7 +17,7 @@ namespace {
 using ops::DispatchArgs;
 
 bool on_autocast_device(const ThreadState& s, const Tensor& t) {
-  return t.defined() && s.enabled[device_index(t.device().type)];
+  return t.defined() && s.enabled[autocast_index(t.device().type)];
 }
 
 // PyTorch's rule: floating, not fp64, on a device type whose autocast is on. Integer, bool and
@@ -30,7 +30,7 @@ bool eligible(const ThreadState& s, const Tensor& t) {
 // fp32 casts are of activations, and views (w.t()) were a leak in PyTorch (#48049).
 bool cacheable(const ThreadState& s, const Tensor& t, DType to) {
   const TensorImpl& impl = *t.impl();
-  return s.cache_enabled && to == s.dtype[device_index(impl.device.type)] && impl.dtype == kFloat32 &&
+  return s.cache_enabled && to == s.dtype[autocast_index(impl.device.type)] && impl.dtype == kFloat32 &&
          impl.requires_grad && impl.grad_fn == nullptr && !impl.is_view;
 }
 
@@ -123,7 +123,7 @@ void autocast_hook(DispatchArgs& args) {
     case CastPolicy::LowerPrecision:
       for (int i = 0; i < args.num_tensors; ++i) {
         Tensor& t = *args.tensors[i];
-        if (eligible(s, t)) cast_to(s, t, s.dtype[device_index(t.device().type)]);
+        if (eligible(s, t)) cast_to(s, t, s.dtype[autocast_index(t.device().type)]);
       }
       break;
     case CastPolicy::Float32:

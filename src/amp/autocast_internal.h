@@ -6,12 +6,13 @@
 
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/memory/trace.h"
 
 namespace mixtrain::amp::detail {
 
 struct ThreadState {
   std::array<bool, kNumDeviceTypes> enabled{};                   // per device type
-  std::array<DType, kNumDeviceTypes> dtype{kFloat16, kFloat16};  // per device type
+  std::array<DType, kNumDeviceTypes> dtype{kFloat16, kFloat16, kFloat16};  // per device type
   bool cache_enabled = true;
   int nesting = 0;  // live AutocastGuards on this thread, enabled or not
 };
@@ -19,6 +20,11 @@ struct ThreadState {
 ThreadState& thread_state();
 
 inline int device_index(DeviceType t) { return static_cast<int>(t); }
+// The autocast state a tensor follows: its device type's, except that meta tensors in a dry run
+// follow the target's, so the dry run casts what the real step would.
+inline int autocast_index(DeviceType t) {
+  return device_index(t == DeviceType::Meta ? memory::meta_autocast_device_type() : t);
+}
 
 // Installs the pre-dispatch hook (once per process).
 void install_hook_once();

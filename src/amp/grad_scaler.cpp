@@ -12,6 +12,7 @@
 
 #include "backends/amp.h"
 #include "mixtrain/autograd/grad_mode.h"
+#include "mixtrain/memory/trace.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/ops/functional.h"
@@ -90,6 +91,8 @@ void GradScaler::move_state_to(Device device) {
   growth_tracker_ = growth_tracker_.to(device);
   hysteresis_tracker_ = hysteresis_tracker_.to(device);
   at_min_scale_ = at_min_scale_.to(device);
+  for (const Tensor* t : {&scale_, &growth_tracker_, &hysteresis_tracker_, &at_min_scale_})
+    memory::tag_role(t->impl()->storage.get(), device, memory::Role::OptimizerState);
 }
 
 Tensor GradScaler::scale(const Tensor& outputs) {
@@ -149,7 +152,11 @@ std::vector<Tensor> GradScaler::unscale_grads(optim::Optimizer& opt) {
     if (it == found_by_device.end())
       it = found_by_device.emplace(dk, zeros({}, TensorOptions(kFloat32).device(d))).first;
     Tensor stats;
-    if (options_.track_stats()) {
+    const bool on_meta = scale_.device().is_meta();
+  if (on_meta && (options_.track_stats() || options_.min_scale() > kScaleFloor || options_.error_at_min_scale()))
+    memory::note_assumption("GradScaler.update: the scale is on meta; statistics and the min_scale check, which "
+                            "read values, were skipped (found_inf assumed 0)");
+  if (options_.track_stats() && !on_meta) {
       auto s = stats_parts_.find(dk);
       if (s == stats_parts_.end())
         s = stats_parts_.emplace(dk, zeros({backends::kAmpStatsSize}, TensorOptions(kFloat64).device(d))).first;
@@ -166,6 +173,7 @@ std::vector<Tensor> GradScaler::unscale_grads(optim::Optimizer& opt) {
 
 void GradScaler::unscale_(optim::Optimizer& optimizer) {
   if (!is_enabled()) return;
+  memory::PhaseScope phase(memory::Phase::Optimizer);
   PerOptimizer& st = per_optimizer_[&optimizer];
   MT_CHECK(st.stage != Stage::Unscaled,
            "GradScaler.unscale_: unscale_() has already been called on this optimizer since the last update().");
@@ -176,9 +184,16 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   st.stage = Stage::Unscaled;
 }
 
-bool StepOutcome::taken() const { return found_inf_.defined() ? found_inf_.item<float>() == 0.0f : taken_; }
+bool StepOutcome::taken() const {
+  if (found_inf_.defined() && found_inf_.device().is_meta()) {
+    memory::note_assumption("GradScaler.step: found_inf is on meta; assumed 0, the step was taken");
+    return true;
+  }
+  return found_inf_.defined() ? found_inf_.item<float>() == 0.0f : taken_;
+}
 
 StepOutcome GradScaler::step(optim::Optimizer& optimizer) {
+  memory::PhaseScope phase(memory::Phase::Optimizer);
   if (!is_enabled()) {
     optimizer.step();
     return StepOutcome(true);
@@ -200,7 +215,13 @@ StepOutcome GradScaler::step(optim::Optimizer& optimizer) {
   }
   // Gradients on several devices: one host read of their flags.
   float found = 0.0f;
-  for (const Tensor& f : st.found_inf) found += f.item<float>();
+  for (const Tensor& f : st.found_inf) {
+    if (f.device().is_meta()) {  // a dry run cannot read the flag: take the step, as a finite one would
+      memory::note_assumption("GradScaler.step: found_inf is on meta; assumed 0, the step was taken");
+      continue;
+    }
+    found += f.item<float>();
+  }
   const bool ok = found == 0.0f;
   if (ok) {
     optimizer.step();
@@ -218,6 +239,7 @@ int64_t GradScaler::skipped_steps() const {
 
 void GradScaler::update() {
   if (!is_enabled()) return;
+  memory::PhaseScope phase(memory::Phase::Optimizer);
   NoGradGuard no_grad;
   std::vector<Tensor> all;
   for (auto& [opt, st] : per_optimizer_)
@@ -229,7 +251,7 @@ void GradScaler::update() {
   // Summed, so any nonzero flag means an overflow somewhere (PyTorch's rule).
   Tensor found = all[0].to(scale_.device());
   for (size_t i = 1; i < all.size(); ++i) found = found + all[i].to(scale_.device());
-  const double scale_before = options_.track_stats() ? get_scale() : 0.0;
+  const double scale_before = options_.track_stats() && !scale_.device().is_meta() ? get_scale() : 0.0;
 
   backends::ScaleUpdateArgs args;
   args.growth_factor = options_.growth_factor();
@@ -243,7 +265,11 @@ void GradScaler::update() {
   per_optimizer_.clear();
   ++iterations_;
 
-  if (options_.track_stats()) {
+  const bool on_meta = scale_.device().is_meta();
+  if (on_meta && (options_.track_stats() || options_.min_scale() > kScaleFloor || options_.error_at_min_scale()))
+    memory::note_assumption("GradScaler.update: the scale is on meta; statistics and the min_scale check, which "
+                            "read values, were skipped (found_inf assumed 0)");
+  if (options_.track_stats() && !on_meta) {
     // Opt-in: reading the statistics back is a host synchronisation.
     GradScalerStats s;
     s.iteration = iterations_;
@@ -267,7 +293,7 @@ void GradScaler::update() {
     stats_ = s;
   }
 
-  if (options_.min_scale() > kScaleFloor || options_.error_at_min_scale()) {
+  if (!on_meta && (options_.min_scale() > kScaleFloor || options_.error_at_min_scale())) {
     // Opt-in as well: the check reads one flag back. (At the default floor, kScaleFloor, the scale
     // just stays there and overflowing steps keep being skipped; nothing is read back.)
     if (at_min_scale_.item<float>() != 0.0f) {

@@ -9,6 +9,7 @@
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/factories.h"
+#include "mixtrain/memory/trace.h"
 #include "mixtrain/ops/dispatch.h"
 #include "mixtrain/ops/functional.h"
 
@@ -59,6 +60,7 @@ TensorList AccumulateGrad::apply(TensorList&& grad_outputs) {
     existing.add_(g);
   } else {
     leaf_->grad = g.detach().impl();
+    memory::tag_role(leaf_->grad->storage.get(), leaf_->grad->device, memory::Role::Gradient);
   }
   if (!leaf_->post_accumulate_grad_hooks.empty()) {
     const Tensor leaf(leaf_);
@@ -69,10 +71,30 @@ TensorList AccumulateGrad::apply(TensorList&& grad_outputs) {
   return {};
 }
 
+namespace {
+// While a dry run records, what a node's backward allocates and frees is charged to the node.
+class NodeLabel {
+ public:
+  explicit NodeLabel(const Node& node) : on_(memory::recording()) {
+    if (on_) prev_ = memory::detail::push_op_label(node.name(), true);
+  }
+  ~NodeLabel() {
+    if (on_) memory::detail::pop_op_label(prev_);
+  }
+  NodeLabel(const NodeLabel&) = delete;
+  NodeLabel& operator=(const NodeLabel&) = delete;
+
+ private:
+  bool on_;
+  const char* prev_ = nullptr;
+};
+}  // namespace
+
 void run_backward(const TensorList& roots, const TensorList& grads) {
   MT_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " roots but ", grads.size(), " gradients");
   NoGradGuard no_grad;
   ops::HookExcludeGuard no_autocast;
+  memory::PhaseScope backward_phase(memory::Phase::Backward);
 
   std::vector<std::pair<Edge, Tensor>> starts;
   for (size_t i = 0; i < roots.size(); ++i) {
@@ -129,6 +151,7 @@ void run_backward(const TensorList& roots, const TensorList& grads) {
   while (!ready.empty()) {
     std::shared_ptr<Node> node = ready.top();
     ready.pop();
+    const NodeLabel label(*node);
     TensorList inputs = std::move(buffers[node.get()]);
     buffers.erase(node.get());
     inputs.resize(node->num_outputs);

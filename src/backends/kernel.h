@@ -32,6 +32,11 @@ void ensure_kernels_registered();
 [[noreturn]] void throw_missing_kernel(const char* family, const char* kernel, DeviceType device,
                                        const bool* registered);
 
+// Makes every kernel of a family do nothing on a device type that has no function of its own
+// for it (the meta backend: outputs are allocated by the ops, there is nothing to compute).
+void register_noop_family(const char* family, DeviceType device);
+bool is_noop_family(const char* family, DeviceType device);
+
 template <class Signature>
 class Kernel;
 
@@ -50,6 +55,11 @@ class Kernel<void(Args...)> {
   Fn get(DeviceType device) const {
     ensure_kernels_registered();
     if (Fn fn = fns_[index(device)].load(std::memory_order_acquire)) return fn;
+    if (is_noop_family(family_, device)) {
+      Fn noop = [](Args...) {};
+      fns_[index(device)].store(noop, std::memory_order_release);
+      return noop;
+    }
     if (Fn fn = fallback_.load(std::memory_order_acquire)) return fn;
     bool registered[kNumDeviceTypes];
     for (int i = 0; i < kNumDeviceTypes; ++i) registered[i] = fns_[i].load(std::memory_order_relaxed) != nullptr;
@@ -72,7 +82,7 @@ class Kernel<void(Args...)> {
 
   const char* family_;
   const char* name_;
-  std::atomic<Fn> fns_[kNumDeviceTypes] = {};
+  mutable std::atomic<Fn> fns_[kNumDeviceTypes] = {};  // get() caches a no-op family's function
   std::atomic<Fn> fallback_{nullptr};
 };
 

@@ -1,10 +1,14 @@
 // The kernel registry: registers every compiled-in backend's kernels once, and the error for a
 // kernel a device does not have.
+#include <cstring>
+#include <mutex>
 #include <sstream>
+#include <vector>
 
 #include "backends/amp.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/kernel.h"
+#include "backends/meta/meta_backend.h"
 #include "mixtrain/config.h"
 #include "mixtrain/core/error.h"
 #ifdef MIXTRAIN_WITH_CUDA
@@ -31,6 +35,7 @@ namespace {
 bool register_all() {
   register_amp_fallback();
   cpu::register_kernels();
+  meta::register_kernels();
 #ifdef MIXTRAIN_WITH_CUDA
   cuda::register_kernels();  // CUDA tensors exist only where a device does, so this is safe without one
 #endif
@@ -41,6 +46,31 @@ bool register_all() {
 void ensure_kernels_registered() {
   static const bool registered = register_all();
   (void)registered;
+}
+
+namespace {
+struct NoopFamilies {
+  std::mutex mutex;
+  std::vector<std::pair<const char*, DeviceType>> entries;
+};
+NoopFamilies& noop_families() {
+  static NoopFamilies* f = new NoopFamilies();
+  return *f;
+}
+}  // namespace
+
+void register_noop_family(const char* family, DeviceType device) {
+  NoopFamilies& f = noop_families();
+  std::lock_guard<std::mutex> lock(f.mutex);
+  f.entries.emplace_back(family, device);
+}
+
+bool is_noop_family(const char* family, DeviceType device) {
+  NoopFamilies& f = noop_families();
+  std::lock_guard<std::mutex> lock(f.mutex);
+  for (const auto& [name, type] : f.entries)
+    if (type == device && std::strcmp(name, family) == 0) return true;
+  return false;
 }
 
 void throw_missing_kernel(const char* family, const char* kernel, DeviceType device, const bool* registered) {

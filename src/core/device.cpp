@@ -8,15 +8,23 @@
 
 namespace mixtrain {
 
-const char* device_type_name(DeviceType t) { return t == DeviceType::CPU ? "cpu" : "cuda"; }
+const char* device_type_name(DeviceType t) {
+  switch (t) {
+    case DeviceType::CPU: return "cpu";
+    case DeviceType::CUDA: return "cuda";
+    case DeviceType::Meta: return "meta";
+  }
+  return "unknown";
+}
 
 std::string Device::str() const {
-  if (type == DeviceType::CPU) return "cpu";
+  if (type != DeviceType::CUDA) return device_type_name(type);
   return "cuda:" + std::to_string(index);
 }
 
 Device Device::parse(const std::string& text) {
   if (text == "cpu") return cpu();
+  if (text == "meta") return meta();
   if (text == "cuda") return cuda(0);
   if (text.rfind("cuda:", 0) == 0) {
     const std::string digits = text.substr(5);
@@ -24,7 +32,7 @@ Device Device::parse(const std::string& text) {
     const long idx = std::strtol(digits.c_str(), &end, 10);
     if (!digits.empty() && end && *end == '\0' && idx >= 0 && idx < 1024) return cuda(static_cast<int>(idx));
   }
-  MT_ERROR("unknown device '", text, "' (expected cpu, cuda or cuda:N)");
+  MT_ERROR("unknown device '", text, "' (expected cpu, cuda, cuda:N or meta)");
 }
 
 std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }

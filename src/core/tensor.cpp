@@ -85,6 +85,8 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::raw_data() const {
   const auto& t = checked(impl_);
+  MT_CHECK(!t.device.is_meta(), "data_ptr: ", summary(), " is on the meta device, which holds shapes and dtypes ",
+           "but no data (memory::dry_run); there is no pointer to read");
   return static_cast<char*>(t.storage->data()) + t.offset * static_cast<int64_t>(element_size(t.dtype));
 }
 

@@ -37,6 +37,8 @@ Registry& registry() {
 }
 
 int type_index(Device device) {
+  MT_CHECK(!device.is_meta(), "memory: the meta device has no allocator (meta tensors hold no memory); ",
+           "memory::dry_run reports what a step would allocate on a real device");
   MT_CHECK(device.index >= 0 && device.index < kMaxDevices, "memory: device index ", device.index,
            " of ", device, " is out of range [0, ", kMaxDevices, ")");
   MT_CHECK(!device.is_cpu() || device.index == 0, "memory: the CPU device has index 0, not ", device.index);

@@ -9,6 +9,7 @@
 
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/memory/trace.h"
 #include "mixtrain/ops/functional.h"
 
 namespace mixtrain::nn {
@@ -175,6 +176,10 @@ void Module::to_impl(std::optional<Device> device, std::optional<DType> dtype, s
     convert_in_place(t, device, target, format);
   }
   for (auto& [n, c] : children_) c->to_impl(device, dtype, format);
+  // A dry run reports parameters and buffers (running statistics) under one role.
+  for (auto* list : {&parameters_, &buffers_})
+    for (auto& [n, t] : *list)
+      if (t.defined()) memory::tag_role(t.impl()->storage.get(), t.device(), memory::Role::Parameter);
 }
 
 std::map<std::string, Tensor> Module::state_dict() const {

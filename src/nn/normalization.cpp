@@ -5,6 +5,7 @@
 
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/memory/trace.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/nn/init.h"
 
@@ -59,7 +60,12 @@ Tensor BatchNorm2dImpl::forward(const Tensor& input) {
     // The count lives on the host too, so counting costs no device read. Integer add is not an op
     // here, so the buffer is rewritten with fill_; its version counter tells whether anything else
     // (load_state_dict, to(device)) wrote it since, and only then is it read back.
-    if (num_batches_tracked.version() != tracked_version_) tracked_ = num_batches_tracked.item<int64_t>();
+    if (num_batches_tracked.version() != tracked_version_) {
+      if (num_batches_tracked.device().is_meta())  // no value to read: keep counting from the host's
+        memory::note_assumption("BatchNorm2d: num_batches_tracked is on meta; the host count was kept");
+      else
+        tracked_ = num_batches_tracked.item<int64_t>();
+    }
     num_batches_tracked.fill_(static_cast<double>(++tracked_));
     tracked_version_ = num_batches_tracked.version();
     if (!options_.momentum()) momentum = 1.0 / static_cast<double>(tracked_);

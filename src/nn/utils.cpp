@@ -7,6 +7,8 @@
 #include "backends/reduce.h"
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/memory/dry_run.h"
+#include "mixtrain/memory/trace.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/ops/functional.h"
 
@@ -60,9 +62,14 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
   double host_acc = 0.0;
   bool any_host = false;
   std::vector<Tensor> device_parts;
-  const Tensor host_part = empty({}, kFloat64);
+  // Meta gradients take the path of the dry run's target, so they allocate what it would; on the
+  // host path their scalars live on meta too, where the dry run counts them.
+  const bool meta = grads.front().device().is_meta();
+  const bool meta_on_host = meta && memory::dry_run_target().is_cpu();
+  const Device host = meta_on_host ? Device::meta() : Device::cpu();
+  const Tensor host_part = empty({}, TensorOptions(kFloat64).device(host));
   for (const Tensor& g_in : grads) {
-    if (!g_in.device().is_cpu()) {
+    if (!g_in.device().is_cpu() && !(meta_on_host && g_in.device().is_meta())) {
       const Tensor g = g_in.dtype() == norm_dtype ? g_in : g_in.to(norm_dtype);
       const Tensor part = inf ? max(abs(g)) : norm_type == 2.0 ? sum(square(g)) : sum(pow(abs(g), norm_type));
       auto it = std::find_if(device_parts.begin(), device_parts.end(),
@@ -73,7 +80,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
     }
     const Tensor g = g_in.is_dense() ? g_in : g_in.contiguous();  // a norm reads memory in any order
     backends::norm_part(g, g, norm_type, host_part);
-    host_acc = combine_parts(inf, host_acc, host_part.item<double>());
+    if (!meta_on_host) host_acc = combine_parts(inf, host_acc, host_part.item<double>());
     any_host = true;
   }
 
@@ -81,11 +88,14 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
     const double total = finish_norm(norm_type, host_acc);
     if (error_if_nonfinite) nonfinite_error(total);
     const double coef = max_norm / (total + 1e-6);
+    if (meta_on_host)
+      memory::note_assumption("clip_grad_norm_: the norm of meta gradients cannot be read; assumed finite and "
+                              "above max_norm (the gradients were scaled)");
     // PyTorch multiplies by min(coef, 1) always; multiplying by 1 changes nothing, so only a coef
     // below 1, or a NaN one (non-finite norm), touches the gradients.
-    if (!(coef >= 1.0))
+    if (!(coef >= 1.0) || meta_on_host)
       for (Tensor& g : grads) g.mul_(coef);
-    return full({}, total, norm_dtype);
+    return full({}, total, TensorOptions(norm_dtype).device(host));
   }
 
   // The total and the clip factor are computed where the first device gradient lives, and every
@@ -95,7 +105,10 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
   Tensor acc = any_host ? full({}, host_acc, on_home) : device_parts.front();
   for (size_t i = any_host ? 0 : 1; i < device_parts.size(); ++i) acc = combine_parts(inf, acc, device_parts[i].to(home));
   const Tensor total = finish_norm(norm_type, acc);
-  if (error_if_nonfinite) nonfinite_error(total.item<double>());
+  if (error_if_nonfinite && total.device().is_meta())
+    memory::note_assumption("clip_grad_norm_: the total norm is on meta; assumed finite");
+  else if (error_if_nonfinite)
+    nonfinite_error(total.item<double>());
   const Tensor coef = minimum(rdiv(add(total, 1e-6), max_norm), full({}, 1.0, on_home));
   for (Tensor& g : grads) g.mul_(g.device() == home ? coef : coef.to(g.device()));
   return total;

@@ -9,6 +9,10 @@ using namespace ops;
 namespace {
 // Copies src into dst (same shape); a cross-device copy runs on the non-CPU side's backend.
 void copy_into(const Tensor& src, const Tensor& dst) {
+  // Meta tensors have no values: copying into one is shape-only, copying out of one is an error.
+  MT_CHECK(!src.device().is_meta() || dst.device().is_meta(), "copy: cannot copy ", describe(src), " to ",
+           dst.device(), ": a tensor on the meta device has shape and dtype but no data to copy");
+  if (dst.device().is_meta()) return;
   const DeviceType t = src.device().is_cpu() ? dst.device().type : src.device().type;
   backends::copy(t, src, dst);
 }

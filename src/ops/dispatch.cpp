@@ -2,6 +2,8 @@
 
 #include <atomic>
 
+#include "mixtrain/memory/trace.h"
+
 namespace mixtrain::ops {
 
 namespace {
@@ -18,6 +20,10 @@ OpScope::OpScope(OpId op, std::initializer_list<Tensor*> tensors, std::optional<
     : OpScope(op, tensors.begin(), static_cast<int>(tensors.size()), dtype) {}
 
 OpScope::OpScope(OpId op, Tensor* const* tensors, int num_tensors, std::optional<DType>* dtype) {
+  if (memory::recording()) {
+    labelled_ = true;
+    prev_label_ = memory::detail::push_op_label(op_name(op), false);
+  }
   if (t_hook_active && t_exclude_depth == 0) {
     if (PreDispatchHook hook = g_hook.load(std::memory_order_relaxed)) {
       DispatchArgs args{op, tensors, num_tensors, dtype};
@@ -27,7 +33,10 @@ OpScope::OpScope(OpId op, Tensor* const* tensors, int num_tensors, std::optional
   ++t_exclude_depth;
 }
 
-OpScope::~OpScope() { --t_exclude_depth; }
+OpScope::~OpScope() {
+  --t_exclude_depth;
+  if (labelled_) memory::detail::pop_op_label(prev_label_);
+}
 
 HookExcludeGuard::HookExcludeGuard() { ++t_exclude_depth; }
 HookExcludeGuard::~HookExcludeGuard() { --t_exclude_depth; }

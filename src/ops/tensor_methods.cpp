@@ -8,6 +8,8 @@ namespace mixtrain {
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
+  MT_CHECK(!device().is_meta(), "to_vector: ", summary(), " is on the meta device, which holds shapes and dtypes ",
+           "but no values to read");
   Tensor host = to(Device::cpu(), dtype_of<T>::value).contiguous();
   const T* p = host.data_ptr<T>();
   return std::vector<T>(p, p + host.numel());
@@ -17,6 +19,8 @@ template <class T>
 T Tensor::item() const {
   MT_CHECK(numel() == 1, "item: tensor of shape ", shape_str(shape()), " has ", numel(),
            " elements, expected exactly one");
+  MT_CHECK(!device().is_meta(), "item: ", summary(), " is on the meta device, which holds shapes and dtypes but ",
+           "no value to read");
   return to_vector<T>()[0];
 }
 

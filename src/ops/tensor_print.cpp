@@ -214,7 +214,11 @@ std::string Tensor::str() const {
   std::vector<std::string> suffixes;
   if (!device().is_cpu()) suffixes.push_back("device='" + device().str() + "'");
   std::string body;
-  if (numel() == 0) {
+  if (device().is_meta()) {  // no values to show: PyTorch's form, with the dtype always named
+    body = "...";
+    suffixes.push_back("size=" + shape_tuple(shape()));
+    suffixes.push_back(std::string("dtype=torch.") + dtype_name(dtype()));
+  } else if (numel() == 0) {
     body = "[]";
     if (dim() != 1) suffixes.push_back("size=" + shape_tuple(shape()));
     if (dtype() != kFloat32) suffixes.push_back(std::string("dtype=torch.") + dtype_name(dtype()));

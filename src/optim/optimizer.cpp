@@ -9,6 +9,7 @@
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/factories.h"
+#include "mixtrain/memory/trace.h"
 #include "core/json_fields.h"
 
 namespace mixtrain::optim {
@@ -99,7 +100,10 @@ void Optimizer::init_group_state(size_t group_index) {
   if (g.options().get_master_weights()) {
     for (size_t i = 0; i < states.size(); ++i) {
       const Tensor& p = g.params()[i];
-      if (is_half(p.dtype())) states[i].master = p.detach().to(kFloat32);  // exact: fp32 holds every half
+      if (is_half(p.dtype())) {
+        states[i].master = p.detach().to(kFloat32);  // exact: fp32 holds every half
+        memory::tag_role(states[i].master.impl()->storage.get(), p.device(), memory::Role::MasterWeight);
+      }
     }
   }
   state_.push_back(std::move(states));
@@ -137,15 +141,24 @@ void Optimizer::mark_step_skipped() {
 }
 
 int64_t Optimizer::gated_skips() const {
+  if (gated_skips_.defined() && gated_skips_.device().is_meta()) {
+    memory::note_assumption("Optimizer: the skipped-step count is on meta; assumed 0 (every step taken)");
+    return 0;
+  }
   return gated_skips_.defined() ? static_cast<int64_t>(gated_skips_.item<float>()) : 0;
 }
 int64_t Optimizer::steps_taken() const { return steps_taken_ + gated_steps_ - gated_skips(); }
 int64_t Optimizer::steps_skipped() const { return steps_skipped_ + gated_skips(); }
 bool Optimizer::last_step_skipped() const {
+  if (last_found_inf_.defined() && last_found_inf_.device().is_meta()) {
+    memory::note_assumption("Optimizer: found_inf is on meta; the last step is assumed taken");
+    return false;
+  }
   return last_found_inf_.defined() ? last_found_inf_.item<float>() != 0.0f : last_step_skipped_;
 }
 
 void Optimizer::zero_grad() {
+  memory::PhaseScope phase(memory::Phase::Optimizer);
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (size_t i = 0; i < groups_[g].params().size(); ++i) {
       groups_[g].params()[i].set_grad(Tensor());
@@ -166,8 +179,10 @@ std::vector<Optimizer::UnscaleTarget> Optimizer::unscale_targets() {
       if (!grad.defined()) continue;
       ParamState& s = state_[g][i];
       if (s.master.defined()) {
-        if (!s.master_grad.defined())
+        if (!s.master_grad.defined()) {
           s.master_grad = Tensor::empty(p.shape(), TensorOptions(kFloat32).device(p.device()), p.suggest_memory_format());
+          memory::tag_role(s.master_grad.impl()->storage.get(), p.device(), memory::Role::Gradient);
+        }
         s.master.set_grad(s.master_grad);
         s.master_grad_fresh = true;
         out.push_back({grad, s.master_grad, p, index});
@@ -204,6 +219,7 @@ void Optimizer::update_all(const Tensor& found_inf) {
 }
 
 void Optimizer::step() {
+  memory::PhaseScope phase(memory::Phase::Optimizer);
   update_all(Tensor());
   last_step_skipped_ = false;
   last_found_inf_ = Tensor();
@@ -214,6 +230,10 @@ void Optimizer::step(const Tensor& found_inf) {
   MT_CHECK(found_inf.defined() && found_inf.dtype() == kFloat32 && found_inf.numel() == 1, name(),
            ".step: found_inf must be a float32 scalar (0: take the step, 1: skip it), got ",
            found_inf.defined() ? found_inf.summary() : std::string("an undefined tensor"));
+  memory::PhaseScope phase(memory::Phase::Optimizer);
+  if (found_inf.device().is_meta())
+    memory::note_assumption("Optimizer.step(found_inf): found_inf is on meta; the step is assumed taken (finite "
+                            "gradients)");
   update_all(found_inf);
   NoGradGuard no_grad;
   const Tensor flag = found_inf.detach().reshape({});

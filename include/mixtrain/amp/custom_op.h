@@ -32,7 +32,7 @@ enum class CastInputs { Keep, Float32, LowerPrecision };
 // The autocast state of the calling thread for both device types, to run code under it later.
 struct AutocastState {
   std::array<bool, kNumDeviceTypes> enabled{};
-  std::array<DType, kNumDeviceTypes> dtype{kFloat16, kFloat16};
+  std::array<DType, kNumDeviceTypes> dtype{kFloat16, kFloat16, kFloat16};
   static AutocastState current();
 };
 

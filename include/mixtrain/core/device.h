@@ -1,13 +1,14 @@
 #pragma once
-// Where a tensor lives: the CPU or a numbered CUDA device.
+// Where a tensor lives: the CPU, a numbered CUDA device, or meta (shape, strides and dtype but no
+// data: the dry run's device, docs/MEMORY.md).
 #include <cstdint>
 #include <ostream>
 #include <string>
 
 namespace mixtrain {
 
-enum class DeviceType : uint8_t { CPU, CUDA };
-constexpr int kNumDeviceTypes = 2;
+enum class DeviceType : uint8_t { CPU, CUDA, Meta };
+constexpr int kNumDeviceTypes = 3;
 
 struct Device {
   DeviceType type = DeviceType::CPU;
@@ -19,10 +20,12 @@ struct Device {
 
   static Device cpu() { return {DeviceType::CPU, 0}; }
   static Device cuda(int index = 0) { return {DeviceType::CUDA, index}; }
-  static Device parse(const std::string& text);  // "cpu", "cuda", "cuda:1"
+  static Device meta() { return {DeviceType::Meta, 0}; }
+  static Device parse(const std::string& text);  // "cpu", "cuda", "cuda:1", "meta"
 
   bool is_cpu() const { return type == DeviceType::CPU; }
   bool is_cuda() const { return type == DeviceType::CUDA; }
+  bool is_meta() const { return type == DeviceType::Meta; }
   std::string str() const;
 
   friend bool operator==(const Device& a, const Device& b) {

@@ -1,5 +1,7 @@
 #pragma once
 // A block of device memory owned by the allocator of its device; shared by a tensor and its views.
+// A meta storage has a size but no memory (data() is null); while a memory::dry_run records, every
+// storage's birth and death is reported to it (docs/MEMORY.md).
 #include <atomic>
 #include <cstddef>
 #include <cstdint>

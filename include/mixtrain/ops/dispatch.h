@@ -40,6 +40,11 @@ class OpScope {
   ~OpScope();
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;
+
+ private:
+  // While a memory::dry_run records, the outermost op names the allocations made inside it.
+  bool labelled_ = false;
+  const char* prev_label_ = nullptr;
 };
 
 // Suppresses the hook (the autograd engine holds one while backward runs).

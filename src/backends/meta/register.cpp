@@ -1,0 +1,60 @@
+// The meta backend's registration: every family's kernels do nothing on meta tensors (the ops
+// have allocated the outputs; there are no values). The GEMM and NLL-loss kernels also tell a
+// running dry run about the scratch the target's backend would take for them: for CUDA
+// (cuda/context.cpp, loss.cpp) cuBLASLt's workspace, held by the device context for the process's
+// life, and the loss kernels' small scratch buffers; for the CPU, the fp32 copies its
+// half-precision GEMM works on. Other kernels' internal scratch is not modelled (docs/MEMORY.md).
+#include "backends/families.h"
+#include "backends/kernel.h"
+#include "backends/loss.h"
+#include "backends/matmul.h"
+#include "backends/meta/meta_backend.h"
+#include "mixtrain/memory/dry_run.h"
+
+namespace mixtrain::backends::meta {
+
+namespace {
+
+constexpr size_t kCudaGemmWorkspaceBytes = size_t{32} << 20;  // cuda/context.cpp kGemmWorkspaceBytes
+constexpr size_t kCudaNllWorkspaceBytes = 32;                 // cuda/kernels/launchers.h kNllWorkspaceBytes
+
+bool cuda_target() { return memory::recording() && memory::dry_run_target().is_cuda(); }
+
+// The CPU's half-precision GEMM widens its operands and accumulates into an fp32 product
+// (cpu/matmul.cpp), four buffers alive for the call; fp32/fp64 products need none.
+void cpu_half_gemm_scratch(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias) {
+  int64_t ids[4];
+  int n = 0;
+  for (const Tensor* t : {&a, &b, &bias, &out})
+    if (t->defined()) ids[n++] = memory::begin_workspace(static_cast<size_t>(t->numel()) * 4);
+  while (n > 0) memory::end_workspace(ids[--n]);
+}
+
+void gemm_meta(const Tensor& a, bool, const Tensor& b, bool, const Tensor& out, const Tensor& bias, GemmEpilogue) {
+  if (!memory::recording()) return;
+  if (memory::dry_run_target().is_cuda())
+    memory::hold_workspace("cublaslt", kCudaGemmWorkspaceBytes);
+  else if (is_half(a.dtype()))
+    cpu_half_gemm_scratch(a, b, out, bias);
+}
+
+// The CUDA loss takes an int flag (the target range check) and its workspace for the call.
+void nll_loss_meta(const Tensor&, const Tensor&, int64_t, int64_t, int64_t, const NllLossArgs&, const Tensor&,
+                   const Tensor&) {
+  if (!cuda_target()) return;
+  const int64_t flag = memory::begin_workspace(sizeof(int));
+  memory::end_workspace(memory::begin_workspace(kCudaNllWorkspaceBytes));
+  memory::end_workspace(flag);
+}
+
+}  // namespace
+
+void register_kernels() {
+#define MT_REGISTER_NOOP(family) register_noop_family(#family, DeviceType::Meta);
+  MT_KERNEL_FAMILIES(MT_REGISTER_NOOP)
+#undef MT_REGISTER_NOOP
+  gemm.set(DeviceType::Meta, &gemm_meta);
+  nll_loss.set(DeviceType::Meta, &nll_loss_meta);
+}
+
+}  // namespace mixtrain::backends::meta

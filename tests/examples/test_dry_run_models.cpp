@@ -1,0 +1,150 @@
+// memory::dry_run on the example trainers' models at a tiny size: the predicted peak of one
+// training step as the trainers take it (forward, backward, clipping, AdamW) against the CPU
+// caching allocator's measured peak allocated bytes of the same real step, fp32 and under
+// autocast bf16 / fp16 (with a GradScaler).
+#include <cstdio>
+#include <functional>
+#include <optional>
+
+#include "mixtrain/memory/dry_run.h"
+#include "support/testing.h"
+#include "transformer/gpt_model.h"
+#include "unet/unet_model.h"
+
+namespace mt = mixtrain;
+namespace mem = mixtrain::memory;
+namespace ex = mixtrain::examples;
+using mt::Tensor;
+
+namespace {
+
+struct Precision {
+  const char* name;
+  bool autocast;
+  mt::DType dtype;
+};
+const Precision kPrecisions[] = {{"fp32", false, mt::kFloat32}, {"bf16", true, mt::kBFloat16}, {"fp16", true, mt::kFloat16}};
+
+// A model under test: builds it (on the CPU), its batch on a device, and its loss.
+struct ModelCase {
+  const char* name;
+  std::function<std::shared_ptr<mt::nn::Module>()> build;
+  std::function<std::pair<Tensor, Tensor>(mt::Device)> batch;
+  std::function<Tensor(mt::nn::Module&, const Tensor&, const Tensor&)> loss;
+};
+
+void step(mt::nn::Module& model, mt::optim::AdamW& opt, std::optional<mt::amp::GradScaler>& scaler,
+          const ModelCase& c, const Tensor& x, const Tensor& y, const Precision& p) {
+  opt.zero_grad();
+  Tensor loss;
+  {
+    std::optional<mt::amp::AutocastGuard> autocast;
+    if (p.autocast) autocast.emplace(mt::DeviceType::CPU, p.dtype);
+    loss = c.loss(model, x, y);
+  }
+  // As examples/common/train_loop.cpp does: unscale, clip, step.
+  if (scaler) {
+    scaler->scale(loss).backward();
+    scaler->unscale_(opt);
+  } else {
+    loss.backward();
+  }
+  mt::nn::utils::clip_grad_norm_(model.parameters(), 1.0);
+  if (scaler) {
+    scaler->step(opt);
+    scaler->update();
+  } else {
+    opt.step();
+  }
+}
+
+std::optional<mt::amp::GradScaler> scaler_for(const Precision& p) {
+  std::optional<mt::amp::GradScaler> s;
+  if (p.dtype == mt::kFloat16) s.emplace();
+  return s;
+}
+
+int64_t measured_peak(const ModelCase& c, const Precision& p) {
+  const int64_t before = mem::stats(mt::Device::cpu()).allocated_bytes;
+  int64_t peak = 0;
+  {
+    std::shared_ptr<mt::nn::Module> model = c.build();
+    mt::optim::AdamW opt(model->parameters(), mt::optim::AdamWOptions(1e-3));
+    std::optional<mt::amp::GradScaler> scaler = scaler_for(p);
+    const auto [x, y] = c.batch(mt::Device::cpu());
+    mem::reset_peak_stats(mt::Device::cpu());
+    step(*model, opt, scaler, c, x, y, p);
+    peak = mem::stats(mt::Device::cpu()).peak_allocated_bytes - before;
+  }
+  return peak;
+}
+
+int64_t predicted_peak(const ModelCase& c, const Precision& p) {
+  std::shared_ptr<mt::nn::Module> model = c.build();
+  model->to(mt::Device::meta());
+  mt::optim::AdamW opt(model->parameters(), mt::optim::AdamWOptions(1e-3));
+  std::optional<mt::amp::GradScaler> scaler = scaler_for(p);
+  const auto [x, y] = c.batch(mt::Device::meta());
+  return mem::dry_run(mt::Device::cpu(), [&] { step(*model, opt, scaler, c, x, y, p); }).peak_bytes();
+}
+
+void expect_prediction_within_one_percent(const ModelCase& c) {
+  for (const Precision& p : kPrecisions) {
+    SCOPED_TRACE(std::string(c.name) + " " + p.name);
+    const int64_t real = measured_peak(c, p), predicted = predicted_peak(c, p);
+    std::printf("%s step, %s: predicted peak %ld bytes, measured %ld bytes (%+.3f%%)\n", c.name, p.name,
+                static_cast<long>(predicted), static_cast<long>(real),
+                100.0 * static_cast<double>(predicted - real) / static_cast<double>(real));
+    ASSERT_GT(real, 0);
+    EXPECT_NEAR(static_cast<double>(predicted), static_cast<double>(real), 0.01 * static_cast<double>(real));
+  }
+}
+
+}  // namespace
+
+TEST(DryRunModels, TinyTransformerStepPeakIsPredicted) {
+  ex::GptOptions o;
+  o.vocab = 64;
+  o.context = 16;
+  o.width = 32;
+  o.layers = 2;
+  o.heads = 2;
+  const ModelCase c{"transformer (vocab 64, context 16, width 32, 2 layers, batch 8)",
+                    [o] {
+                      mt::manual_seed(1);
+                      return std::static_pointer_cast<mt::nn::Module>(std::make_shared<ex::GptImpl>(o));
+                    },
+                    [o](mt::Device d) {
+                      const mt::TensorOptions ids = mt::TensorOptions(mt::kInt64).device(d);
+                      if (d.is_meta()) return std::pair{mt::empty({8, o.context}, ids), mt::empty({8, o.context}, ids)};
+                      return std::pair{mt::randint(0, o.vocab, {8, o.context}), mt::randint(0, o.vocab, {8, o.context})};
+                    },
+                    [o](mt::nn::Module& m, const Tensor& x, const Tensor& y) {
+                      const Tensor logits = m.forward(x);
+                      return mt::nn::functional::cross_entropy(logits.reshape({-1, o.vocab}), y.reshape({-1}));
+                    }};
+  expect_prediction_within_one_percent(c);
+}
+
+TEST(DryRunModels, TinyUnetStepPeakIsPredicted) {
+  ex::UNetOptions o;
+  o.in_channels = 1;
+  o.classes = 3;
+  o.width = 4;
+  o.levels = 3;
+  const ModelCase c{"UNet (width 4, 3 levels, 16x16, batch 2)",
+                    [o] {
+                      mt::manual_seed(1);
+                      return std::static_pointer_cast<mt::nn::Module>(std::make_shared<ex::UNetImpl>(o));
+                    },
+                    [o](mt::Device d) {
+                      if (d.is_meta())
+                        return std::pair{mt::empty({2, 1, 16, 16}, mt::TensorOptions().device(d)),
+                                         mt::empty({2, 16, 16}, mt::TensorOptions(mt::kInt64).device(d))};
+                      return std::pair{mt::randn({2, 1, 16, 16}), mt::randint(0, o.classes, {2, 16, 16})};
+                    },
+                    [](mt::nn::Module& m, const Tensor& x, const Tensor& y) {
+                      return mt::nn::functional::cross_entropy(m.forward(x), y);
+                    }};
+  expect_prediction_within_one_percent(c);
+}
