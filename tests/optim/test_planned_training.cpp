@@ -133,6 +133,40 @@ TEST(PlannedTraining, PlannedStepsMakeNoSearchAndNoBackingAllocation) {
     EXPECT_EQ(std::memcmp(&planned_loss[i], &plain_loss[i], sizeof(float)), 0) << "step " << i;
 }
 
+TEST(PlannedTraining, AutocastAndGradScalerStepsAreBitIdentical) {
+  const auto data = batches(6, 32);
+  Trainer plain, planned;
+  mt::amp::GradScaler plain_scaler, planned_scaler;
+  auto amp_step = [](Trainer& t, mt::amp::GradScaler& scaler, const Batch& b) {
+    t.opt->zero_grad();
+    Tensor loss;
+    {
+      mt::amp::AutocastGuard autocast(mt::DeviceType::CPU, mt::kFloat16);
+      loss = nn::functional::mse_loss(t.model->forward(b.x), b.y);
+    }
+    scaler.scale(loss).backward();
+    scaler.step(*t.opt);
+    scaler.update();
+    return loss;
+  };
+  std::vector<std::vector<uint32_t>> plain_loss, planned_loss;
+  for (const Batch& b : data) plain_loss.push_back(bits(amp_step(plain, plain_scaler, b)));
+  Tensor loss;
+  memory::StepPlan plan =
+      memory::plan_step(mt::Device::cpu(), [&] { loss = amp_step(planned, planned_scaler, data[0]); });
+  planned_loss.push_back(bits(loss));
+  memory::Stats second;
+  for (size_t i = 1; i < data.size(); ++i) {
+    if (i == 2) second = cpu_stats();
+    planned_loss.push_back(bits(plan.run([&] { return amp_step(planned, planned_scaler, data[i]); })));
+  }
+  EXPECT_EQ(planned_loss, plain_loss);
+  EXPECT_EQ(snapshot(planned), snapshot(plain));
+  EXPECT_EQ(planned_scaler.get_scale(), plain_scaler.get_scale());
+  EXPECT_EQ(cpu_stats().num_plan_misses, second.num_plan_misses);
+  EXPECT_GT(cpu_stats().num_plan_hits, second.num_plan_hits);
+}
+
 TEST(PlannedTraining, KeptOutputsKeepTheirValues) {
   const auto data = batches(5, 16);
   Trainer plain, planned;
