@@ -9,6 +9,7 @@
 
 #include "memory/counting_backing.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/memory/plan_cache.h"
 #include "mixtrain/memory/step_plan.h"
 
 namespace mixtrain::memory {
@@ -287,6 +288,34 @@ TEST(StepPlan, DestroyingThePlanFreesTheArena) {
     EXPECT_GT(a.stats().allocated_bytes, 10000);
   }
   EXPECT_EQ(a.stats().allocated_bytes, 0);
+}
+
+TEST(PlanCache, RecordsANewKeyAndDropsTheLeastRecentlyUsed) {
+  CountingBackingAllocator backing;
+  CachingAllocator a(backing, Device::cpu());
+  auto step = [&](size_t n) { return [&a, n] { a.deallocate(a.allocate(n)); }; };
+  {
+    PlanCache plans(a, 2);
+    plans.run({1}, step(1000));
+    plans.run({1}, step(1000));
+    EXPECT_EQ(a.stats().num_plan_hits, 1);
+    plans.run({2}, step(5000));
+    plans.run({2}, step(5000));
+    EXPECT_EQ(plans.size(), 2u);
+    EXPECT_EQ(a.stats().num_plan_hits, 2);
+    plans.run({1}, step(1000));  // key 1 is now the most recent
+    plans.run({3}, step(9000));  // drops key 2
+    EXPECT_EQ(plans.size(), 2u);
+    EXPECT_EQ(plans.plan({2}), nullptr);
+    ASSERT_NE(plans.plan({3}), nullptr);
+    EXPECT_EQ(plans.plan({3})->arena_bytes(), 9216u);
+    EXPECT_EQ(a.stats().allocated_bytes,
+              static_cast<int64_t>(1024 + 9216 + 2 * CachingAllocator::kMinBlockSize))
+        << "the arenas of keys 1 and 3, key 2's freed";
+    EXPECT_EQ(a.stats().num_plan_misses, 0);
+  }
+  EXPECT_EQ(a.stats().allocated_bytes, 0);
+  EXPECT_THROW(PlanCache(a, 0), Error);
 }
 
 }  // namespace

@@ -213,6 +213,31 @@ TEST(PlannedTraining, ALastPartialBatchMissesAndTrainsTheSame) {
   EXPECT_EQ(snapshot(planned), snapshot(plain));
 }
 
+TEST(PlannedTraining, APlanCacheGivesThePartialBatchItsOwnPlan) {
+  // Two epochs of three batches, the last of each 20 rows instead of 32.
+  auto epoch = batches(3, 32, 20);
+  std::vector<Batch> data = epoch;
+  data.insert(data.end(), epoch.begin(), epoch.end());
+  Trainer plain, planned;
+  std::vector<std::vector<uint32_t>> plain_loss, planned_loss;
+  for (const Batch& b : data) plain_loss.push_back(bits(plain.step(b.x, b.y)));
+  memory::PlanCache plans(mt::Device::cpu());
+  memory::Stats second_epoch;
+  for (size_t i = 0; i < data.size(); ++i) {
+    if (i == 3) second_epoch = cpu_stats();
+    const Batch& b = data[i];
+    planned_loss.push_back(bits(plans.run(b.x.shape(), [&] { return planned.step(b.x, b.y); })));
+  }
+  EXPECT_EQ(plans.size(), 2u);
+  ASSERT_NE(plans.plan({20, 24}), nullptr);
+  EXPECT_LT(plans.plan({20, 24})->arena_bytes(), plans.plan({32, 24})->arena_bytes());
+  EXPECT_EQ(cpu_stats().num_plan_misses, second_epoch.num_plan_misses) << "the second epoch replays both plans";
+  EXPECT_EQ(cpu_stats().num_plan_hits - second_epoch.num_plan_hits,
+            2 * plans.plan({32, 24})->num_planned() + plans.plan({20, 24})->num_planned());
+  EXPECT_EQ(planned_loss, plain_loss);
+  EXPECT_EQ(snapshot(planned), snapshot(plain));
+}
+
 TEST(PlannedTraining, AStepThatThrowsLeavesNoPlan) {
   const auto data = batches(2, 16);
   Trainer t;

@@ -95,6 +95,7 @@ class StepPlan {
  private:
   template <class F>
   friend StepPlan plan_step(CachingAllocator& allocator, F&& fn);
+  friend class PlanCache;
   explicit StepPlan(std::shared_ptr<detail::PlanState> state) : state_(std::move(state)) {}
   std::shared_ptr<detail::PlanState> state_;
 };
