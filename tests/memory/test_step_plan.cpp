@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "memory/counting_backing.h"
@@ -212,6 +213,27 @@ TEST(StepPlan, AnEscapedBufferKeepsItsBytes) {
   EXPECT_EQ(a.stats().allocated_bytes,
             allocated - static_cast<int64_t>(plan.arena_bytes() + CachingAllocator::kMinBlockSize));
   for (void* p : kept) a.deallocate(p);
+}
+
+TEST(StepPlan, AnEscapedBufferMayBeFreedOnAnotherThread) {
+  CountingBackingAllocator backing;
+  CachingAllocator a(backing, Device::cpu());
+  Step step{a};
+  std::vector<void*> kept;
+  const int64_t allocated = a.stats().allocated_bytes;
+  {
+    StepPlan plan = plan_step(a, [&] { kept.push_back(step()); });
+    Step leaky{a};
+    leaky.keep_temp = true;
+    kept.push_back(plan.run(leaky));
+    // Another thread frees the escaped buffer while this one runs steps from a fresh arena.
+    std::thread other([&] { a.deallocate(leaky.escaped); });
+    for (int i = 0; i < 20; ++i) kept.push_back(plan.run(step));
+    other.join();
+    EXPECT_EQ(a.stats().num_plan_misses, 1);
+  }
+  for (void* p : kept) a.deallocate(p);
+  EXPECT_EQ(a.stats().allocated_bytes, allocated) << "both arenas went back";
 }
 
 TEST(StepPlan, AThrowingStepLeavesNoPlanAndNoRecording) {
