@@ -19,13 +19,6 @@ namespace {
 using testing::CountingBackingAllocator;
 using testing::KiB;
 
-bool in_arena(const StepPlan& plan, const void* p, const std::vector<void*>& arena_ptrs) {
-  (void)plan;
-  for (void* a : arena_ptrs)
-    if (a == p) return true;
-  return false;
-}
-
 // A step: two activations, a temporary, a kept result; each buffer is filled with a pattern and
 // checked before it is freed, so an overlap of live buffers shows as a corrupted pattern.
 struct Step {
