@@ -232,6 +232,7 @@ class PlanReplay::Session : public StepSession {
     if (cursor_ == req.size() || req[cursor_].nbytes != nbytes) return miss();
     const int64_t b = req[cursor_++].buffer;
     if (b < 0) return nullptr;  // outlives the step: the caching allocator's
+    if (!base_) return miss();  // no arena (see PlanReplay)
     // Its bytes are free only if every buffer freed before it in the recording is freed now.
     if (frees_done_ != l_.frees_before[static_cast<size_t>(b)]) return miss();
     ++allocs_done_;
@@ -299,8 +300,10 @@ PlanReplay::PlanReplay(PlanState& state) {
   MT_CHECK(!current_step_session(), "StepPlan::run: a plan is already recording or running on this thread");
   MT_CHECK(!state.running.exchange(true), "StepPlan::run: this plan is already running on another thread");
   try {
-    // A buffer of the last step escaped it: its bytes stay its own, and this step takes a new arena.
-    if (state.arena && state.arena->live.load(std::memory_order_acquire) != 0) {
+    // A buffer of the last step escaped it: its bytes stay its own, and this step takes a new
+    // arena. So does a plan whose new arena could not be made when it adopted a step.
+    const bool escaped = state.arena && state.arena->live.load(std::memory_order_acquire) != 0;
+    if (escaped || (!state.arena && state.layout.plan.arena_bytes)) {
       Arena* old = state.arena;
       state.arena = nullptr;
       state.allocator->retire_arena(old);
