@@ -3,10 +3,15 @@
 // The step zeroes gradients at its end so nothing but the returned loss value outlives it, and
 // the planned variant takes every request from the arena. Counters give the plan's sizes:
 // arena, lower bound and Caffe-style first-fit slots, in bytes. Compare the two variants as
-// medians of alternating runs, e.g.
-//   build/bench/bench_step_plan --benchmark_repetitions=9 --benchmark_enable_random_interleaving=true
-//     --benchmark_report_aggregates_only=true
+// medians of alternating runs: BM_MlpStepAlternating runs an unplanned and a planned model step
+// by step in the same process, each first in every other pair, and reports both medians and
+// their ratio (planned / unplanned) as counters:
+//   build/bench/bench_step_plan --benchmark_filter=Alternating
 #include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
 
 #include "mixtrain/memory/step_plan.h"
 #include "mixtrain/mixtrain.h"
@@ -62,7 +67,41 @@ void BM_MlpStepPlanned(benchmark::State& state) {
   state.counters["misses"] = static_cast<double>(after.num_plan_misses - before.num_plan_misses);
 }
 
+void BM_MlpStepAlternating(benchmark::State& state) {
+  MlpStep plain(state.range(0)), planned(state.range(0));
+  mt::memory::StepPlan plan = mt::memory::plan_step(mt::Device::cpu(), planned);
+  for (int i = 0; i < 20; ++i) {
+    plain();
+    plan.run(planned);
+  }
+  using clock = std::chrono::steady_clock;
+  std::vector<double> t_plain, t_planned;
+  bool plain_first = true;
+  for (auto _ : state) {
+    const auto t0 = clock::now();
+    benchmark::DoNotOptimize(plain_first ? plain() : plan.run(planned));
+    const auto t1 = clock::now();
+    benchmark::DoNotOptimize(plain_first ? plan.run(planned) : plain());
+    const auto t2 = clock::now();
+    const double first = std::chrono::duration<double>(t1 - t0).count();
+    const double second = std::chrono::duration<double>(t2 - t1).count();
+    t_plain.push_back(plain_first ? first : second);
+    t_planned.push_back(plain_first ? second : first);
+    state.SetIterationTime(first + second);
+    plain_first = !plain_first;
+  }
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  const double mp = median(t_plain), mq = median(t_planned);
+  state.counters["unplanned_us"] = mp * 1e6;
+  state.counters["planned_us"] = mq * 1e6;
+  state.counters["planned_over_unplanned"] = mq / mp;
+}
+
 }  // namespace
 
+BENCHMARK(BM_MlpStepAlternating)->Arg(512)->Arg(32)->Unit(benchmark::kMicrosecond)->UseManualTime()->MinTime(2.0);
 BENCHMARK(BM_MlpStepUnplanned)->Arg(512)->Arg(32)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_MlpStepPlanned)->Arg(512)->Arg(32)->Unit(benchmark::kMicrosecond)->UseRealTime();
