@@ -14,6 +14,8 @@
 #include "mixtrain/core/rng.h"
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/memory/allocator.h"
+#include "mixtrain/memory/plan_cache.h"
+#include "mixtrain/memory/step_plan.h"
 #include "mixtrain/nn/functional.h"
 #include "mixtrain/nn/nn.h"
 #include "mixtrain/ops/functional.h"

@@ -12,9 +12,22 @@
 #include <sstream>
 #include <vector>
 
+#include "memory/step_session.h"
 #include "mixtrain/core/error.h"
 
 namespace mixtrain::memory {
+
+namespace detail {
+namespace {
+thread_local StepSession* t_step_session = nullptr;
+}
+StepSession* current_step_session() { return t_step_session; }
+StepSession* install_step_session(StepSession* session) {
+  StepSession* previous = t_step_session;
+  t_step_session = session;
+  return previous;
+}
+}  // namespace detail
 
 // ----------------------------------------------------------------------------------------------
 // SystemBackingAllocator
@@ -150,6 +163,9 @@ CachingAllocator::CachingAllocator(std::unique_ptr<BackingAllocator> backing, De
     : owned_backing_(std::move(backing)), backing_(*owned_backing_), device_(device), options_(options) {}
 
 CachingAllocator::~CachingAllocator() {
+  // Arenas whose plans are gone but whose escaped buffers were never freed; their blocks are in
+  // live_ and go back with their segments below.
+  for (auto& entry : arenas_) delete entry.second;
   std::set<Block*> roots;
   auto add_root = [&](Block* b) {
     while (b->prev) b = b->prev;
@@ -194,6 +210,13 @@ size_t CachingAllocator::headroom() const {
 }
 
 void* CachingAllocator::allocate(size_t nbytes) {
+  // A plan replaying on this thread serves its in-step requests before any lock is taken.
+  detail::StepSession* session = detail::t_step_session;
+  if (session && session->allocator() == this) {
+    if (void* p = session->allocate(nbytes)) return p;
+  } else {
+    session = nullptr;
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   // Sizes this large cannot be rounded without overflow, and no device has them anyway.
   if (nbytes > std::numeric_limits<size_t>::max() / 2) {
@@ -219,6 +242,7 @@ void* CachingAllocator::allocate(size_t nbytes) {
   stats_.allocated_bytes += static_cast<int64_t>(rounded);
   stats_.requested_bytes += static_cast<int64_t>(nbytes);
   stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+  if (session) session->served(block->ptr, nbytes, rounded);
   return block->ptr;
 }
 
@@ -251,6 +275,7 @@ CachingAllocator::Block* CachingAllocator::try_allocate(size_t rounded, bool may
 }
 
 CachingAllocator::Block* CachingAllocator::take_from_pool(Pool& pool, size_t rounded) {
+  ++stats_.num_searches;
   Block key;
   key.size = rounded;  // ptr nullptr orders before every real block of the same size
   auto it = pool.lower_bound(&key);
@@ -333,10 +358,22 @@ void CachingAllocator::split(Pool& pool, Block* block, size_t rounded) {
 
 void CachingAllocator::deallocate(void* ptr) {
   if (!ptr) return;
+  detail::StepSession* session = detail::t_step_session;
+  if (session && session->allocator() == this) {
+    if (session->deallocate(ptr)) return;
+  } else {
+    session = nullptr;
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = live_.find(ptr);
+  if (it == live_.end() && free_arena_buffer(ptr)) return;
   MT_CHECK(it != live_.end(), "CachingAllocator::deallocate: pointer ", ptr, " on ", device_,
            " was not allocated by this allocator, or was already freed");
+  if (session) session->freed(ptr, it->second->rounded);
+  free_live(it);
+}
+
+void CachingAllocator::free_live(std::unordered_map<void*, Block*>::iterator it) {
   Block* block = it->second;
   live_.erase(it);
   ++stats_.num_frees;
@@ -407,6 +444,8 @@ Stats CachingAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   Stats s = stats_;
   s.limit_bytes = options_.limit_bytes();
+  s.num_plan_hits = plan_hits_.load(std::memory_order_relaxed);
+  s.num_plan_misses = plan_misses_.load(std::memory_order_relaxed);
   s.largest_free_block = 0;
   for (const Pool* pool : {&small_pool_, &large_pool_, &chunk_pool_})
     if (!pool->empty()) s.largest_free_block = std::max(s.largest_free_block, static_cast<int64_t>((*pool->rbegin())->size));

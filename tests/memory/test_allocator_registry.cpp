@@ -140,10 +140,14 @@ TEST(AllocatorStats, JsonHasEveryField) {
   for (int64_t* f : {&s.allocated_bytes, &s.reserved_bytes, &s.peak_allocated_bytes, &s.peak_reserved_bytes,
                      &s.requested_bytes, &s.num_allocs, &s.num_frees, &s.num_backing_allocs,
                      &s.num_backing_frees, &s.num_cache_hits, &s.num_splits, &s.num_merges, &s.num_ooms,
-                     &s.num_alloc_retries, &s.limit_bytes, &s.largest_free_block})
+                     &s.num_alloc_retries, &s.limit_bytes, &s.largest_free_block, &s.num_searches,
+                     &s.num_plan_hits, &s.num_plan_misses})
     *f = v++;
   const nlohmann::json j = s;
-  EXPECT_EQ(j.size(), 16u);
+  EXPECT_EQ(j.size(), 19u);
+  EXPECT_EQ(j.at("num_searches"), 17);
+  EXPECT_EQ(j.at("num_plan_hits"), 18);
+  EXPECT_EQ(j.at("num_plan_misses"), 19);
   EXPECT_EQ(j.at("allocated_bytes"), 1);
   EXPECT_EQ(j.at("peak_reserved_bytes"), 4);
   EXPECT_EQ(j.at("num_ooms"), 13);

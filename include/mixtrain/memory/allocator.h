@@ -22,6 +22,9 @@ struct Stats {
   int64_t num_backing_allocs = 0;     // calls to the backing allocator (cudaMalloc, malloc)
   int64_t num_backing_frees = 0;
   int64_t num_cache_hits = 0;         // requests served from cached blocks
+  int64_t num_searches = 0;           // lookups of a free block in a pool (every cached request)
+  int64_t num_plan_hits = 0;          // requests a static plan served from its arena (step_plan.h)
+  int64_t num_plan_misses = 0;        // planned steps whose requests differed from the plan
   int64_t num_splits = 0;
   int64_t num_merges = 0;
   int64_t num_ooms = 0;

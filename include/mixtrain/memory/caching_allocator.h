@@ -10,8 +10,10 @@
 // A backend that adds more streams must key the pools by stream (as PyTorch does) or park freed
 // blocks until an event recorded at free time completes; the place for that is deallocate(),
 // before the block returns to its pool.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -21,6 +23,10 @@
 #include "mixtrain/memory/allocator.h"
 
 namespace mixtrain::memory {
+
+namespace detail {
+struct Arena;
+}
 
 // Where segments come from. Implementations need not be thread safe: the CachingAllocator calls
 // them under its own mutex.
@@ -113,6 +119,14 @@ class CachingAllocator : public Allocator {
   // The segment AutoGrowth asks the backing allocator for on a miss of a rounded size.
   static size_t segment_size(size_t rounded);
 
+  // For static plans (src/memory/step_plan.cpp): an arena is one allocation of bytes plus
+  // kMinBlockSize, carved by the plan. Retiring frees it now, or, while buffers of it are still
+  // live (a planned step let one escape), when the last of them is freed.
+  detail::Arena* create_arena(size_t bytes);
+  void retire_arena(detail::Arena* arena);
+  void count_plan_hit() { plan_hits_.fetch_add(1, std::memory_order_relaxed); }
+  void count_plan_miss() { plan_misses_.fetch_add(1, std::memory_order_relaxed); }
+
  private:
   struct Block;
   struct BlockOrder {
@@ -125,6 +139,8 @@ class CachingAllocator : public Allocator {
   Block* new_segment(Pool* pool, size_t preferred, size_t rounded);
   bool acquire_chunk();
   void split(Pool& pool, Block* block, size_t rounded);
+  void free_live(std::unordered_map<void*, Block*>::iterator it);  // mutex held
+  bool free_arena_buffer(void* ptr);                                  // mutex held
   void free_block(Block* block);
   void merge(Block* into, Block* from);  // into is the lower neighbour; from is deleted
   void release_cached_segments();
@@ -144,7 +160,11 @@ class CachingAllocator : public Allocator {
   bool chunk_attempted_ = false;  // PreAllocate takes its chunk once, until empty_cache frees it
   bool refused_by_limit_ = false;  // why the last new_segment failed, for the OOM message
   std::unordered_map<void*, Block*> live_;
+  std::map<const char*, detail::Arena*> arenas_;  // by base, for frees of escaped arena buffers
   Stats stats_;
+  // Counted by plans on their own threads, without the mutex.
+  std::atomic<int64_t> plan_hits_{0};
+  std::atomic<int64_t> plan_misses_{0};
 };
 
 }  // namespace mixtrain::memory
