@@ -94,9 +94,9 @@ int run_memory(const std::vector<std::string>& argv) {
       if (fit.best.persistent_bytes > fit_limit)
         std::cerr << "mixtrain memory: --fit " << size << " is smaller than the step's persistent bytes alone ("
                   << format_bytes(fit.best.persistent_bytes) << ", " << fit.best.persistent_bytes
-                  << " B: weights, optimizer state, data at batch 1); no batch fits\n";
+                  << " B: weights, optimizer state, data at batch " << fit.best.batch_size << "); no batch fits\n";
       else
-        std::cerr << "mixtrain memory: --fit " << size << ": even batch 1 peaks at " << format_bytes(fit.over_peak_bytes)
+        std::cerr << "mixtrain memory: --fit " << size << ": even batch " << fit.over_batch << " peaks at " << format_bytes(fit.over_peak_bytes)
                   << " (" << fit.over_peak_bytes << " B); no batch fits\n";
       return 1;
     }

@@ -262,6 +262,9 @@ std::string format_bytes(int64_t bytes) {
   return buf;
 }
 
+// The smallest batch searched: the tiny MLP preset's synthetic data needs two samples.
+constexpr int64_t kMinFitBatch = 2;
+
 FitResult fit_batch(StepQuery query, int64_t limit, int64_t max_batch) {
   FitResult r;
   const auto at = [&](int64_t batch) {
@@ -269,36 +272,45 @@ FitResult fit_batch(StepQuery query, int64_t limit, int64_t max_batch) {
     ++r.dry_runs;
     return predict_step(query);
   };
-  r.best = at(1);
+  r.best = at(kMinFitBatch);
+  const int64_t peak_at_min = r.best.peak_bytes;
   if (r.best.peak_bytes > limit) {
-    r.over_batch = 1;
+    r.over_batch = kMinFitBatch;
     r.over_peak_bytes = r.best.peak_bytes;
     return r;
   }
   r.fits = true;
-  int64_t lo = 1, hi = 0;  // lo fits; hi (when > 0) does not
-  while (hi == 0 && lo < max_batch) {
-    const int64_t next = std::min(lo * 2, max_batch);
-    StepPrediction p = at(next);
-    if (p.peak_bytes <= limit) {
-      lo = next;
+  int64_t lo = kMinFitBatch, hi = 0;  // lo fits; hi (when > 0) does not
+  const auto probe = [&](int64_t batch) {
+    StepPrediction p = at(batch);
+    const bool fits = p.peak_bytes <= limit;
+    if (fits && batch > lo) {
+      lo = batch;
       r.best = std::move(p);
-    } else {
-      hi = next;
+    } else if (!fits && (hi == 0 || batch < hi)) {
+      hi = batch;
       r.over_peak_bytes = p.peak_bytes;
     }
-  }
-  while (hi > lo + 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    StepPrediction p = at(mid);
-    if (p.peak_bytes <= limit) {
-      lo = mid;
-      r.best = std::move(p);
-    } else {
-      hi = mid;
-      r.over_peak_bytes = p.peak_bytes;
+    return fits;
+  };
+  // Each probe builds the task anew (the full transformer's CPU weight init is most of its time),
+  // so guess first: the peak grows about linearly with the batch. The guess and its neighbour
+  // usually settle it; doubling and bisection below make the answer exact whatever the guess.
+  if (max_batch >= 2 * kMinFitBatch && probe(2 * kMinFitBatch)) {
+    const int64_t slope = (r.best.peak_bytes - peak_at_min) / kMinFitBatch;
+    if (slope > 0) {
+      const int64_t guess = std::clamp<int64_t>(lo + (limit - r.best.peak_bytes) / slope, lo, max_batch);
+      if (guess > lo) {
+        if (probe(guess)) {
+          if (guess < max_batch) probe(guess + 1);
+        } else if (guess - 1 > lo) {
+          probe(guess - 1);
+        }
+      }
     }
   }
+  while (hi == 0 && lo < max_batch) probe(std::min(lo * 2, max_batch));
+  while (hi > lo + 1) probe(lo + (hi - lo) / 2);
   r.over_batch = hi;
   return r;
 }

@@ -72,14 +72,15 @@ int64_t parse_byte_size(const std::string& text, const std::string& flag);
 std::string format_bytes(int64_t bytes);  // "1.50 MiB"
 
 struct FitResult {
-  bool fits = false;               // batch 1 fits
-  StepPrediction best;             // at the largest batch that fits (or at batch 1 when none does)
+  bool fits = false;               // the smallest batch searched (2) fits
+  StepPrediction best;             // at the largest batch that fits (or at batch 2 when none does)
   int64_t over_batch = 0;          // the smallest batch tried that does not fit (0: none found)
   int64_t over_peak_bytes = 0;
   int dry_runs = 0;
 };
-// The largest batch whose predicted peak is at most `limit`: doubling from 1, then bisecting
-// (the peak grows with the batch). Stops doubling at max_batch.
+// The largest batch whose predicted peak is at most `limit`, from 2 up: a linear guess from the
+// peaks at 2 and 4 and its neighbour, then doubling and bisecting until exact (the peak grows with
+// the batch). Stops at max_batch.
 FitResult fit_batch(StepQuery query, int64_t limit, int64_t max_batch = int64_t{1} << 20);
 
 }  // namespace mixtrain::cli
