@@ -310,7 +310,20 @@ FitResult fit_batch(StepQuery query, int64_t limit, int64_t max_batch) {
     }
   }
   while (hi == 0 && lo < max_batch) probe(std::min(lo * 2, max_batch));
-  while (hi > lo + 1) probe(lo + (hi - lo) / 2);
+  // Interpolate between the peaks at lo and hi (near-linear, so a probe or two), bisecting after
+  // any probe that did not halve the interval, so it stays O(log) whatever the curve.
+  bool bisect = false;
+  while (hi > lo + 1) {
+    const int64_t width = hi - lo;
+    int64_t mid = lo + width / 2;
+    if (!bisect && r.over_peak_bytes > r.best.peak_bytes) {
+      const double t = static_cast<double>(limit - r.best.peak_bytes) /
+                       static_cast<double>(r.over_peak_bytes - r.best.peak_bytes);
+      mid = std::clamp<int64_t>(lo + static_cast<int64_t>(t * static_cast<double>(width)), lo + 1, hi - 1);
+    }
+    probe(mid);
+    bisect = !bisect && 2 * (hi - lo) > width;
+  }
   r.over_batch = hi;
   return r;
 }

@@ -79,7 +79,7 @@ struct FitResult {
   int dry_runs = 0;
 };
 // The largest batch whose predicted peak is at most `limit`, from 2 up: a linear guess from the
-// peaks at 2 and 4 and its neighbour, then doubling and bisecting until exact (the peak grows with
+// peaks at 2 and 4 and its neighbour, then doubling and interpolating until exact (the peak grows with
 // the batch). Stops at max_batch.
 FitResult fit_batch(StepQuery query, int64_t limit, int64_t max_batch = int64_t{1} << 20);
 
