@@ -12,5 +12,6 @@ int run_bench(const std::vector<std::string>& args);
 int run_policy(const std::vector<std::string>& args);
 int run_launch(const std::vector<std::string>& args);
 int run_plot(const std::vector<std::string>& args);
+int run_memory(const std::vector<std::string>& args);
 
 }  // namespace mixtrain::cli

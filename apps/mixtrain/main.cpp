@@ -1,5 +1,5 @@
 // mixtrain: train the example models, benchmark fp32 against AMP, show the autocast policy,
-// launch data-parallel ranks, plot a training log. Each command parses its own flags
+// launch data-parallel ranks, plot a training log, predict a step's memory. Each command parses its own flags
 // (`mixtrain COMMAND --help`).
 #include <iostream>
 #include <stdexcept>
@@ -18,6 +18,7 @@ const char* kUsage =
     "  policy        the autocast cast policy of every op (--load FILE applies a table first)\n"
     "  launch        run a program as N data-parallel ranks on this host\n"
     "  plot LOG      draw a training log (train --log) as an SVG: loss, loss scale, learning rate\n"
+    "  memory MODEL  predicted peak memory of a training step by dry run; --fit SIZE finds a batch\n"
     "  --version     the version and whether the CUDA backend is compiled in\n";
 
 struct Command {
@@ -28,7 +29,8 @@ constexpr Command kCommands[] = {{"train", mixtrain::cli::run_train},
                                  {"bench", mixtrain::cli::run_bench},
                                  {"policy", mixtrain::cli::run_policy},
                                  {"launch", mixtrain::cli::run_launch},
-                                 {"plot", mixtrain::cli::run_plot}};
+                                 {"plot", mixtrain::cli::run_plot},
+                                 {"memory", mixtrain::cli::run_memory}};
 
 }  // namespace
 

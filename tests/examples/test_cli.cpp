@@ -202,7 +202,7 @@ TEST(MixtrainCli, HelpPrintsTheUsageWithSuccess) {
     const CliRun r = run_mixtrain(args);
     EXPECT_EQ(r.code, 0) << r.err;
     EXPECT_EQ(r.out.rfind("usage: mixtrain <command>", 0), 0u) << r.out;
-    for (const char* command : {"train", "bench", "policy", "launch", "plot", "--version"})
+    for (const char* command : {"train", "bench", "policy", "launch", "plot", "memory", "--version"})
       EXPECT_NE(r.out.find("  " + std::string(command) + " "), std::string::npos) << command << " in\n" << r.out;
   }
   EXPECT_EQ(run_mixtrain("").code, 2);  // no command: the usage, as an error
@@ -218,13 +218,16 @@ TEST(MixtrainCli, EachCommandsHelpListsEveryFlagWithItsDefault) {
                  "--fp32-math", "--channels-last"}},
       {"policy", {"--load", "--json", "--markdown", "--cpu-autocast"}},
       {"launch", {"--nproc", "--rank-weights"}},
-      {"plot", {"--out"}}};
+      {"plot", {"--out"}},
+      {"memory", {"--batch-size", "--precision", "--device", "--size", "--checkpoint-activations", "--json", "--fit",
+                  "--measure", "--timeline"}}};
   const std::vector<std::string> switches = {"--synthetic", "--channels-last", "--checkpoint-activations", "--json",
-                                             "--markdown"};
+                                             "--markdown", "--measure"};
   for (const auto& [command, flags] : commands) {
     for (const std::string& form : {command + " --help", command + " -h", "help " + command}) {
       SCOPED_TRACE(form);
-      const CliRun r = run_mixtrain(form + (command == "train" && form.rfind("help", 0) != 0 ? " mlp" : ""));
+      const bool takes_model = command == "train" || command == "memory";
+      const CliRun r = run_mixtrain(form + (takes_model && form.rfind("help", 0) != 0 ? " mlp" : ""));
       EXPECT_EQ(r.code, 0) << r.err;
       EXPECT_NE(r.out.find("usage: mixtrain " + command + " [OPTIONS]"), std::string::npos) << r.out;
       std::istringstream lines(r.out);

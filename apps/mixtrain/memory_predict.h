@@ -1,0 +1,86 @@
+#pragma once
+// What one training step of an example model needs in memory, found by memory::dry_run (no step
+// computed, no device memory touched), and the same step run for real to measure it. Used by
+// `mixtrain memory`; see docs/MEMORY.md ("mixtrain memory").
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <mixtrain/memory/caching_allocator.h>
+#include <mixtrain/memory/dry_run.h>
+#include <mixtrain/mixtrain.h>
+
+#include "tasks.h"
+
+namespace mixtrain::cli {
+
+// A step to predict: spec.model / size / batch_size / checkpoint_activations choose the task
+// (spec.device is ignored: the task is built on meta); `target` is the device it is planned for.
+struct StepQuery {
+  TaskSpec spec;
+  examples::Precision precision = examples::Precision::Fp32;
+  Device target = Device::cpu();
+};
+
+struct StepPrediction {
+  memory::MemoryTrace trace;  // the second step's events (the first creates the optimizer state)
+  int64_t batch_size = 0;
+  int64_t peak_bytes = 0;          // most bytes allocated at once, everything alive included
+  // Alive at the step's end, what the next step starts with: weights, gradients, optimizer state,
+  // data. (MemoryTrace::persistent_bytes() also counts the gradients the step replaced.)
+  int64_t persistent_bytes = 0;
+  int64_t activation_bytes = 0;    // most activation bytes live at once
+  int64_t lower_bound_bytes = 0;   // most in-step bytes live at once: no arena can be smaller
+  double dry_run_ms = 0;           // wall time of the dry run of both steps (task construction excluded)
+};
+
+// Builds the task on meta and dry-runs two steps as the trainers take them (autocast, GradScaler
+// for fp16, clipping, AdamW); the trace is the second's (the first allocates the optimizer state,
+// which the second finds alive before it).
+StepPrediction predict_step(const StepQuery& query);
+
+// The reserved bytes the target's caching allocator would peak at on this trace: the trace's
+// requests replayed, in order, through a real CachingAllocator over a backing allocator that
+// hands out addresses it never maps. Alive-before-step buffers are allocated first, in trace
+// order; the real process's earlier history (construction temporaries) is not known, so the
+// measured figure can be higher.
+int64_t predicted_reserved_bytes(const memory::MemoryTrace& trace);
+
+struct StepMeasurement {
+  int64_t peak_bytes = 0;           // peak allocated during the step, less what was held before the task existed
+  int64_t peak_reserved_bytes = 0;  // peak reserved during the step, less what was reserved before
+  bool skipped = false;             // the GradScaler skipped the measured step's update
+};
+// The same task on query.spec.device (the CPU or a present GPU): one warm-up step, then the
+// measured one, after memory::reset_peak_stats.
+StepMeasurement measure_step(const StepQuery& query);
+
+// An arena layout of in-step buffers: every buffer an offset, no two buffers that are live at the
+// same time overlapping.
+struct ArenaLayout {
+  std::vector<int64_t> offsets;  // parallel to the lifetimes given
+  int64_t bytes = 0;
+};
+ArenaLayout plan_arena(const std::vector<memory::BufferLifetime>& buffers);
+// The arena bytes `mixtrain memory` reports. The lead replaces its body with the planner of
+// include/mixtrain/memory/plan.h at merge; until then it is plan_arena's size.
+int64_t arena_bytes(const std::vector<memory::BufferLifetime>& buffers);
+
+// "8GiB", "512MiB", "1.5GB", "4096": bytes (KiB/MiB/GiB/TiB binary, kB/MB/GB/TB decimal, B or none
+// for bytes). Anything else throws a UsageError naming `flag`.
+int64_t parse_byte_size(const std::string& text, const std::string& flag);
+std::string format_bytes(int64_t bytes);  // "1.50 MiB"
+
+struct FitResult {
+  bool fits = false;               // the smallest batch searched (2) fits
+  StepPrediction best;             // at the largest batch that fits (or at batch 2 when none does)
+  int64_t over_batch = 0;          // the smallest batch tried that does not fit (0: none found)
+  int64_t over_peak_bytes = 0;
+  int dry_runs = 0;
+};
+// The largest batch whose predicted peak is at most `limit`, from 2 up: a linear guess from the
+// peaks at 2 and 4 and its neighbour, then doubling and interpolating until exact (the peak grows with
+// the batch). Stops at max_batch.
+FitResult fit_batch(StepQuery query, int64_t limit, int64_t max_batch = int64_t{1} << 20);
+
+}  // namespace mixtrain::cli

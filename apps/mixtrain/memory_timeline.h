@@ -1,0 +1,18 @@
+#pragma once
+// `mixtrain memory --timeline`: a step's trace drawn as SVG: live bytes event by event with the
+// phase boundaries and the biggest buffers labelled, and the arena layout (each in-step buffer a
+// box over its lifetime and its offset).
+#include <string>
+
+#include "memory_predict.h"
+
+namespace mixtrain::cli {
+
+std::string timeline_svg(const memory::MemoryTrace& trace, const ArenaLayout& arena, const std::string& title);
+// Throws a UsageError naming --timeline when `path` cannot be written (checked before the work).
+void check_timeline_path(const std::string& path);
+// Written beside and renamed, so a failed write never leaves half a picture.
+void write_timeline(const std::string& path, const memory::MemoryTrace& trace, const ArenaLayout& arena,
+                    const std::string& title);
+
+}  // namespace mixtrain::cli

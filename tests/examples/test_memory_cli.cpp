@@ -1,0 +1,241 @@
+// `mixtrain memory`: the predicted step memory as JSON (keys, their relations, prediction against
+// a measured real step), --fit's batch search, --timeline's SVG and usage errors; and the arena
+// layout and size parsing behind it.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "memory_predict.h"
+#include "support/testing.h"
+
+namespace mt = mixtrain;
+namespace cli = mixtrain::cli;
+
+namespace {
+
+struct CliRun {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+CliRun run_mixtrain(const std::string& args) {
+  const std::string base = ::testing::TempDir() + "mixtrain_memory_" + std::to_string(::getpid());
+  const std::string out = base + ".out", err = base + ".err";
+  const std::string cmd = "timeout -s KILL 300 " + std::string(MIXTRAIN_EXE) + " " + args + " >" + out + " 2>" + err +
+                          " </dev/null";
+  const int status = std::system(cmd.c_str());
+  CliRun r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+nlohmann::json run_json(const std::string& args) {
+  const CliRun r = run_mixtrain(args + " --json");
+  EXPECT_EQ(r.code, 0) << args << ": " << r.err;
+  return r.code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+}
+
+// No two buffers live at the same time share a byte; the arena holds every buffer.
+void expect_valid_layout(const std::vector<mt::memory::BufferLifetime>& b, const cli::ArenaLayout& layout) {
+  ASSERT_EQ(layout.offsets.size(), b.size());
+  for (size_t i = 0; i < b.size(); ++i) {
+    ASSERT_GE(layout.offsets[i], 0);
+    ASSERT_LE(layout.offsets[i] + static_cast<int64_t>(b[i].bytes), layout.bytes);
+    for (size_t j = i + 1; j < b.size(); ++j) {
+      const bool live_together = b[i].alloc_at < b[j].free_at && b[j].alloc_at < b[i].free_at;
+      const bool share_bytes = layout.offsets[i] < layout.offsets[j] + static_cast<int64_t>(b[j].bytes) &&
+                               layout.offsets[j] < layout.offsets[i] + static_cast<int64_t>(b[i].bytes);
+      ASSERT_FALSE(live_together && share_bytes) << "buffers " << i << " and " << j;
+    }
+  }
+}
+
+int64_t most_live(const std::vector<mt::memory::BufferLifetime>& b, int64_t events) {
+  int64_t peak = 0;
+  for (int64_t t = 0; t < events; ++t) {
+    int64_t live = 0;
+    for (const auto& x : b)
+      if (x.alloc_at <= t && t < x.free_at) live += static_cast<int64_t>(x.bytes);
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+}  // namespace
+
+TEST(MemoryArena, RandomLifetimesGetDisjointOffsetsNoSmallerThanTheLowerBound) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<mt::memory::BufferLifetime> b;
+    const int64_t events = 200;
+    for (int i = 0; i < 60; ++i) {
+      const int64_t a = static_cast<int64_t>(rng() % (events - 1));
+      b.push_back({512 * (1 + rng() % 64), a, a + 1 + static_cast<int64_t>(rng() % (events - a - 1) + 0)});
+    }
+    const cli::ArenaLayout layout = cli::plan_arena(b);
+    expect_valid_layout(b, layout);
+    EXPECT_GE(layout.bytes, most_live(b, events));
+    EXPECT_EQ(cli::arena_bytes(b), layout.bytes);
+  }
+  // Buffers that never live together share one slot.
+  const std::vector<mt::memory::BufferLifetime> chain = {{1024, 0, 1}, {1024, 1, 2}, {512, 2, 3}};
+  EXPECT_EQ(cli::plan_arena(chain).bytes, 1024);
+  EXPECT_EQ(cli::plan_arena({}).bytes, 0);
+}
+
+TEST(MemoryArena, TinyTransformerTraceIsPlannedWithoutOverlap) {
+  cli::StepQuery q;
+  q.spec.model = "transformer";
+  q.spec.size = cli::TaskSize::Tiny;
+  q.precision = mt::examples::Precision::Bf16;
+  const cli::StepPrediction p = cli::predict_step(q);
+  const auto buffers = p.trace.lifetimes();
+  ASSERT_GT(buffers.size(), 10u);
+  const cli::ArenaLayout layout = cli::plan_arena(buffers);
+  expect_valid_layout(buffers, layout);
+  EXPECT_GE(layout.bytes, p.lower_bound_bytes);
+  EXPECT_LE(static_cast<double>(layout.bytes), 1.25 * static_cast<double>(p.lower_bound_bytes));
+}
+
+TEST(MemoryCli, ByteSizesParseStrictlyAndErrorsNameTheFlag) {
+  EXPECT_EQ(cli::parse_byte_size("8GiB", "--fit"), int64_t{8} << 30);
+  EXPECT_EQ(cli::parse_byte_size("512MiB", "--fit"), int64_t{512} << 20);
+  EXPECT_EQ(cli::parse_byte_size("1.5KiB", "--fit"), 1536);
+  EXPECT_EQ(cli::parse_byte_size("2GB", "--fit"), 2000000000);
+  EXPECT_EQ(cli::parse_byte_size("4096", "--fit"), 4096);
+  EXPECT_EQ(cli::parse_byte_size("4096B", "--fit"), 4096);
+  for (const char* bad : {"", "GiB", "8 GiB", "8gib", "-1", "0", "1.5", "1..5MiB", ".5MiB", "8GiBs", "1e9", "0.1B"}) {
+    try {
+      cli::parse_byte_size(bad, "--fit");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("--fit"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The prediction against a real CPU step (the second, after one warm-up), for each model, fp32
+// and bf16 at the tiny presets.
+TEST(MemoryCli, JsonHasTheKeysAndThePeakMatchesTheMeasuredStep) {
+  for (const std::string model : {"mlp", "unet", "transformer"}) {
+    for (const std::string precision : {"fp32", "bf16"}) {
+      SCOPED_TRACE(model + " " + precision);
+      const nlohmann::json j = run_json("memory " + model + " --precision " + precision + " --device cpu --measure");
+      for (const char* key : {"peak_bytes", "persistent_bytes", "activation_bytes", "plan_arena_bytes",
+                              "lower_bound_bytes", "reserved_bytes", "measured_peak_bytes",
+                              "measured_peak_reserved_bytes", "peak_by_role", "batch_size"})
+        ASSERT_TRUE(j.contains(key)) << key << " missing from " << j.dump();
+      const int64_t peak = j["peak_bytes"], persistent = j["persistent_bytes"], lower = j["lower_bound_bytes"],
+                    arena = j["plan_arena_bytes"], measured = j["measured_peak_bytes"],
+                    activations = j["activation_bytes"], reserved = j["reserved_bytes"];
+      std::printf("%s %s: predicted %ld, measured %ld; reserved %ld, measured %ld; arena %ld, lower bound %ld\n",
+                  model.c_str(), precision.c_str(), long(peak), long(measured), long(reserved),
+                  long(j["measured_peak_reserved_bytes"].get<int64_t>()), long(arena), long(lower));
+      EXPECT_GE(peak, persistent);
+      EXPECT_GT(persistent, 0);
+      EXPECT_GT(activations, 0);
+      EXPECT_LE(lower, arena);
+      EXPECT_LE(lower, peak);
+      EXPECT_GE(reserved, peak);
+      EXPECT_NEAR(static_cast<double>(peak), static_cast<double>(measured), 0.01 * static_cast<double>(measured));
+      int64_t by_role = 0;
+      for (const auto& [role, bytes] : j["peak_by_role"].items()) by_role += bytes.get<int64_t>();
+      EXPECT_EQ(by_role, peak);
+    }
+  }
+}
+
+TEST(MemoryCli, CudaTargetIsPlannedWithoutAGpu) {
+  const nlohmann::json cpu = run_json("memory transformer --device cpu --precision fp16");
+  const nlohmann::json cuda = run_json("memory transformer --device cuda --precision fp16");
+  ASSERT_TRUE(cuda.contains("peak_bytes"));
+  EXPECT_EQ(cuda["device"], "cuda:0");
+  // The cuBLASLt workspace (32 MiB, held by the context) is part of a CUDA step's memory.
+  EXPECT_GE(cuda["peak_bytes"].get<int64_t>(), cpu["peak_bytes"].get<int64_t>());
+  EXPECT_GE(cuda["persistent_bytes"].get<int64_t>(), int64_t{32} << 20);
+}
+
+TEST(MemoryCli, FitFindsTheLargestBatchThatFits) {
+  const nlohmann::json at64 = run_json("memory mlp --batch-size 64");
+  const int64_t limit = at64["peak_bytes"].get<int64_t>() + 100000;
+  const nlohmann::json fit = run_json("memory mlp --fit " + std::to_string(limit));
+  const int64_t batch = fit["fit_batch_size"];
+  EXPECT_GE(batch, 64);
+  EXPECT_EQ(fit["batch_size"], batch);
+  EXPECT_LE(fit["peak_bytes"].get<int64_t>(), limit);
+  EXPECT_EQ(fit["fit_over_batch_size"].get<int64_t>(), batch + 1);
+  EXPECT_GT(fit["fit_over_peak_bytes"].get<int64_t>(), limit);
+  // The next batch, asked for directly, does not fit.
+  EXPECT_GT(run_json("memory mlp --batch-size " + std::to_string(batch + 1))["peak_bytes"].get<int64_t>(), limit);
+  // The table form says the same.
+  const CliRun table = run_mixtrain("memory mlp --fit " + std::to_string(limit));
+  EXPECT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("batch " + std::to_string(batch) + " is the largest that fits"), std::string::npos)
+      << table.out;
+}
+
+TEST(MemoryCli, FitSmallerThanThePersistentBytesSaysSo) {
+  const CliRun r = run_mixtrain("memory unet --fit 1KiB");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("1KiB (1024 B)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("persistent"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(MemoryCli, UsageErrorsExitWith2NamingTheFlag) {
+  for (const auto& [args, named] : std::vector<std::pair<std::string, std::string>>{
+           {"memory resnet", "resnet"},
+           {"memory", "model"},
+           {"memory mlp --fit 8XB", "--fit"},
+           {"memory mlp --fit 0", "--fit"},
+           {"memory mlp --fit", "--fit"},
+           {"memory mlp --precision fp8", "--precision"},
+           {"memory mlp --device tpu", "--device"},
+           {"memory mlp --batch-size 0", "--batch-size"},
+           {"memory mlp --size huge", "--size"},
+           {"memory mlp --bogus", "--bogus"},
+           {"memory mlp --timeline /nonexistent/dir/t.svg", "--timeline"}}) {
+    SCOPED_TRACE(args);
+    const CliRun r = run_mixtrain(args);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find(named), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+TEST(MemoryCli, TimelineIsAWellFormedSvgWithPhasesAndTheArena) {
+  const std::string path = ::testing::TempDir() + "memory_timeline_" + std::to_string(::getpid()) + ".svg";
+  const CliRun r = run_mixtrain("memory unet --precision fp16 --timeline " + path);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string svg = slurp(path);
+  std::remove(path.c_str());
+  EXPECT_EQ(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);
+  EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
+  const auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = svg.find(what); at != std::string::npos; at = svg.find(what, at + 1)) ++n;
+    return n;
+  };
+  // Each phase change is marked (zero_grad and clipping make more than three).
+  EXPECT_GE(count("class=\"phase\""), 3u);
+  for (const char* phase : {">forward<", ">backward<", ">optimizer<"}) EXPECT_NE(svg.find(phase), std::string::npos) << phase;
+  EXPECT_EQ(count("class=\"big-label\""), 5u);
+  EXPECT_GT(count("class=\"buffer\""), 10u);
+  EXPECT_EQ(count("<text"), count("</text>"));
+  EXPECT_EQ(count("<svg"), 1u);
+}
