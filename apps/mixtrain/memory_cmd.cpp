@@ -110,7 +110,7 @@ int run_memory(const std::vector<std::string>& argv) {
   const int64_t arena = arena_bytes(lifetimes);
   StepMeasurement measured;
   if (f.measure) measured = measure_step(q);
-  if (!f.timeline.empty()) write_timeline(f.timeline, p.trace, plan_arena(lifetimes), q.spec.model + " step");
+  if (!f.timeline.empty()) write_timeline(f.timeline, p.trace, arena_layout(lifetimes), q.spec.model + " step");
 
   const auto peak_roles = p.trace.peak_by_role();
   if (f.json) {

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "common/cli.h"
+#include "mixtrain/memory/plan.h"
 
 namespace mixtrain::cli {
 
@@ -186,45 +187,17 @@ StepMeasurement measure_step(const StepQuery& query) {
   return m;
 }
 
-// Greedy by size with best-fit gaps (Pisarchyk and Lee; TFLite's arena planner): the largest
-// buffer first; each goes into the smallest gap between the buffers already placed that are live
-// with it, or above them all.
-ArenaLayout plan_arena(const std::vector<memory::BufferLifetime>& buffers) {
+ArenaLayout arena_layout(const std::vector<memory::BufferLifetime>& buffers) {
+  const memory::ArenaPlan plan = memory::plan_arena(buffers);
   ArenaLayout layout;
-  layout.offsets.assign(buffers.size(), 0);
-  std::vector<size_t> order(buffers.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return buffers[a].bytes > buffers[b].bytes; });
-  std::vector<size_t> placed;
-  std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, end) of placed buffers live with this one
-  for (const size_t i : order) {
-    const memory::BufferLifetime& b = buffers[i];
-    busy.clear();
-    for (const size_t j : placed) {
-      const memory::BufferLifetime& o = buffers[j];
-      if (o.alloc_at < b.free_at && b.alloc_at < o.free_at)
-        busy.emplace_back(layout.offsets[j], layout.offsets[j] + static_cast<int64_t>(o.bytes));
-    }
-    std::sort(busy.begin(), busy.end());
-    const int64_t need = static_cast<int64_t>(b.bytes);
-    int64_t best = -1, best_gap = 0, cursor = 0;
-    for (const auto& [lo, hi] : busy) {
-      const int64_t gap = lo - cursor;
-      if (gap >= need && (best < 0 || gap < best_gap)) {
-        best = cursor;
-        best_gap = gap;
-      }
-      cursor = std::max(cursor, hi);
-    }
-    layout.offsets[i] = best >= 0 ? best : cursor;
-    layout.bytes = std::max(layout.bytes, layout.offsets[i] + need);
-    placed.push_back(i);
-  }
+  layout.offsets.assign(plan.offsets.begin(), plan.offsets.end());
+  layout.bytes = static_cast<int64_t>(plan.arena_bytes);
   return layout;
 }
 
-// TODO(lead, at merge): return the planner of include/mixtrain/memory/plan.h here.
-int64_t arena_bytes(const std::vector<memory::BufferLifetime>& buffers) { return plan_arena(buffers).bytes; }
+int64_t arena_bytes(const std::vector<memory::BufferLifetime>& buffers) {
+  return static_cast<int64_t>(memory::plan_arena(buffers).arena_bytes);
+}
 
 int64_t parse_byte_size(const std::string& text, const std::string& flag) {
   const auto bad = [&](const std::string& why) {

@@ -61,10 +61,9 @@ struct ArenaLayout {
   std::vector<int64_t> offsets;  // parallel to the lifetimes given
   int64_t bytes = 0;
 };
-ArenaLayout plan_arena(const std::vector<memory::BufferLifetime>& buffers);
-// The arena bytes `mixtrain memory` reports. The lead replaces its body with the planner of
-// include/mixtrain/memory/plan.h at merge; until then it is plan_arena's size.
-int64_t arena_bytes(const std::vector<memory::BufferLifetime>& buffers);
+// The library's planner (memory::plan_arena, include/mixtrain/memory/plan.h) in the CLI's terms.
+ArenaLayout arena_layout(const std::vector<memory::BufferLifetime>& buffers);
+int64_t arena_bytes(const std::vector<memory::BufferLifetime>& buffers);  // the arena it needs
 
 // "8GiB", "512MiB", "1.5GB", "4096": bytes (KiB/MiB/GiB/TiB binary, kB/MB/GB/TB decimal, B or none
 // for bytes). Anything else throws a UsageError naming `flag`.

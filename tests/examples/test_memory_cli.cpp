@@ -87,15 +87,15 @@ TEST(MemoryArena, RandomLifetimesGetDisjointOffsetsNoSmallerThanTheLowerBound) {
       const int64_t a = static_cast<int64_t>(rng() % (events - 1));
       b.push_back({512 * (1 + rng() % 64), a, a + 1 + static_cast<int64_t>(rng() % (events - a - 1) + 0)});
     }
-    const cli::ArenaLayout layout = cli::plan_arena(b);
+    const cli::ArenaLayout layout = cli::arena_layout(b);
     expect_valid_layout(b, layout);
     EXPECT_GE(layout.bytes, most_live(b, events));
     EXPECT_EQ(cli::arena_bytes(b), layout.bytes);
   }
   // Buffers that never live together share one slot.
   const std::vector<mt::memory::BufferLifetime> chain = {{1024, 0, 1}, {1024, 1, 2}, {512, 2, 3}};
-  EXPECT_EQ(cli::plan_arena(chain).bytes, 1024);
-  EXPECT_EQ(cli::plan_arena({}).bytes, 0);
+  EXPECT_EQ(cli::arena_layout(chain).bytes, 1024);
+  EXPECT_EQ(cli::arena_layout({}).bytes, 0);
 }
 
 TEST(MemoryArena, TinyTransformerTraceIsPlannedWithoutOverlap) {
@@ -106,7 +106,7 @@ TEST(MemoryArena, TinyTransformerTraceIsPlannedWithoutOverlap) {
   const cli::StepPrediction p = cli::predict_step(q);
   const auto buffers = p.trace.lifetimes();
   ASSERT_GT(buffers.size(), 10u);
-  const cli::ArenaLayout layout = cli::plan_arena(buffers);
+  const cli::ArenaLayout layout = cli::arena_layout(buffers);
   expect_valid_layout(buffers, layout);
   EXPECT_GE(layout.bytes, p.lower_bound_bytes);
   EXPECT_LE(static_cast<double>(layout.bytes), 1.25 * static_cast<double>(p.lower_bound_bytes));
