@@ -1,6 +1,7 @@
 // mixtrain bench: each model in fp32 and under AMP (fp16 with loss scaling, bf16) on synthetic
 // data pre-generated on the device; median step time after warm-up, throughput, speedup over
-// fp32, peak memory, final loss. Printed as a table, written as bench.json and bench.svg.
+// fp32, peak memory beside the dry run's predicted peak and planned arena, final loss. Printed
+// as a table, written as bench.json and bench.svg.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <mixtrain/mixtrain.h>
 
+#include "bench_prediction.h"
 #include "bench_report.h"
 #include "commands.h"
 #include "common/cli.h"
@@ -74,7 +76,22 @@ nlohmann::json bench_one(const TaskSpec& spec, examples::Precision precision, in
           {"peak_allocated_bytes", r.memory.peak_allocated_bytes},
           {"peak_reserved_bytes", r.memory.peak_reserved_bytes},
           {"final_loss", r.records.back().loss},
-          {"skipped_steps", skipped}};
+          {"skipped_steps", skipped},
+          {"predicted_peak_bytes", nullptr},
+          {"plan_arena_bytes", nullptr}};
+}
+
+// The dry run's prediction and planned arena into a row (null, with the reason on stderr, when
+// the dry run cannot take the step).
+void add_prediction(nlohmann::json& row, const TaskSpec& spec, examples::Precision precision) {
+  try {
+    const StepMemoryPrediction p = predict_step_memory(spec, precision, default_lr(spec.model));
+    row["predicted_peak_bytes"] = p.peak_bytes;
+    row["plan_arena_bytes"] = p.plan_arena_bytes;
+  } catch (const std::exception& e) {
+    std::cerr << "note: no memory prediction for " << spec.model << " " << examples::precision_name(precision)
+              << ": " << e.what() << "\n";
+  }
 }
 
 // The output directory must take files before minutes of benchmarking: created, then probed.
@@ -152,6 +169,7 @@ int run_bench(const std::vector<std::string>& argv) {
     for (examples::Precision p : precisions) {
       std::cout << model << " " << examples::precision_name(p) << ": " << std::flush;
       nlohmann::json row = bench_one(spec, p, warmup, steps);
+      add_prediction(row, spec, p);
       const double ms = row["median_step_ms"].get<double>();
       if (p == examples::Precision::Fp32) fp32_ms = ms;
       row["speedup_vs_fp32"] = fp32_ms > 0 ? fp32_ms / ms : 0.0;

@@ -16,6 +16,8 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 const char* const kPrecisions[] = {"fp32", "fp16", "bf16"};
 const char* const kColors[] = {"#4c72b0", "#dd8452", "#55a868"};
+// The dry run's prediction beside the measured peaks: absent or null where not computed.
+const char* const kOptionalMemoryFields[] = {"predicted_peak_bytes", "plan_arena_bytes"};
 
 std::string fixed(double v, int digits) {
   std::ostringstream os;
@@ -23,8 +25,10 @@ std::string fixed(double v, int digits) {
   return os.str();
 }
 
-// A memory field in MiB, or "n/a" where it was not recorded (null).
+// A memory field in MiB, or "n/a" where it was not recorded (null) or, for the optional
+// prediction fields, not computed (absent: a reference's rows, older documents).
 std::string mib(const nlohmann::json& row, const char* key) {
+  if (!row.contains(key)) return "n/a";
   const nlohmann::json& v = row.at(key);
   return v.is_null() ? "n/a" : fixed(v.get<double>() / kMiB, 1);
 }
@@ -62,6 +66,8 @@ void check_bench_json(const nlohmann::json& doc, const std::string& what) {
       const bool may_be_null = std::string(key).rfind("peak_", 0) == 0;
       if (!r.contains(key) || !(r[key].is_number() || (may_be_null && r[key].is_null()))) fail(at + key);
     }
+    for (const char* key : kOptionalMemoryFields)
+      if (r.contains(key) && !(r[key].is_number() || r[key].is_null())) fail(at + key);
   }
 }
 
@@ -84,7 +90,8 @@ void print_bench_table(std::ostream& out, const nlohmann::json& doc, const nlohm
   }
   out << std::left << std::setw(12) << "model" << std::setw(6) << "prec" << std::right << std::setw(11) << "params"
       << std::setw(7) << "batch" << std::setw(11) << "step ms" << std::setw(11) << "samples/s" << std::setw(9)
-      << "speedup" << std::setw(11) << "alloc MiB" << std::setw(11) << "resv MiB" << std::setw(10) << "loss";
+      << "speedup" << std::setw(11) << "alloc MiB" << std::setw(11) << "resv MiB" << std::setw(11) << "pred MiB"
+      << std::setw(11) << "arena MiB" << std::setw(10) << "loss";
   if (ref)
     out << "  |" << std::setw(11) << (ref_name + " ms").substr(0, 10) << std::setw(9) << "speedup" << std::setw(11)
         << "alloc MiB" << std::setw(11) << "resv MiB";
@@ -95,7 +102,8 @@ void print_bench_table(std::ostream& out, const nlohmann::json& doc, const nlohm
         << std::setw(7) << r.at("batch_size").get<int64_t>() << std::setw(11)
         << fixed(r.at("median_step_ms").get<double>(), 2) << std::setw(11) << fixed(r.at("samples_per_s").get<double>(), 1)
         << std::setw(8) << fixed(r.at("speedup_vs_fp32").get<double>(), 2) << "x" << std::setw(11)
-        << mib(r, "peak_allocated_bytes") << std::setw(11) << mib(r, "peak_reserved_bytes") << std::setw(10)
+        << mib(r, "peak_allocated_bytes") << std::setw(11) << mib(r, "peak_reserved_bytes") << std::setw(11)
+        << mib(r, "predicted_peak_bytes") << std::setw(11) << mib(r, "plan_arena_bytes") << std::setw(10)
         << fixed(r.at("final_loss").get<double>(), 4);
     if (ref) {
       const nlohmann::json* t = find_result(*ref, r.at("model"), r.at("precision"));

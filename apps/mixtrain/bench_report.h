@@ -8,6 +8,9 @@
 //                 "samples_per_s", "speedup_vs_fp32", "peak_allocated_bytes",
 //                 "peak_reserved_bytes", "final_loss", "skipped_steps"}, ...]}
 // The peak memory fields are null where a framework records none (PyTorch on the CPU).
+// mixtrain's rows add "predicted_peak_bytes" (a dry run's peak of one steady training step on the
+// device) and "plan_arena_bytes" (that step's in-step buffers planned into one arena): optional,
+// null where not computed; the table shows them as "pred MiB" and "arena MiB" ("n/a" if absent).
 #include <ostream>
 #include <string>
 

@@ -31,6 +31,8 @@ nlohmann::json step_log_line(const examples::StepRecord& r, int64_t batch_size, 
           {"allocated_bytes", memory.allocated_bytes},
           {"peak_allocated_bytes", memory.peak_allocated_bytes},
           {"peak_reserved_bytes", memory.peak_reserved_bytes},
+          {"plan_hits", memory.num_plan_hits},
+          {"plan_misses", memory.num_plan_misses},
           {"time", iso8601_utc(now)}};
 }
 

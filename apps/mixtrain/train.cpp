@@ -59,6 +59,8 @@ std::unique_ptr<CLI::App> train_app(TrainFlags& f) {
   app->add_flag("--channels-last", f.spec.channels_last, "the UNet's images and activations in NHWC");
   app->add_flag("--checkpoint-activations", f.spec.checkpoint_activations,
                 "recompute each UNet stage / transformer block in backward instead of keeping its activations");
+  app->add_flag("--memory-plan", f.options.memory_plan,
+                "serve each step's buffers from a static plan per batch shape (docs/MEMORY.md)");
   app->add_option("--save", f.options.save_dir, "checkpoint directory, written at the end (checked before training)")
       ->type_name("DIR")
       ->default_str("none");
@@ -148,7 +150,11 @@ int run_train(const std::vector<std::string>& argv) {
             << result.skipped_steps << " skipped steps of " << result.records.size() << "; " << std::setprecision(1)
             << result.seconds << " s (" << static_cast<double>(result.records.size()) / std::max(result.seconds, 1e-9)
             << " steps/s); peak memory allocated " << st.peak_allocated_bytes / kMiB << " MiB, reserved "
-            << st.peak_reserved_bytes / kMiB << " MiB" << std::defaultfloat << "\n";
+            << st.peak_reserved_bytes / kMiB << " MiB" << std::defaultfloat;
+  if (options.memory_plan)
+    std::cout << "; memory plan: " << result.memory_plans << " plans, " << result.plan_hits << " arena hits, "
+              << result.plan_misses << " missed steps";
+  std::cout << "\n";
   const std::string eval = task->evaluate();
   if (!eval.empty()) std::cout << eval << "\n";
   if (!options.save_dir.empty()) std::cout << "checkpoint saved to " << options.save_dir << "\n";

@@ -43,7 +43,7 @@ void add_precision_flag(CLI::App& app, Precision& precision);
 void add_device_flag(CLI::App& app, Device& device);
 
 // The flags every example trainer takes (--precision, --device, --steps, --batch-size, --lr,
-// --seed, --log-every), bound to its config's fields with their current values as defaults.
+// --seed, --log-every, --memory-plan), bound to its config's fields with their current values as defaults.
 template <class Config>
 void add_run_flags(CLI::App& app, Config& c) {
   add_precision_flag(app, c.precision);
@@ -55,6 +55,8 @@ void add_run_flags(CLI::App& app, Config& c) {
   app.add_option("--log-every", c.log_every, "a progress line every K steps (0: none)")
       ->check(integer_at_least(0))
       ->type_name("K");
+  app.add_flag("--memory-plan", c.memory_plan,
+               "serve each step's buffers from a static plan per batch shape (docs/MEMORY.md)");
 }
 
 // An example program's main: parses with `setup`'s flags, runs, and maps the outcome to an exit

@@ -61,6 +61,15 @@ std::vector<double> parse_rank_weights(const std::string& text, int world_size) 
   return w;
 }
 
+std::vector<int64_t> TrainTask::shapes_key(std::initializer_list<Tensor> tensors) {
+  std::vector<int64_t> key;
+  for (const Tensor& t : tensors) {
+    for (int64_t d : t.shape()) key.push_back(d);
+    key.push_back(-1);
+  }
+  return key;
+}
+
 int64_t parameter_count(const nn::Module& model) {
   int64_t n = 0;
   for (const auto& p : model.parameters()) n += p.numel();
@@ -142,14 +151,14 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     if (!parts.data) task.skip_batches(done);
     result.first_step = done + 1;
   }
-  memory::reset_peak_stats(options.device);
-  const auto start = clock::now();
-  for (int64_t step = result.first_step; step <= options.steps; ++step) {
-    const auto t0 = clock::now();
-    StepRecord rec;
-    rec.step = step;
-    rec.scale = scaler.get_scale();
-    rec.lr = opt.param_groups()[0].options().get_lr();
+  // One step, from zero_grad to the scheduler, returning values only: with a plan, nothing the
+  // step allocates outlives it but optimizer and scaler state.
+  struct StepValues {
+    double loss = 0, grad_norm = 0;
+    bool skipped = false;
+  };
+  auto run_step = [&]() -> StepValues {
+    StepValues v;
     opt.zero_grad();
     Tensor loss;
     {
@@ -173,12 +182,33 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
       // The global batch's loss: each rank's mean weighted by its share.
       Tensor global = loss.detach().to(kFloat32) * ddp->gradient_weight();
       ddp->group().all_reduce(global);
-      rec.loss = global.item<double>();
+      v.loss = global.item<double>();
     } else {
-      rec.loss = loss.item<double>();  // waits for the device, after the update is queued
+      v.loss = loss.item<double>();  // waits for the device, after the update is queued
     }
-    if (grad_norm.defined()) rec.grad_norm = grad_norm.item<double>();
-    rec.skipped = !stepped;          // decided on the device; known by now
+    if (grad_norm.defined()) v.grad_norm = grad_norm.item<double>();
+    v.skipped = !stepped;          // decided on the device; known by now
+    // Planned: the gradients die inside the step, so they come from the arena too. The next
+    // step's zero_grad would drop them anyway; nothing reads them in between.
+    if (options.memory_plan) opt.zero_grad();
+    return v;
+  };
+
+  std::unique_ptr<memory::PlanCache> plans;
+  if (options.memory_plan) plans = std::make_unique<memory::PlanCache>(options.device);
+  const memory::Stats plan_stats0 = memory::stats(options.device);
+  memory::reset_peak_stats(options.device);
+  const auto start = clock::now();
+  for (int64_t step = result.first_step; step <= options.steps; ++step) {
+    const auto t0 = clock::now();
+    StepRecord rec;
+    rec.step = step;
+    rec.scale = scaler.get_scale();
+    rec.lr = opt.param_groups()[0].options().get_lr();
+    const StepValues v = plans ? plans->run(task.prepare_batch(), run_step) : run_step();
+    rec.loss = v.loss;
+    rec.grad_norm = v.grad_norm;
+    rec.skipped = v.skipped;
     rec.seconds = std::chrono::duration<double>(clock::now() - t0).count();
     result.skipped_steps += rec.skipped;
     result.records.push_back(rec);
@@ -195,6 +225,11 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
   }
   result.seconds = std::chrono::duration<double>(clock::now() - start).count();
   result.memory = memory::stats(options.device);
+  if (plans) {
+    result.memory_plans = static_cast<int64_t>(plans->size());
+    result.plan_hits = result.memory.num_plan_hits - plan_stats0.num_plan_hits;
+    result.plan_misses = result.memory.num_plan_misses - plan_stats0.num_plan_misses;
+  }
   return result;
 }
 
@@ -207,15 +242,23 @@ RunOutcome run_task(TrainTask& task, const RunSettings& s) {
   options.device = s.device;
   options.steps = s.steps;
   options.lr = s.lr;
+  options.memory_plan = s.memory_plan;
   const TrainResult tr = train_with_log(task, options, s.log, s.log_every);
   RunOutcome r;
   for (const auto& rec : tr.records) r.losses.push_back(rec.loss);
   r.seconds = tr.seconds;
   r.skipped_steps = tr.skipped_steps;
+  r.plan_hits = tr.plan_hits;
+  r.plan_misses = tr.plan_misses;
   r.evaluation = task.evaluate();
-  if (s.log)
+  if (s.log) {
     *s.log << r.evaluation << "; trained in " << std::fixed << std::setprecision(1) << r.seconds << " s, "
-           << r.skipped_steps << " skipped steps" << std::defaultfloat << std::endl;
+           << r.skipped_steps << " skipped steps" << std::defaultfloat;
+    if (s.memory_plan)
+      *s.log << "; memory plan: " << tr.memory_plans << " plans, " << tr.plan_hits << " arena hits, "
+             << tr.plan_misses << " missed steps";
+    *s.log << std::endl;
+  }
   return r;
 }
 

@@ -4,6 +4,7 @@
 // a TrainTask that builds its loss on the next batch. Public mixtrain API only.
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -63,8 +64,16 @@ class TrainTask {
   // Rows of the batch the last next_loss computed on (this rank's share when sharded; 0 when
   // next_loss never called take_shard).
   int64_t last_batch_rows() const { return last_rows_; }
+  // Planned training (TrainOptions::memory_plan) keys each step's plan by its batch's shapes, so
+  // it draws the batch before the step: prepare_batch draws it and returns the key, and the next
+  // next_loss computes on that batch. The default keys every step alike: a batch of another
+  // shape then misses its plan and runs unplanned (counted, still correct).
+  virtual std::vector<int64_t> prepare_batch() { return {}; }
 
  protected:
+  // The tensors' shapes one after another, each followed by -1: a plan key.
+  static std::vector<int64_t> shapes_key(std::initializer_list<Tensor> tensors);
+
   // next_loss passes its batch's tensors through this: each becomes this rank's rows of the batch
   // every rank drew (all of them when not sharded), and the first one's rows count as the batch's.
   template <class... More>
@@ -94,6 +103,10 @@ struct TrainOptions {
   std::string save_dir;        // checkpoint here at the end (and every save_every steps)
   int64_t save_every = 0;
   std::string resume_dir;      // start from this checkpoint
+  // Serve each step's in-step buffers from a static plan (memory/plan_cache.h) keyed by the
+  // batch's shapes: the first step of a shape is recorded, later ones replay its arena. Losses,
+  // gradients and parameters are those of the unplanned loop bit for bit.
+  bool memory_plan = false;
 };
 
 struct StepRecord {
@@ -112,6 +125,9 @@ struct TrainResult {
   int64_t skipped_steps = 0;
   double seconds = 0;
   memory::Stats memory;  // of options.device, peaks over the run
+  // With memory_plan: plans built (one per batch shape), requests served from their arenas and
+  // steps that differed from their plan, over this run.
+  int64_t memory_plans = 0, plan_hits = 0, plan_misses = 0;
 };
 
 TrainResult train(TrainTask& task, const TrainOptions& options,
@@ -134,12 +150,14 @@ struct RunSettings {
   double lr = 1e-3;
   std::ostream* log = nullptr;
   int64_t log_every = 0;
+  bool memory_plan = false;
 };
 struct RunOutcome {
   std::vector<double> losses;  // every step's training loss
   double seconds = 0;
   int64_t skipped_steps = 0;
   std::string evaluation;      // the task's evaluate() line
+  int64_t plan_hits = 0, plan_misses = 0;  // with memory_plan (TrainResult's)
 };
 // Logs "<description>; batch B, N steps, <precision> on <device>", trains the task with
 // train_with_log, evaluates it and logs "<evaluation>; trained in S s, K skipped steps".
@@ -159,7 +177,7 @@ template <class Config>
 void run_into(TrainTask& task, const Config& c, RunSummary& out) {
   out.description = task.describe();
   out.parameters = parameter_count(task.model());
-  const RunOutcome run = run_task(task, {c.precision, c.device, c.steps, c.batch_size, c.lr, c.log, c.log_every});
+  const RunOutcome run = run_task(task, {c.precision, c.device, c.steps, c.batch_size, c.lr, c.log, c.log_every, c.memory_plan});
   out.losses = run.losses;
   out.seconds = run.seconds;
   out.skipped_steps = run.skipped_steps;

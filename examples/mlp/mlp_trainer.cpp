@@ -5,6 +5,7 @@
 #include <iomanip>
 #include <ostream>
 #include <sstream>
+#include <optional>
 #include <tuple>
 
 #include "common/dataset.h"
@@ -99,20 +100,17 @@ class MlpTrainTask : public TrainTask {
            " training rows";
   }
 
+  std::vector<int64_t> prepare_batch() override {
+    pending_ = draw();
+    return shapes_key({pending_->x, pending_->y});
+  }
+
   Tensor next_loss() override {
-    Tensor x, y;
-    if (loader_) {
-      const data::Batch b = loader_->next_batch();
-      x = b.data;
-      y = b.target;
-    } else {
-      const size_t i = next_++ % batches_.size();
-      x = batches_[i].x;
-      y = batches_[i].y;
-    }
+    XY b = pending_ ? std::move(*pending_) : draw();
+    pending_.reset();
     // Data parallel: this rank's rows of the batch every rank drew.
-    take_shard(x, y);
-    return loss_of(model_(x), y, classification_);
+    take_shard(b.x, b.y);
+    return loss_of(model_(b.x), b.y, classification_);
   }
 
   void skip_batches(int64_t n) override {
@@ -158,6 +156,14 @@ class MlpTrainTask : public TrainTask {
   int64_t test_size = 0;
 
  private:
+  XY draw() {
+    if (loader_) {
+      const data::Batch b = loader_->next_batch();
+      return {b.data, b.target};
+    }
+    return batches_[next_++ % batches_.size()];
+  }
+
   // Inputs x ~ N(0, 1) and targets from a fixed random 215-32-1 tanh teacher, generated on the
   // training device: synthetic_samples / batch_size training batches, reused in turn (so the data
   // costs nothing while the loop is timed), and a test batch of 1/8 as many rows. Targets are
@@ -194,6 +200,7 @@ class MlpTrainTask : public TrainTask {
   std::vector<XY> batches_;
   XY test_batch_;
   size_t next_ = 0;
+  std::optional<XY> pending_;  // drawn by prepare_batch for the next next_loss
   nn::Sequential model_{nullptr};
   bool classification_ = false;
   int64_t rows_ = 0;

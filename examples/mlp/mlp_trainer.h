@@ -34,6 +34,7 @@ struct MlpConfig {
   Precision precision = Precision::Fp16;
   Device device = default_device();
   int64_t log_every = 100;      // a progress line every this many steps (0: none)
+  bool memory_plan = false;     // steps served from static memory plans (TrainOptions::memory_plan)
   std::ostream* log = nullptr;  // where progress lines go; nullptr: silent
 };
 

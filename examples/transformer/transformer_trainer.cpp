@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <iomanip>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
@@ -52,8 +53,14 @@ class TransformerTrainTask : public TrainTask {
   int64_t batch_size() const override { return config_.batch_size; }
   std::string describe() const override { return description_; }
 
+  std::vector<int64_t> prepare_batch() override {
+    pending_ = next_batch();
+    return shapes_key({pending_->x, pending_->y});
+  }
+
   Tensor next_loss() override {
-    TokenBatch b = next_batch();
+    TokenBatch b = pending_ ? std::move(*pending_) : next_batch();
+    pending_.reset();
     // Data parallel: this rank's sequences of the batch every rank drew (all of one length, so
     // the per-token mean weighted by sequences is the global batch's mean).
     take_shard(b.x, b.y);
@@ -145,6 +152,7 @@ class TransformerTrainTask : public TrainTask {
   std::vector<TokenBatch> batches_;
   TokenBatch held_out_;
   size_t next_ = 0;
+  std::optional<TokenBatch> pending_;  // drawn by prepare_batch for the next next_loss
   Gpt model_{nullptr};
   std::string description_;
 };

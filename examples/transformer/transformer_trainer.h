@@ -29,6 +29,7 @@ struct TransformerConfig {
   Precision precision = Precision::Fp16;
   Device device = default_device();
   int64_t log_every = 50;
+  bool memory_plan = false;     // steps served from static memory plans (TrainOptions::memory_plan)
   std::ostream* log = nullptr;
 };
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <iomanip>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
@@ -66,8 +67,14 @@ class UnetTrainTask : public TrainTask {
   int64_t batch_size() const override { return config_.batch_size; }
   std::string describe() const override { return description_; }
 
+  std::vector<int64_t> prepare_batch() override {
+    pending_ = draw();
+    return shapes_key({pending_->image, pending_->labels});
+  }
+
   Tensor next_loss() override {
-    const SegBatch b = loader_ ? segment(loader_->next_batch()) : batches_[next_++ % batches_.size()];
+    const SegBatch b = pending_ ? std::move(*pending_) : draw();
+    pending_.reset();
     // Data parallel: this rank's images. Batch norm normalises over the rank's images only (no
     // synchronised batch norm), so the curve differs slightly from one process's.
     Tensor image = b.image, labels = b.labels;
@@ -110,6 +117,8 @@ class UnetTrainTask : public TrainTask {
   double pixel_accuracy = 0;
 
  private:
+  SegBatch draw() { return loader_ ? segment(loader_->next_batch()) : batches_[next_++ % batches_.size()]; }
+
   // Fashion-MNIST rows [N, 784] in 0..1 and class labels [N] to an upsampled, standardised image
   // and per-pixel labels, computed on the training device.
   SegBatch segment(const data::Batch& b) const {
@@ -157,6 +166,7 @@ class UnetTrainTask : public TrainTask {
   std::vector<SegBatch> batches_;
   SegBatch held_out_;
   size_t next_ = 0;
+  std::optional<SegBatch> pending_;  // drawn by prepare_batch for the next next_loss
   UNet model_{nullptr};
   std::string description_;
 };

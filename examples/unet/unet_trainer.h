@@ -32,6 +32,7 @@ struct UnetConfig {
   Precision precision = Precision::Fp16;
   Device device = default_device();
   int64_t log_every = 20;
+  bool memory_plan = false;     // steps served from static memory plans (TrainOptions::memory_plan)
   std::ostream* log = nullptr;
 };
 

@@ -8,6 +8,7 @@
 //  - the key holds the creating thread, and a thread's outermost exit drops only its own entries:
 //    another thread's scope is neither robbed of its casts nor handed a cast made before an
 //    optimizer step it has since seen.
+#include <algorithm>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -44,7 +45,9 @@ struct Entry {
   std::weak_ptr<TensorImpl> source;
   Tensor cast;
   uint64_t version = 0;  // the source's when cast: an in-place update since (an optimizer step) is a miss
+  uint64_t order = 0;    // when it was cached: the scope's exit drops casts in this order
 };
+uint64_t g_next_order = 0;  // under g_mutex
 
 std::mutex g_mutex;
 std::unordered_map<Key, Entry, KeyHash>& cache() {
@@ -127,22 +130,28 @@ Tensor cached_cast(const Tensor& weight, DType dtype) {
   c.cache_misses.fetch_add(1, std::memory_order_relaxed);
   count_cast(out);
   std::lock_guard<std::mutex> lock(g_mutex);
-  cache()[key] = Entry{weight.impl(), out, version};
+  cache()[key] = Entry{weight.impl(), out, version, g_next_order++};
   return out;
 }
 
 void clear_thread_cache() {
   const std::thread::id me = std::this_thread::get_id();
-  std::vector<Entry> dropped;  // destroyed after the lock is released
-  std::lock_guard<std::mutex> lock(g_mutex);
-  for (auto it = cache().begin(); it != cache().end();) {
-    if (it->first.thread == me) {
-      dropped.push_back(std::move(it->second));
-      it = cache().erase(it);
-    } else {
-      ++it;
+  std::vector<Entry> dropped;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    for (auto it = cache().begin(); it != cache().end();) {
+      if (it->first.thread == me) {
+        dropped.push_back(std::move(it->second));
+        it = cache().erase(it);
+      } else {
+        ++it;
+      }
     }
   }
+  // Released after the lock, in the order they were cached, not the map's: its order changes as
+  // it rehashes, and a static memory plan (memory/step_plan.h) needs every step to free alike.
+  std::sort(dropped.begin(), dropped.end(), [](const Entry& a, const Entry& b) { return a.order < b.order; });
+  for (Entry& e : dropped) e.cast = Tensor();
 }
 
 }  // namespace detail

@@ -2,9 +2,11 @@
 // inputs, misuse errors, in-place ops, and the statistics.
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "amp_test_util.h"
+#include "mixtrain/memory/dry_run.h"
 
 namespace mixtrain::amp_test {
 namespace {
@@ -218,6 +220,35 @@ TEST_F(AutocastScopeTest, StatsAreSummedOverThreads) {
   const amp::AutocastStats st = amp::autocast_stats();
   EXPECT_EQ(st.ops_of(kFloat16, CastPolicy::LowerPrecision), static_cast<uint64_t>(kThreads * kOps));
   EXPECT_EQ(st.casts, static_cast<uint64_t>(kThreads * kOps));  // one activation cast per call
+}
+
+
+// The scope's exit releases its weight casts in the order they were cached, not in the order of
+// the cache's hash map (which changes as it rehashes): a static memory plan needs every step to
+// free alike (docs/MEMORY.md, "Training with a plan"). Weight i's cast has 2048 * i bytes.
+TEST_F(AutocastScopeTest, ExitReleasesCastsInTheOrderTheyWereCached) {
+  std::vector<Tensor> weights;
+  for (int64_t i = 1; i <= 48; ++i) weights.push_back(randn({8, 128 * i}, TensorOptions().requires_grad(true)));
+  const Tensor x = randn({1, 8});
+  for (int round = 0; round < 2; ++round) {  // the second with the map already grown
+    const memory::MemoryTrace trace = memory::record_step(Device::cpu(), [&] {
+      AutocastGuard autocast(kCpu, kBFloat16);
+      for (const Tensor& w : weights) (void)matmul(x, w);  // the cache then holds the only reference
+    });
+    std::map<int64_t, size_t> requested;  // by buffer id, from its Alloc
+    for (const memory::MemoryEvent& e : trace.events)
+      if (e.kind == memory::MemoryEvent::Kind::Alloc) requested[e.buffer] = e.requested;
+    // The scope's exit is the trace's end: its last events, after the last matmul's temporaries.
+    ASSERT_GE(trace.events.size(), weights.size());
+    std::vector<size_t> freed;
+    for (size_t e = trace.events.size() - weights.size(); e < trace.events.size(); ++e) {
+      EXPECT_EQ(trace.events[e].kind, memory::MemoryEvent::Kind::Free);
+      freed.push_back(requested[trace.events[e].buffer]);
+    }
+    std::vector<size_t> cached;
+    for (size_t i = 1; i <= weights.size(); ++i) cached.push_back(2048 * i);
+    EXPECT_EQ(freed, cached) << "round " << round;
+  }
 }
 
 }  // namespace

@@ -33,7 +33,8 @@ TEST(BenchReport, UnrecordedMemoryIsNotApplicable) {
   mixtrain::cli::check_bench_json(torch, "reference");  // null memory is allowed
   std::ostringstream table;
   mixtrain::cli::print_bench_table(table, ours, &torch);
-  EXPECT_EQ(count_of(table.str(), "n/a"), 12u) << table.str();  // 6 rows x allocated, reserved
+  // The reference's 6 rows x allocated, reserved; every row's prediction and arena (absent here).
+  EXPECT_EQ(count_of(table.str(), "n/a"), 12u + 12u) << table.str();
   EXPECT_EQ(table.str().find("  0.0 "), std::string::npos) << table.str();
 
   const std::string svg = mixtrain::cli::bench_svg(ours, &torch);
@@ -62,4 +63,30 @@ TEST(BenchReport, MistypedFieldsAreNamed) {
             std::string::npos)
       << message(doc);
   EXPECT_NE(message(doc_with("x", 1, 2, "lots")).find("results[0].peak_allocated_bytes"), std::string::npos);
+}
+
+// The dry run's predicted peak and planned arena sit beside the measured peaks; null reads n/a,
+// and a mistyped value is refused naming the field.
+TEST(BenchReport, PredictionColumnsShowTheDryRunOrNotApplicable) {
+  nlohmann::json ours = doc_with("mixtrain", 0.5, 25, 3 * 1048576.0);
+  for (auto& r : ours["results"]) {
+    r["predicted_peak_bytes"] = 2.5 * 1048576.0;
+    r["plan_arena_bytes"] = 1.5 * 1048576.0;
+  }
+  ours["results"][0]["plan_arena_bytes"] = nullptr;
+  mixtrain::cli::check_bench_json(ours, "ours");
+  std::ostringstream table;
+  mixtrain::cli::print_bench_table(table, ours, nullptr);
+  EXPECT_NE(table.str().find("pred MiB"), std::string::npos) << table.str();
+  EXPECT_NE(table.str().find("arena MiB"), std::string::npos) << table.str();
+  EXPECT_EQ(count_of(table.str(), "        2.5"), 6u) << table.str();
+  EXPECT_EQ(count_of(table.str(), "        1.5"), 5u) << table.str();
+  EXPECT_EQ(count_of(table.str(), "n/a"), 1u) << table.str();
+  ours["results"][2]["predicted_peak_bytes"] = "big";
+  try {
+    mixtrain::cli::check_bench_json(ours, "ours");
+    ADD_FAILURE() << "a mistyped prediction was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("results[2].predicted_peak_bytes"), std::string::npos) << e.what();
+  }
 }

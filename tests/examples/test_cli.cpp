@@ -77,7 +77,14 @@ TEST(MixtrainCli, BenchWritesJsonAndSvg) {
     EXPECT_GT(row["peak_allocated_bytes"].get<int64_t>(), 0);
     EXPECT_GE(row["peak_reserved_bytes"].get<int64_t>(), row["peak_allocated_bytes"].get<int64_t>());
     EXPECT_TRUE(std::isfinite(row["final_loss"].get<double>()));
+    // The dry run's prediction of a steady step, and its arena, which holds only in-step buffers.
+    ASSERT_TRUE(row["predicted_peak_bytes"].is_number()) << row.dump();
+    ASSERT_TRUE(row["plan_arena_bytes"].is_number()) << row.dump();
+    EXPECT_GT(row["plan_arena_bytes"].get<int64_t>(), 0);
+    EXPECT_LT(row["plan_arena_bytes"].get<int64_t>(), row["predicted_peak_bytes"].get<int64_t>());
   }
+  EXPECT_NE(r.out.find("pred MiB"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err.find("no memory prediction"), std::string::npos) << r.err;
   EXPECT_EQ(doc["results"][0]["speedup_vs_fp32"], 1.0);
   // samples/s is batch / median step time.
   const auto& fp16 = doc["results"][1];
@@ -163,6 +170,49 @@ TEST(MixtrainCli, TrainLogsStepsAndResumes) {
   EXPECT_EQ(nlohmann::json::parse(line)["step"], 5);  // carries on after the checkpoint's step 4
 }
 
+// train --memory-plan: the same JSONL losses, bit for bit, as the unplanned run (the log writes
+// doubles in full), with plan hits counted in the log and reported in the summary. One thread:
+// some multi-threaded UNet runs differ in the last bits from one run to the next, plan or not.
+TEST(MixtrainCli, TrainWithMemoryPlanLogsTheSameLosses) {
+  const std::string base = ::testing::TempDir() + "mixtrain_plan_" + std::to_string(::getpid());
+  const char* threads = std::getenv("OMP_NUM_THREADS");
+  const std::string saved_threads = threads ? threads : "";
+  ::setenv("OMP_NUM_THREADS", "1", 1);
+  for (const auto& [model, precision] : std::vector<std::pair<std::string, std::string>>{
+           {"mlp", "fp16"}, {"unet", "bf16"}, {"transformer", "fp16"}, {"transformer", "fp32"}}) {
+    SCOPED_TRACE(model + " " + precision);
+    const std::string args =
+        "train " + model + " --synthetic --device cpu --steps 4 --batch-size 2 --precision " + precision + " --log ";
+    const CliRun plain = run_mixtrain(args + base + "_plain.jsonl");
+    ASSERT_EQ(plain.code, 0) << plain.out << plain.err;
+    EXPECT_EQ(plain.out.find("memory plan"), std::string::npos) << plain.out;
+    const CliRun planned = run_mixtrain(args + base + "_planned.jsonl --memory-plan");
+    ASSERT_EQ(planned.code, 0) << planned.out << planned.err;
+    const std::regex summary(R"(memory plan: 1 plans, (\d+) arena hits, (\d+) missed steps)");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(planned.out, m, summary)) << planned.out;
+    EXPECT_GT(std::stoll(m[1]), 0);
+    EXPECT_LE(std::stoll(m[2]), 1);  // at most the first replay (MEMORY.md, "Static plans")
+    std::istringstream a(slurp(base + "_plain.jsonl")), b(slurp(base + "_planned.jsonl"));
+    std::string la, lb;
+    int64_t steps = 0;
+    while (std::getline(a, la)) {
+      ASSERT_TRUE(std::getline(b, lb));
+      const auto ja = nlohmann::json::parse(la), jb = nlohmann::json::parse(lb);
+      EXPECT_EQ(ja["loss"].get<double>(), jb["loss"].get<double>()) << la << "\n" << lb;
+      EXPECT_EQ(ja["grad_norm"], jb["grad_norm"]) << la << "\n" << lb;
+      EXPECT_EQ(ja["plan_hits"].get<int64_t>(), 0) << la;
+      if (++steps > 1) EXPECT_GT(jb["plan_hits"].get<int64_t>(), 0) << lb;  // replays from the second step
+    }
+    EXPECT_EQ(steps, 4);
+    EXPECT_FALSE(std::getline(b, lb));
+  }
+  if (threads)
+    ::setenv("OMP_NUM_THREADS", saved_threads.c_str(), 1);
+  else
+    ::unsetenv("OMP_NUM_THREADS");
+}
+
 TEST(MixtrainCli, UsageErrorsAreOneLineWithExitCode2) {
   for (const std::string args :
        {"train mlp --bogus 1", "train mlp --precision fp8", "train resnet", "bench --size huge", "bench --fp32-math tf16",
@@ -213,7 +263,7 @@ TEST(MixtrainCli, EachCommandsHelpListsEveryFlagWithItsDefault) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> commands = {
       {"train", {"--precision", "--device", "--steps", "--batch-size", "--lr", "--seed", "--save", "--save-every",
                  "--resume", "--log", "--cpu-autocast", "--synthetic", "--channels-last",
-                 "--checkpoint-activations"}},
+                 "--checkpoint-activations", "--memory-plan"}},
       {"bench", {"--models", "--precisions", "--device", "--steps", "--warmup", "--size", "--out", "--reference",
                  "--fp32-math", "--channels-last"}},
       {"policy", {"--load", "--json", "--markdown", "--cpu-autocast"}},
@@ -222,7 +272,7 @@ TEST(MixtrainCli, EachCommandsHelpListsEveryFlagWithItsDefault) {
       {"memory", {"--batch-size", "--precision", "--device", "--size", "--checkpoint-activations", "--json", "--fit",
                   "--measure", "--timeline"}}};
   const std::vector<std::string> switches = {"--synthetic", "--channels-last", "--checkpoint-activations", "--json",
-                                             "--markdown", "--measure"};
+                                             "--markdown", "--measure", "--memory-plan"};
   for (const auto& [command, flags] : commands) {
     for (const std::string& form : {command + " --help", command + " -h", "help " + command}) {
       SCOPED_TRACE(form);
@@ -340,14 +390,15 @@ TEST(ExamplePrograms, HelpAndUsageErrors) {
     const CliRun help = run("--help");
     EXPECT_EQ(help.code, 0) << help.err;
     std::vector<std::string> flags = own;
-    for (const char* f : {"--precision", "--device", "--steps", "--batch-size", "--lr", "--seed", "--log-every"})
+    for (const char* f : {"--precision", "--device", "--steps", "--batch-size", "--lr", "--seed", "--log-every",
+                          "--memory-plan"})
       flags.push_back(f);
     for (const auto& f : flags) EXPECT_NE(help.out.find("  " + f + " "), std::string::npos) << f << "\n" << help.out;
     size_t listed = 0;
     for (size_t at = help.out.find("\n  --"); at != std::string::npos; at = help.out.find("\n  --", at + 1)) ++listed;
     EXPECT_EQ(listed, flags.size()) << help.out;
     size_t switches = 0;  // flags without a value, so without a default
-    for (const char* sw : {"--synthetic", "--channels-last", "--checkpoint-activations"})
+    for (const char* sw : {"--synthetic", "--channels-last", "--checkpoint-activations", "--memory-plan"})
       switches += std::count(flags.begin(), flags.end(), std::string(sw));
     EXPECT_GE(count_of(help.out, "(default: "), flags.size() - switches) << help.out;
     for (const auto& [args, named] : std::vector<std::pair<std::string, std::string>>{
@@ -357,5 +408,25 @@ TEST(ExamplePrograms, HelpAndUsageErrors) {
       EXPECT_EQ(count_of(bad.err, "\n"), 1u) << bad.err;
       EXPECT_NE(bad.err.find(named), std::string::npos) << bad.err;
     }
+  }
+}
+
+// The example programs take --memory-plan from the shared run flags and report the plan's hits.
+TEST(ExamplePrograms, MemoryPlanReportsPlanHits) {
+  const std::vector<std::pair<std::string, std::string>> programs = {
+      {MT_EXAMPLE_MLP, "--synthetic --hidden 16"},
+      {MT_EXAMPLE_UNET, "--synthetic --width 4 --image-size 16"},
+      {MT_EXAMPLE_TRANSFORMER, "--synthetic --preset tiny"}};
+  const std::string base = ::testing::TempDir() + "example_plan_" + std::to_string(::getpid());
+  for (const auto& [exe, args] : programs) {
+    SCOPED_TRACE(exe);
+    const int status = std::system(("timeout -s KILL 120 " + exe + " " + args +
+                                    " --device cpu --steps 3 --batch-size 2 --log-every 1 --memory-plan >" + base +
+                                    ".out 2>" + base + ".err </dev/null").c_str());
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << slurp(base + ".err");
+    const std::string out = slurp(base + ".out");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(memory plan: 1 plans, (\d+) arena hits)"))) << out;
+    EXPECT_GT(std::stoll(m[1]), 0) << out;
   }
 }
