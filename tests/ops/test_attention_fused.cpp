@@ -1,12 +1,16 @@
-// The fused attention kernels (backends/attention.h) and the op's fused path: kernels into
-// poisoned outputs against an fp64 loop reference (forward and the analytic backward) for every
-// dtype, causal and not, odd lengths around the 64-wide tiles and L != S; the public op's fused
-// path against its composite (ops::set_fused_attention_enabled(false)) and the reference; gradcheck in fp64 with broadcast batch dims. Thread-count
-// independence: tests/backends/test_cpu_attention.cpp.
+// The fused attention kernels (backends/attention.h) and the op's fused path:
+// - kernels into poisoned outputs against an fp64 loop reference (forward and the analytic
+//   backward) for every dtype, causal and not, odd lengths around the 64-wide tiles and L != S;
+// - the public op's fused path against its composite (ops::set_fused_attention_enabled(false))
+//   and the reference;
+// - gradcheck in fp64 with broadcast batch dims;
+// - a dry run's peak against the measured one.
+// Thread-count independence: tests/backends/test_cpu_attention.cpp.
 #include <cmath>
 #include <optional>
 
 #include "backends/attention.h"
+#include "mixtrain/memory/dry_run.h"
 #include "ops/attention_fused.h"
 #include "ops/op_reference.h"
 
@@ -205,5 +209,32 @@ TEST(AttentionFused, MaskOrDropoutKeepTheCompositeAndCudaHasNoFusedKernel) {
   {
     CompositeOnly composite;
     EXPECT_NE(node(F::scaled_dot_product_attention(q, k, v)), "ScaledDotProductAttentionBackward");
+  }
+}
+
+// A dry run of the fused path predicts the CPU allocator's peak for forward + backward, the
+// kernel's fp32 copies of half operands included (the meta backend models them).
+TEST(AttentionFused, DryRunPredictsTheMeasuredPeak) {
+  for (mt::DType dt : {mt::kFloat32, mt::kBFloat16}) {
+    SCOPED_TRACE(mt::dtype_name(dt));
+    const mt::Shape qs{2, 3, 100, 16}, ks{2, 3, 90, 16};
+    auto step = [](const mt::Tensor& q, const mt::Tensor& k, const mt::Tensor& v, const mt::Tensor& go) {
+      F::scaled_dot_product_attention(q, k, v).backward(go);
+    };
+    const mt::Device cpu = mt::Device::cpu();
+    const int64_t before = mt::memory::stats(cpu).allocated_bytes;
+    int64_t real = 0;
+    {
+      const mt::Tensor q = random_tensor(qs, dt, 1).set_requires_grad(true), k = random_tensor(ks, dt, 2).set_requires_grad(true),
+                       v = random_tensor(ks, dt, 3).set_requires_grad(true), go = random_tensor(qs, dt, 4);
+      mt::memory::reset_peak_stats(cpu);
+      step(q, k, v, go);
+      real = mt::memory::stats(cpu).peak_allocated_bytes - before;
+    }
+    const mt::TensorOptions meta = mt::TensorOptions(dt).device(mt::Device::meta());
+    const mt::Tensor q = mt::empty(qs, meta).set_requires_grad(true), k = mt::empty(ks, meta).set_requires_grad(true),
+                     v = mt::empty(ks, meta).set_requires_grad(true), go = mt::empty(qs, meta);
+    const int64_t predicted = mt::memory::dry_run(cpu, [&] { step(q, k, v, go); }).peak_bytes();
+    EXPECT_NEAR(static_cast<double>(predicted), static_cast<double>(real), 0.01 * static_cast<double>(real));
   }
 }
