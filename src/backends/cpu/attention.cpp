@@ -97,9 +97,19 @@ inline float exp_fast(float x) {
 }
 inline double exp_fast(double x) { return std::exp(x); }  // fp64 keeps libm's accuracy
 
+}  // namespace
+
 // exp_fast on 16 floats with AVX-512 (the same reduction and polynomial, fused multiply-adds,
 // 2^n by scalef), for the CPUs that have it: the build's portable code gets only SSE2 vectors.
-__attribute__((target("avx512f"))) float exp_shifted_avx512(float* s, int64_t n, float shift) {
+// Called only when the AVX-512 GEMM copy is chosen at run time; its namespace is on
+// tests/isa/check_isa.sh's list of dispatched copies.
+namespace attention_avx512 {
+// GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_ps(), which it then warns
+// about as uninitialized (a false positive fixed in later GCC).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f"))) float exp_shifted(float* s, int64_t n, float shift) {
   const __m512 lo = _mm512_set1_ps(-87.3f), hi = _mm512_set1_ps(88.3f), one = _mm512_set1_ps(1.0f);
   const __m512 vshift = _mm512_set1_ps(shift);
   __m512 sum = _mm512_setzero_ps();
@@ -127,6 +137,10 @@ __attribute__((target("avx512f"))) float exp_shifted_avx512(float* s, int64_t n,
   for (; c < n; ++c) total += (s[c] = exp_fast(s[c] - shift));
   return total;
 }
+#pragma GCC diagnostic pop
+}  // namespace attention_avx512
+
+namespace {
 
 bool use_avx512() {
   static const bool yes = std::strcmp(gemm_isa(), "avx512") == 0;  // follows MIXTRAIN_CPU_ISA too
@@ -137,7 +151,7 @@ bool use_avx512() {
 template <class A>
 A exp_shifted(A* s, int64_t n, A shift) {
   if constexpr (std::is_same_v<A, float>) {
-    if (use_avx512()) return exp_shifted_avx512(s, n, shift);
+    if (use_avx512()) return attention_avx512::exp_shifted(s, n, shift);
   }
   A total = 0;
   for (int64_t c = 0; c < n; ++c) total += (s[c] = exp_fast(s[c] - shift));
