@@ -2,6 +2,7 @@
 // Every op family's kernel declarations, for code that walks or calls kernels of several families
 // (tests, benchmarks). Library code includes the one family header it uses.
 #include "backends/amp.h"
+#include "backends/attention.h"
 #include "backends/conv.h"
 #include "backends/copy.h"
 #include "backends/elementwise.h"

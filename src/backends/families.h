@@ -15,4 +15,5 @@
   X(norm)                     \
   X(embedding)                \
   X(amp)                      \
-  X(optim)
+  X(optim)                    \
+  X(attention)

@@ -150,7 +150,7 @@ std::map<std::string, Case> cases() {
                                          T q = leaf({1, 2, 3, 4}, 1), k = leaf({1, 2, 3, 4}, 2), v = leaf({1, 2, 3, 4}, 3);
                                          return Forward{{q, k, v}, {F::scaled_dot_product_attention(q, k, v)}};
                                        },
-                                       {"in2"}};  // k reaches the product as a private copy
+                                       {"in0", "in1", "in2", "out0"}};  // the fused path saves all four
   c["max_pool2d"] = {[] {
                        T x = leaf({1, 2, 4, 4}, 1);
                        auto [out, idx] = F::max_pool2d_with_indices(x, 2);

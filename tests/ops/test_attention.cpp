@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/attention_fused.h"
 #include "ops/op_reference.h"
 
 namespace mt = mixtrain;
@@ -203,7 +204,9 @@ TEST(Attention, BadArgumentsRaiseErrorsNamingTheOp) {
 TEST(Attention, CausalKernelMaskEqualsAnExplicitMask) {
   // is_causal masks inside the softmax kernel; a bool tril mask goes through where. Forward values
   // agree bit for bit in every dtype (masked entries add exact zeros to the sums); fp32 gradients
-  // too, half ones within the dtype's tolerance (the kernel path keeps half probabilities).
+  // too, half ones within the dtype's tolerance (the kernel path keeps half probabilities). The
+  // composite's causal path, so with the fused one off (test_attention_fused.cpp tests that).
+  mt::ops::set_fused_attention_enabled(false);
   for (mt::DType dt : float_types()) {
     SCOPED_TRACE(mt::dtype_name(dt));
     const int64_t l = 5, s = 8;
@@ -226,4 +229,5 @@ TEST(Attention, CausalKernelMaskEqualsAnExplicitMask) {
       else EXPECT_TRUE(mt::testing::all_close(a[i].grad(), to_doubles(b[i].grad()), tolerance_for(dt))) << i;
     }
   }
+  mt::ops::set_fused_attention_enabled(true);
 }

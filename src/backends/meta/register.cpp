@@ -1,9 +1,11 @@
 // The meta backend's registration: every family's kernels do nothing on meta tensors (the ops
-// have allocated the outputs; there are no values). The GEMM and NLL-loss kernels also tell a
-// running dry run about the scratch the target's backend would take for them: for CUDA
-// (cuda/context.cpp, loss.cpp) cuBLASLt's workspace, held by the device context for the process's
-// life, and the loss kernels' small scratch buffers; for the CPU, the fp32 copies its
-// half-precision GEMM works on. Other kernels' internal scratch is not modelled (docs/MEMORY.md).
+// have allocated the outputs; there are no values). The GEMM, NLL-loss and fused attention
+// kernels also tell a running dry run about the scratch the target's backend would take for them:
+// for CUDA (cuda/context.cpp, loss.cpp) cuBLASLt's workspace, held by the device context for the
+// process's life, and the loss kernels' small scratch buffers; for the CPU, the fp32 copies its
+// half-precision GEMM and fused attention work on. Other kernels' internal scratch is not
+// modelled (docs/MEMORY.md).
+#include "backends/attention.h"
 #include "backends/families.h"
 #include "backends/kernel.h"
 #include "backends/loss.h"
@@ -38,6 +40,27 @@ void gemm_meta(const Tensor& a, bool, const Tensor& b, bool, const Tensor& out, 
     cpu_half_gemm_scratch(a, b, out, bias);
 }
 
+// The CPU's fused attention widens half operands into fp32 copies from the allocator
+// (cpu/attention.cpp), alive for the call.
+void cpu_half_attention_scratch(std::initializer_list<const Tensor*> operands) {
+  if (!memory::recording() || memory::dry_run_target().is_cuda() || !is_half((*operands.begin())->dtype())) return;
+  int64_t ids[5];
+  int n = 0;
+  for (const Tensor* t : operands) ids[n++] = memory::begin_workspace(static_cast<size_t>(t->numel()) * 4);
+  while (n > 0) memory::end_workspace(ids[--n]);
+}
+
+void attention_forward_meta(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape&, const Tensor&,
+                            const Tensor&) {
+  cpu_half_attention_scratch({&q, &k, &v});
+}
+
+void attention_backward_meta(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                             const Tensor& grad_out, const Tensor&, const AttentionShape&, const Tensor&,
+                             const Tensor&, const Tensor&) {
+  cpu_half_attention_scratch({&q, &k, &v, &out, &grad_out});
+}
+
 // The CUDA loss takes an int flag (the target range check) and its workspace for the call.
 void nll_loss_meta(const Tensor&, const Tensor&, int64_t, int64_t, int64_t, const NllLossArgs&, const Tensor&,
                    const Tensor&) {
@@ -55,6 +78,8 @@ void register_kernels() {
 #undef MT_REGISTER_NOOP
   gemm.set(DeviceType::Meta, &gemm_meta);
   nll_loss.set(DeviceType::Meta, &nll_loss_meta);
+  attention_forward.set(DeviceType::Meta, &attention_forward_meta);
+  attention_backward.set(DeviceType::Meta, &attention_backward_meta);
 }
 
 }  // namespace mixtrain::backends::meta

@@ -1,0 +1,72 @@
+// The fused path of scaled_dot_product_attention: the inputs, expanded to the common batch dims
+// and made contiguous, go to backends::attention_forward as [B, L, E]; the backward node sends the
+// saved q, k, v, output and logsumexp to attention_backward and sums the gradients back over any
+// batch dim that was broadcast.
+#include "ops/attention_fused.h"
+
+#include <atomic>
+
+#include "backends/attention.h"
+#include "mixtrain/autograd/node.h"
+#include "mixtrain/memory/dry_run.h"
+#include "ops/op_helpers.h"
+
+namespace mixtrain::ops {
+
+namespace {
+
+std::atomic<bool> fused_enabled{true};
+
+// t expanded to batch + its own last two dims, contiguous, as [B, rows, cols] (no autograd node:
+// a private copy for the kernel).
+Tensor kernel_operand(const Tensor& t, const Shape& batch, int64_t b) {
+  NoGradGuard no_grad;
+  Shape full = batch;
+  full.insert(full.end(), {t.size(-2), t.size(-1)});
+  return t.detach().expand(full).contiguous().view({b, t.size(-2), t.size(-1)});
+}
+
+}  // namespace
+
+void set_fused_attention_enabled(bool enabled) { fused_enabled.store(enabled, std::memory_order_relaxed); }
+bool fused_attention_enabled() { return fused_enabled.load(std::memory_order_relaxed); }
+
+bool fused_attention_applies(const Tensor& q, const Tensor& attn_mask, double dropout_p, int64_t s) {
+  if (!fused_attention_enabled() || attn_mask.defined() || dropout_p > 0.0 || s == 0) return false;
+  const Device dev = q.device().type == DeviceType::Meta ? memory::dry_run_target() : q.device();
+  return backends::attention_forward.has(dev.type);
+}
+
+Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Shape& batch, double scale,
+                       bool causal) {
+  const int64_t b = shape_numel(batch), l = q.size(-2), s = k.size(-2), e = q.size(-1), ev = v.size(-1);
+  const backends::AttentionShape sh{b, l, s, e, ev, scale, causal};
+  const Tensor qc = kernel_operand(q, batch, b), kc = kernel_operand(k, batch, b), vc = kernel_operand(v, batch, b);
+  Shape out_shape = batch;
+  out_shape.insert(out_shape.end(), {l, ev});
+  Tensor out = new_empty(out_shape, q);
+  const Tensor lse = new_empty({b, l}, q, q.dtype() == kFloat64 ? kFloat64 : kFloat32);
+  backends::attention_forward(q, qc, kc, vc, sh, out.view({b, l, ev}), lse);
+  if (autograd::needs_grad({&q, &k, &v})) {
+    const bool gq = q.requires_grad(), gk = k.requires_grad(), gv = v.requires_grad();
+    const Shape qs = q.shape(), ks = k.shape(), vs = v.shape();
+    const autograd::SavedTensor q_s = autograd::saved(qc, "input 0 (query)"), k_s = autograd::saved(kc, "input 1 (key)"),
+                                v_s = autograd::saved(vc, "input 2 (value)"), o_s = autograd::saved(out, "output 0");
+    autograd::record("ScaledDotProductAttentionBackward", {&out}, {&q, &k, &v}, [=](const TensorList& g) {
+      const Tensor& qv = q_s;
+      const Tensor go = g[0].to(qv.dtype()).contiguous().view({b, l, ev});
+      const Tensor dq = new_empty({b, l, e}, qv), dk = new_empty({b, s, e}, qv), dv = new_empty({b, s, ev}, qv);
+      backends::attention_backward(qv, qv, k_s, v_s, o_s.unpack().view({b, l, ev}), go, lse, sh, dq, dk, dv);
+      auto back = [&](bool wanted, const Tensor& grad, const Shape& shape, int64_t rows, int64_t cols) {
+        if (!wanted) return Tensor();
+        Shape full = batch;
+        full.insert(full.end(), {rows, cols});
+        return sum_to(grad.view(full), shape);
+      };
+      return TensorList{back(gq, dq, qs, l, e), back(gk, dk, ks, s, e), back(gv, dv, vs, s, ev)};
+    });
+  }
+  return out;
+}
+
+}  // namespace mixtrain::ops
