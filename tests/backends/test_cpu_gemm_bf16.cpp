@@ -107,6 +107,26 @@ TEST(CpuGemmBf16, KernelMatchesFp64OnOddShapesLayoutsAndAccumulate) {
         }
 }
 
+// A row of A and a column of B read with strides that are not 1 (a row of a column-major
+// matrix, a column of a row-major one): the packers' general path.
+TEST(CpuGemmBf16, StridedVectorsMatchFp64) {
+  SKIP_WITHOUT_BF16();
+  std::mt19937 rng(5);
+  for (int64_t k : {1, 8, 33}) {
+    const Operand wide_a = random_operand(3, k, true, rng), wide_b = random_operand(k, 5, false, rng);
+    std::vector<float> out(1, std::nanf(""));
+    const cpu::GemmMatrix<uint16_t> a{wide_a.bits.data() + 1, 1, k, 7, 3};  // row 1 of a col-major 3 x k
+    const cpu::GemmMatrix<uint16_t> b{wide_b.bits.data() + 2, k, 1, 5, 9};  // column 2 of a row-major k x 5
+    cpu::gemm_bf16_product(cpu::GemmBf16Call<uint16_t>{a, b, out.data(), 1, false});
+    double ref = 0, mag = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      ref += wide_a.at(1, i) * wide_b.at(i, 2);
+      mag += std::fabs(wide_a.at(1, i) * wide_b.at(i, 2));
+    }
+    EXPECT_NEAR(out[0], ref, 2e-6 * (mag + 1.0)) << "k=" << k;
+  }
+}
+
 TEST(CpuGemmBf16, EmptyDepthWritesZerosOrKeepsTheSum) {
   SKIP_WITHOUT_BF16();
   std::vector<uint16_t> none;

@@ -58,14 +58,24 @@ template <class S>
 void pack_b_panel(const GemmMatrix<S>& b, int64_t c0, int64_t kp, uint32_t* dst) {
   const int64_t k = b.rows, nc = b.cols - c0 < kNr ? b.cols - c0 : kNr;
   std::memset(dst, 0, static_cast<size_t>(kp * kNr) * 4);
-  if (b.col_stride == 1) {  // row-major: walk along rows
+  if (b.col_stride == 1) {  // row-major: two rows at a time, unit stride so the loop vectorizes
     for (int64_t p = 0; p < kp; ++p) {
       uint32_t* out = dst + p * kNr;
-      const bool pair = 2 * p + 1 < k;
-      for (int64_t c = 0; c < nc; ++c)
-        out[c] = element(b, 2 * p, c0 + c) | (pair ? element(b, 2 * p + 1, c0 + c) << 16 : 0u);
+      const S* lo = b.data + 2 * p * b.row_stride + c0;
+      if (2 * p + 1 < k) {
+        const S* hi = lo + b.row_stride;
+        for (int64_t c = 0; c < nc; ++c) out[c] = to_bits(lo[c]) | to_bits(hi[c]) << 16;
+      } else {
+        for (int64_t c = 0; c < nc; ++c) out[c] = to_bits(lo[c]);
+      }
     }
-  } else {  // column-major: walk down columns
+  } else if (b.row_stride == 1) {  // column-major: each column's pairs are adjacent
+    for (int64_t c = 0; c < nc; ++c) {
+      const S* col = b.data + (c0 + c) * b.col_stride;
+      for (int64_t p = 0; p < k / 2; ++p) dst[p * kNr + c] = to_bits(col[2 * p]) | to_bits(col[2 * p + 1]) << 16;
+      if (k % 2) dst[(kp - 1) * kNr + c] = to_bits(col[k - 1]);
+    }
+  } else {  // a single row or column with other strides
     for (int64_t c = 0; c < nc; ++c)
       for (int64_t p = 0; p < kp; ++p) {
         const bool pair = 2 * p + 1 < k;
@@ -79,13 +89,23 @@ template <class S>
 void pack_a_tile(const GemmMatrix<S>& a, int64_t r0, int64_t kp, uint32_t* dst) {
   const int64_t k = a.cols, nr = a.rows - r0 < kMr ? a.rows - r0 : kMr;
   std::memset(dst, 0, static_cast<size_t>(kp * kMr) * 4);
-  if (a.col_stride == 1) {
-    for (int64_t r = 0; r < nr; ++r)
-      for (int64_t p = 0; p < kp; ++p) {
-        const bool pair = 2 * p + 1 < k;
-        dst[p * kMr + r] = element(a, r0 + r, 2 * p) | (pair ? element(a, r0 + r, 2 * p + 1) << 16 : 0u);
+  if (a.col_stride == 1) {  // row-major: each row's pairs are adjacent
+    for (int64_t r = 0; r < nr; ++r) {
+      const S* row = a.data + (r0 + r) * a.row_stride;
+      for (int64_t p = 0; p < k / 2; ++p) dst[p * kMr + r] = to_bits(row[2 * p]) | to_bits(row[2 * p + 1]) << 16;
+      if (k % 2) dst[(kp - 1) * kMr + r] = to_bits(row[k - 1]);
+    }
+  } else if (a.row_stride == 1) {  // column-major: two columns at a time
+    for (int64_t p = 0; p < kp; ++p) {
+      const S* lo = a.data + 2 * p * a.col_stride + r0;
+      if (2 * p + 1 < k) {
+        const S* hi = lo + a.col_stride;
+        for (int64_t r = 0; r < nr; ++r) dst[p * kMr + r] = to_bits(lo[r]) | to_bits(hi[r]) << 16;
+      } else {
+        for (int64_t r = 0; r < nr; ++r) dst[p * kMr + r] = to_bits(lo[r]);
       }
-  } else {
+    }
+  } else {  // a single row or column with other strides
     for (int64_t p = 0; p < kp; ++p) {
       const bool pair = 2 * p + 1 < k;
       for (int64_t r = 0; r < nr; ++r)
