@@ -36,7 +36,7 @@ GemmMatrix<S> transposed(GemmMatrix<S> m) {
 }
 
 // The product for a convolution on T: widened bf16 operands hold bf16 values, so the bf16 kernel
-// rounds them back to themselves when it packs them.
+// takes them back exactly when it packs them.
 template <class T, class W>
 void conv_gemm(const GemmCall<W>& c) {
   if constexpr (std::is_same_v<T, BFloat16>) {

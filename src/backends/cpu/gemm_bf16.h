@@ -10,8 +10,9 @@
 
 namespace mixtrain::backends::cpu {
 
-// Operands as bf16 bit patterns (uint16_t) or as fp32 values that are rounded to bf16 (to
-// nearest even) when packed: exact when they were widened from bf16, as conv.cpp's are.
+// Operands as bf16 bit patterns (uint16_t) or as fp32 values that hold bf16 values (widened from
+// bf16, as conv.cpp's are): the packer keeps their high 16 bits, which is exact for those and
+// rounds any other value toward zero.
 template <class S>
 struct GemmBf16Call {
   GemmMatrix<S> a, b;

@@ -29,11 +29,10 @@ constexpr int kNr = 32;  // columns of a tile (two zmm of fp32)
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 uint32_t to_bits(uint16_t v) { return v; }
-uint32_t to_bits(float f) {  // round to nearest even; NaN stays a (quiet) NaN
+uint32_t to_bits(float f) {  // the high half: exact for widened bf16 values (gemm_bf16.h)
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
-  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return u >> 16;
 }
 
 template <class S>
@@ -41,23 +40,32 @@ uint32_t element(const GemmMatrix<S>& m, int64_t r, int64_t c) {
   return to_bits(m.data[r * m.row_stride + c * m.col_stride]);
 }
 
-// 64-byte aligned scratch, freed on scope exit.
-struct Buffer {
-  uint32_t* p;
-  explicit Buffer(int64_t words)
-      : p(static_cast<uint32_t*>(std::aligned_alloc(64, static_cast<size_t>(cdiv(words * 4, 64) * 64)))) {
-    if (p == nullptr) throw std::bad_alloc();
+// A thread's packing buffers, kept between calls: a fresh allocation of this size comes from
+// mmap, and its page faults cost more than the packing (64-byte aligned).
+struct Scratch {
+  uint32_t* p = nullptr;
+  int64_t words = 0;
+  uint32_t* get(int64_t n) {
+    if (n > words) {
+      std::free(p);
+      p = nullptr;
+      words = 0;
+      p = static_cast<uint32_t*>(std::aligned_alloc(64, static_cast<size_t>(cdiv(n * 4, 64) * 64)));
+      if (p == nullptr) throw std::bad_alloc();
+      words = n;
+    }
+    return p;
   }
-  ~Buffer() { std::free(p); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
+  ~Scratch() { std::free(p); }
 };
+thread_local Scratch a_scratch, b_scratch;
 
 // Columns [c0, c0 + 32) of B (k rows) as [kp][32] pair words; columns past the end are zeros.
 template <class S>
 void pack_b_panel(const GemmMatrix<S>& b, int64_t c0, int64_t kp, uint32_t* dst) {
   const int64_t k = b.rows, nc = b.cols - c0 < kNr ? b.cols - c0 : kNr;
-  std::memset(dst, 0, static_cast<size_t>(kp * kNr) * 4);
+  if (nc < kNr)  // only the padding: the rest is written below
+    for (int64_t p = 0; p < kp; ++p) std::memset(dst + p * kNr + nc, 0, static_cast<size_t>(kNr - nc) * 4);
   if (b.col_stride == 1) {  // row-major: two rows at a time, unit stride so the loop vectorizes
     for (int64_t p = 0; p < kp; ++p) {
       uint32_t* out = dst + p * kNr;
@@ -88,7 +96,8 @@ void pack_b_panel(const GemmMatrix<S>& b, int64_t c0, int64_t kp, uint32_t* dst)
 template <class S>
 void pack_a_tile(const GemmMatrix<S>& a, int64_t r0, int64_t kp, uint32_t* dst) {
   const int64_t k = a.cols, nr = a.rows - r0 < kMr ? a.rows - r0 : kMr;
-  std::memset(dst, 0, static_cast<size_t>(kp * kMr) * 4);
+  if (nr < kMr)
+    for (int64_t p = 0; p < kp; ++p) std::memset(dst + p * kMr + nr, 0, static_cast<size_t>(kMr - nr) * 4);
   if (a.col_stride == 1) {  // row-major: each row's pairs are adjacent
     for (int64_t r = 0; r < nr; ++r) {
       const S* row = a.data + (r0 + r) * a.row_stride;
@@ -157,21 +166,22 @@ void product(const GemmBf16Call<S>& c) {
     return;
   }
   const int64_t kp = cdiv(k, 2), panels = cdiv(n, kNr), tiles = cdiv(m, kMr);
-  Buffer bpack(panels * kp * kNr), apack(tiles * kp * kMr);
+  uint32_t* const bpack = b_scratch.get(panels * kp * kNr);
+  uint32_t* const apack = a_scratch.get(tiles * kp * kMr);
   // Small products stay on the calling thread: a team costs more than they take.
   const bool team = m * n * k >= (int64_t(1) << 18) && !omp_in_parallel();
 #pragma omp parallel if (team)
   {
 #pragma omp for schedule(static)
-    for (int64_t j = 0; j < panels; ++j) pack_b_panel(c.b, j * kNr, kp, bpack.p + j * kp * kNr);
+    for (int64_t j = 0; j < panels; ++j) pack_b_panel(c.b, j * kNr, kp, bpack + j * kp * kNr);
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < tiles; ++i) pack_a_tile(c.a, i * kMr, kp, apack.p + i * kp * kMr);
+    for (int64_t i = 0; i < tiles; ++i) pack_a_tile(c.a, i * kMr, kp, apack + i * kp * kMr);
     // Panel-major: a thread's consecutive tiles share a B panel.
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < panels * tiles; ++t) {
       const int64_t j = t / tiles, i = t % tiles;
       const int64_t cols = n - j * kNr;
-      tile(apack.p + i * kp * kMr, bpack.p + j * kp * kNr, kp, c.out + i * kMr * c.ldc + j * kNr, c.ldc, m - i * kMr,
+      tile(apack + i * kp * kMr, bpack + j * kp * kNr, kp, c.out + i * kMr * c.ldc + j * kNr, c.ldc, m - i * kMr,
            mask_of(cols), mask_of(cols - 16), c.accumulate);
     }
   }
