@@ -118,15 +118,18 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
     copy(DeviceType::CPU, src, w);
     return transposed ? w.transpose(t.dim() - 2, t.dim() - 1) : w;
   };
-  const Tensor bias32 = bias.defined() ? widen(bias) : Tensor();
-  Tensor out32 = Tensor::empty(out.shape(), TensorOptions(kFloat32));
+  // The scratch is allocated in the order the meta backend models it (meta/register.cpp).
   if (a.dtype() == kBFloat16 && b.dtype() == kBFloat16 && bf16_gemm_enabled()) {
+    const Tensor bias32 = bias.defined() ? widen(bias) : Tensor();
+    Tensor out32 = Tensor::empty(out.shape(), TensorOptions(kFloat32));
     gemm_typed<float, uint16_t>(view_of(a, trans_a), view_of(b, trans_b), out32.data_ptr<float>(), batch,
                                 bias32.defined() ? bias32.data_ptr<float>() : nullptr, epilogue);
     copy(DeviceType::CPU, out32, out);
     return;
   }
   const Tensor a32 = widen(a), b32 = widen(b);
+  const Tensor bias32 = bias.defined() ? widen(bias) : Tensor();
+  Tensor out32 = Tensor::empty(out.shape(), TensorOptions(kFloat32));
   gemm_typed<float>(view_of(a32, trans_a), view_of(b32, trans_b), out32.data_ptr<float>(), batch,
                     bias32.defined() ? bias32.data_ptr<float>() : nullptr, epilogue);
   copy(DeviceType::CPU, out32, out);
