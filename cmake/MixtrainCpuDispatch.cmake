@@ -23,3 +23,20 @@ endfunction()
 
 mt_add_gemm_copy(avx2 MT_GEMM_HAVE_AVX2 -march=haswell -mtune=generic)
 mt_add_gemm_copy(avx512 MT_GEMM_HAVE_AVX512 -march=x86-64-v4 -mtune=generic)
+
+# The bf16 product on vdpbf16ps (src/backends/cpu/gemm_bf16_avx512.cpp), where the compiler
+# knows AVX512_BF16 (GCC 10, clang 9); gemm_dispatch.cpp runs it only on CPUs that report it.
+include(CheckCXXCompilerFlag)
+check_cxx_compiler_flag(-mavx512bf16 MT_HAVE_MAVX512BF16)
+if(MT_HAVE_MAVX512BF16)
+  mt_avx512_safe_flags(_bf16_flags -march=x86-64-v4 -mavx512bf16 -mtune=generic)
+  add_library(mixtrain_gemm_avx512bf16 OBJECT ${PROJECT_SOURCE_DIR}/src/backends/cpu/gemm_bf16_avx512.cpp)
+  target_include_directories(mixtrain_gemm_avx512bf16 PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_compile_options(mixtrain_gemm_avx512bf16 PRIVATE ${_bf16_flags})
+  target_link_libraries(mixtrain_gemm_avx512bf16 PRIVATE OpenMP::OpenMP_CXX)
+  target_sources(mixtrain PRIVATE $<TARGET_OBJECTS:mixtrain_gemm_avx512bf16>)
+  set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/backends/cpu/gemm_dispatch.cpp TARGET_DIRECTORY mixtrain
+               APPEND PROPERTY COMPILE_DEFINITIONS MT_GEMM_HAVE_AVX512BF16)
+else()
+  message(STATUS "mixtrain: the compiler lacks -mavx512bf16; bf16 GEMMs keep the fp32 path")
+endif()

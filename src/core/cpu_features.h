@@ -12,4 +12,11 @@ inline bool cpu_has_f16c() {
   return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
 }
 
+// AVX512_BF16 (vdpbf16ps): CPUID leaf 7 sub-leaf 1, EAX bit 5. Callers also check AVX-512F,
+// which covers the operating system's saving of the zmm state.
+inline bool cpu_has_avx512_bf16() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5)) != 0;
+}
+
 }  // namespace mixtrain::detail

@@ -1,15 +1,18 @@
 // 2-D convolution as im2col + GEMM, one sample at a time (the column buffer of a whole batch of
 // UNet-sized images would not fit), groups as separate GEMMs over slices of the same buffers.
 // fp16/bf16 are widened to fp32 before they are unfolded, multiplied in fp32 and rounded once on
-// the way out, as cuDNN does with fp32 accumulation.
+// the way out, as cuDNN does with fp32 accumulation; bf16 products then run on the vdpbf16ps
+// kernel where the CPU has it (gemm_bf16.h), which takes the widened values back exactly.
 #include <algorithm>
 #include <exception>
+#include <type_traits>
 
 #include <Eigen/Core>
 #include <vector>
 
 #include "backends/conv.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_eigen.h"
 #include "backends/cpu/loops.h"
 
@@ -30,6 +33,16 @@ GemmMatrix<S> rows(const S* p, int64_t r, int64_t c) {
 template <class S>
 GemmMatrix<S> transposed(GemmMatrix<S> m) {
   return {m.data, m.cols, m.rows, m.col_stride, m.row_stride};
+}
+
+// The product for a convolution on T: widened bf16 operands hold bf16 values, so the bf16 kernel
+// takes them back exactly when it packs them.
+template <class T, class W>
+void conv_gemm(const GemmCall<W>& c) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    if (bf16_gemm_enabled()) return gemm_bf16_product(GemmBf16Call<float>{c.a, c.b, c.out, c.ldc, c.accumulate});
+  }
+  gemm_product(c);
 }
 
 struct Geometry {
@@ -179,7 +192,7 @@ void forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Geometr
     W* o = acc_out(op + s * g.co * l, g.co * l, sc.output);
     for (int64_t gi = 0; gi < g.p.groups; ++gi) {
       MapMat<W> og(o + gi * cog * l, cog, l);
-      gemm_product(GemmCall<W>{rows(wp + gi * cog * k, cog, k), rows(sc.cols.data() + gi * k * l, k, l), og.data(), l,
+      conv_gemm<T>(GemmCall<W>{rows(wp + gi * cog * k, cog, k), rows(sc.cols.data() + gi * k * l, k, l), og.data(), l,
                                false});
       if (bp) og.colwise() += Eigen::Map<const Eigen::Matrix<W, Eigen::Dynamic, 1>>(bp + gi * cog, cog);
     }
@@ -199,7 +212,7 @@ void backward_input(const Tensor& grad_out, const Tensor& w, const Geometry& g, 
     sc.cols.resize(static_cast<size_t>(g.c * g.kh * g.kw * l));
     const W* go = as_acc<true>(gp + s * g.co * l, g.co * l, sc.grad_out);
     for (int64_t gi = 0; gi < g.p.groups; ++gi) {
-      gemm_product(GemmCall<W>{transposed(rows(wp + gi * cog * k, cog, k)), rows(go + gi * cog * l, cog, l),
+      conv_gemm<T>(GemmCall<W>{transposed(rows(wp + gi * cog * k, cog, k)), rows(go + gi * cog * l, cog, l),
                                sc.cols.data() + gi * k * l, l, false});
     }
     sc.output.assign(static_cast<size_t>(g.c * g.h * g.w), W(0));
@@ -221,7 +234,7 @@ void backward_weight(const Tensor& grad_out, const Tensor& x, const Geometry& g,
     const W* go = as_acc<true>(gp + s * g.co * l, g.co * l, sc.grad_out);
     im2col(as_acc<true>(xp + s * g.c * g.h * g.w, g.c * g.h * g.w, sc.input), g, sc.cols.data());
     for (int64_t gi = 0; gi < g.p.groups; ++gi) {
-      gemm_product(GemmCall<W>{rows(go + gi * cog * l, cog, l), transposed(rows(sc.cols.data() + gi * k * l, k, l)),
+      conv_gemm<T>(GemmCall<W>{rows(go + gi * cog * l, cog, l), transposed(rows(sc.cols.data() + gi * k * l, k, l)),
                                sc.grad_w.data() + gi * cog * k, k, true});
     }
   });

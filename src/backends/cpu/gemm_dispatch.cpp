@@ -1,9 +1,12 @@
 // Picks the copy of the matrix product (gemm_eigen.h) for the CPU the program runs on, once.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
+#include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_eigen.h"
 #include "core/cpu_features.h"
+#include "mixtrain/core/error.h"
 
 namespace mixtrain::backends::cpu {
 
@@ -51,7 +54,55 @@ void run(const GemmCall<S>& call) {
   }
 }
 
+// The vdpbf16ps kernel needs AVX512_BF16 and rides on the AVX-512 choice, so a MIXTRAIN_CPU_ISA
+// cap turns it off too.
+bool bf16_detected() {
+#if defined(__x86_64__) && defined(MT_GEMM_HAVE_AVX512BF16) && defined(MT_GEMM_HAVE_AVX512)
+  if (isa() != Isa::Avx512 || !detail::cpu_has_avx512_bf16()) return false;
+  const char* env = std::getenv("MIXTRAIN_CPU_BF16_GEMM");
+  return env == nullptr || std::strcmp(env, "0") != 0;
+#else
+  return false;
+#endif
+}
+
+bool bf16_possible() {
+#if defined(__x86_64__) && defined(MT_GEMM_HAVE_AVX512BF16) && defined(MT_GEMM_HAVE_AVX512)
+  static const bool possible = isa() == Isa::Avx512 && detail::cpu_has_avx512_bf16();
+  return possible;
+#else
+  return false;
+#endif
+}
+
+std::atomic<int> bf16_override{-1};
+std::atomic<int64_t> bf16_calls{0};
+
+template <class S>
+void run_bf16(const GemmBf16Call<S>& call) {
+#if defined(MT_GEMM_HAVE_AVX512BF16)
+  bf16_calls.fetch_add(1, std::memory_order_relaxed);
+  gemm_avx512bf16::gemm_product(call);
+#else
+  (void)call;
+  MT_ERROR("gemm: the bf16 kernel is not built into this library");
+#endif
+}
+
 }  // namespace
+
+bool bf16_gemm_enabled() {
+  static const bool detected = bf16_detected();
+  const int mode = bf16_override.load(std::memory_order_relaxed);
+  return mode < 0 ? detected : mode == 1 && bf16_possible();
+}
+
+void set_bf16_gemm_override(int mode) { bf16_override.store(mode < 0 ? -1 : mode != 0, std::memory_order_relaxed); }
+
+int64_t gemm_bf16_calls() { return bf16_calls.load(std::memory_order_relaxed); }
+
+void gemm_bf16_product(const GemmBf16Call<uint16_t>& call) { run_bf16(call); }
+void gemm_bf16_product(const GemmBf16Call<float>& call) { run_bf16(call); }
 
 void gemm_product(const GemmCall<float>& call) { run(call); }
 void gemm_product(const GemmCall<double>& call) { run(call); }

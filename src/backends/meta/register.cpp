@@ -8,6 +8,7 @@
 #include "backends/attention.h"
 #include "backends/families.h"
 #include "backends/kernel.h"
+#include "backends/cpu/gemm_bf16.h"
 #include "backends/loss.h"
 #include "backends/matmul.h"
 #include "backends/meta/meta_backend.h"
@@ -23,11 +24,15 @@ constexpr size_t kCudaNllWorkspaceBytes = 32;                 // cuda/kernels/la
 bool cuda_target() { return memory::recording() && memory::dry_run_target().is_cuda(); }
 
 // The CPU's half-precision GEMM widens its operands and accumulates into an fp32 product
-// (cpu/matmul.cpp), four buffers alive for the call; fp32/fp64 products need none.
+// (cpu/matmul.cpp), four buffers alive for the call; fp32/fp64 products need none. bf16 products
+// on the vdpbf16ps kernel (cpu/gemm_bf16.h) widen only the bias and take the fp32 product.
 void cpu_half_gemm_scratch(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias) {
+  const bool bf16_kernel =
+      a.dtype() == kBFloat16 && b.dtype() == kBFloat16 && backends::cpu::bf16_gemm_enabled();
+  const Tensor none;
   int64_t ids[4];
   int n = 0;
-  for (const Tensor* t : {&a, &b, &bias, &out})
+  for (const Tensor* t : {bf16_kernel ? &none : &a, bf16_kernel ? &none : &b, &bias, &out})
     if (t->defined()) ids[n++] = memory::begin_workspace(static_cast<size_t>(t->numel()) * 4);
   while (n > 0) memory::end_workspace(ids[--n]);
 }
