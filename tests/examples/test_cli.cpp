@@ -13,37 +13,14 @@
 
 #include "mixtrain/config.h"
 
+#include "examples/cli_run.h"
 #include "support/testing.h"
 
 namespace {
 
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Runs `mixtrain ARGS`, capturing stdout and stderr.
-CliRun run_mixtrain(const std::string& args) {
-  // Per process: ctest runs the tests of this file in parallel processes.
-  const std::string base = ::testing::TempDir() + "mixtrain_cli_" + std::to_string(::getpid());
-  const std::string out = base + ".out", err = base + ".err";
-  // Bounded: a check that fails to stop a long run must not hang the suite.
-  const std::string cmd = "timeout -s KILL 300 " + std::string(MIXTRAIN_EXE) + " " + args + " >" + out + " 2>" + err +
-                          " </dev/null";
-  const int status = std::system(cmd.c_str());
-  CliRun r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
+using mixtrain::testing::CliRun;
+using mixtrain::testing::run_mixtrain;
+using mixtrain::testing::slurp;
 
 size_t count_of(const std::string& s, const std::string& what) {
   size_t n = 0;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memory_predict.h"
+#include "examples/cli_run.h"
 #include "support/testing.h"
 
 namespace mt = mixtrain;
@@ -19,30 +20,9 @@ namespace cli = mixtrain::cli;
 
 namespace {
 
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-CliRun run_mixtrain(const std::string& args) {
-  const std::string base = ::testing::TempDir() + "mixtrain_memory_" + std::to_string(::getpid());
-  const std::string out = base + ".out", err = base + ".err";
-  const std::string cmd = "timeout -s KILL 300 " + std::string(MIXTRAIN_EXE) + " " + args + " >" + out + " 2>" + err +
-                          " </dev/null";
-  const int status = std::system(cmd.c_str());
-  CliRun r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
+using mixtrain::testing::CliRun;
+using mixtrain::testing::run_mixtrain;
+using mixtrain::testing::slurp;
 
 nlohmann::json run_json(const std::string& args) {
   const CliRun r = run_mixtrain(args + " --json");
