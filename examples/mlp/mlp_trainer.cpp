@@ -88,8 +88,13 @@ class MlpTrainTask : public TrainTask {
       make_synthetic();
     else
       loader_ = std::make_unique<data::DataLoader>(
-          train_, data::DataLoaderOptions().batch_size(c.batch_size).shuffle(true).seed(c.seed).num_workers(1).device(
-                      c.device));
+          train_, data::DataLoaderOptions()
+                      .batch_size(c.batch_size)
+                      .shuffle(true)
+                      .seed(c.seed)
+                      .num_workers(1)
+                      .device(c.device)
+                      .pin_memory(c.device.is_cuda()));  // the upload is queued, off the step's path
   }
 
   nn::Module& model() override { return *model_; }

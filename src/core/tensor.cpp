@@ -29,11 +29,18 @@ Tensor Tensor::empty(const Shape& shape, const TensorOptions& options) {
   impl->strides = contiguous_strides(shape);
   impl->dtype = options.dtype();
   impl->device = options.device();
-  impl->storage = std::make_shared<StorageImpl>(nbytes, options.device());
+  MT_CHECK(!options.pinned_memory() || options.device().is_cpu(), "empty: pinned_memory(true) is for CPU tensors, ",
+           "got device ", options.device(), " for shape ", shape_str(shape));
+  impl->storage = std::make_shared<StorageImpl>(nbytes, options.device(), options.pinned_memory());
   impl->requires_grad = options.requires_grad();
   MT_CHECK(!impl->requires_grad || is_floating(impl->dtype), "requires_grad: only floating tensors can require ",
            "gradients, got ", impl->dtype);
   return Tensor(std::move(impl));
+}
+
+bool Tensor::is_pinned() const {
+  const TensorImpl& impl = checked(impl_);
+  return impl.storage && impl.storage->pinned();
 }
 
 const Shape& Tensor::shape() const { return checked(impl_).shape; }

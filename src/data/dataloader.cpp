@@ -5,8 +5,11 @@
 #include <omp.h>
 #endif
 
+#include <iostream>
+
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/memory/allocator.h"
 
 namespace mixtrain::data {
 
@@ -15,6 +18,7 @@ std::shared_ptr<const Sampler> default_sampler(const Dataset& dataset, const Dat
   if (o.shuffle()) return std::make_shared<RandomSampler>(dataset.size(), o.seed());
   return std::make_shared<SequentialSampler>(dataset.size());
 }
+
 }  // namespace
 
 DataLoader::DataLoader(const Dataset& dataset, const DataLoaderOptions& options)
@@ -25,6 +29,12 @@ DataLoader::DataLoader(const Dataset& dataset, std::shared_ptr<const Sampler> sa
   MT_CHECK(options.num_workers() >= 0, "DataLoader: num_workers must be >= 0, got ", options.num_workers());
   MT_CHECK(options.prefetch_factor() > 0, "DataLoader: prefetch_factor must be positive, got ",
            options.prefetch_factor());
+  if (options.pin_memory()) {
+    const std::string why = memory::pinned_memory_unavailable_reason();
+    pin_ = why.empty();
+    // PyTorch's behaviour: the same script still runs on a machine without a GPU.
+    if (!pin_) std::cerr << "mixtrain warning: DataLoader: pin_memory(true) ignored, batches are not pinned: " << why << "\n";
+  }
 }
 
 DataLoader::~DataLoader() { stop_workers(); }
@@ -38,7 +48,16 @@ DataLoader::Item DataLoader::make_item(bool end_of_epoch, const std::vector<int6
     std::vector<Example> examples;
     examples.reserve(indices.size());
     for (int64_t i : indices) examples.push_back(dataset_.get(i));
-    item.batch = options_.collate() ? options_.collate()(examples) : stack_examples(examples);
+    if (options_.collate()) {
+      item.batch = options_.collate()(examples);
+      // Pinned in the worker, off the consumer's thread (a no-op for what the collate pinned itself).
+      if (pin_ && item.batch.data.defined() && item.batch.data.device().is_cpu())
+        item.batch.data = item.batch.data.pin_memory();
+      if (pin_ && item.batch.target.defined() && item.batch.target.device().is_cpu())
+        item.batch.target = item.batch.target.pin_memory();
+    } else {
+      item.batch = pin_ ? stack_examples_pinned(examples) : stack_examples(examples);
+    }
   } catch (...) {
     item.error = std::current_exception();
   }
@@ -127,8 +146,9 @@ bool DataLoader::next(Batch& out) {
   if (options_.device()) {
     NoGradGuard no_grad;
     const Device dev = *options_.device();
-    if (item.batch.data.defined()) item.batch.data = item.batch.data.to(dev);
-    if (item.batch.target.defined()) item.batch.target = item.batch.target.to(dev);
+    // Queued on the device's stream when pinned; the step's kernels follow it on that stream.
+    if (item.batch.data.defined()) item.batch.data = item.batch.data.to(dev, /*non_blocking=*/pin_);
+    if (item.batch.target.defined()) item.batch.target = item.batch.target.to(dev, /*non_blocking=*/pin_);
   }
   out = std::move(item.batch);
   return true;

@@ -27,7 +27,24 @@ Example TensorDataset::get(int64_t index) const {
   return {data_.select(0, index), target_.defined() ? target_.select(0, index) : Tensor()};
 }
 
-Batch stack_examples(const std::vector<Example>& examples) {
+namespace {
+// stack(parts, 0) into a pinned tensor: one copy per example, none after collating.
+Tensor stack_pinned(const std::vector<Tensor>& parts) {
+  const Tensor& first = parts.front();
+  Shape shape = first.shape();
+  shape.insert(shape.begin(), static_cast<int64_t>(parts.size()));
+  Tensor out = Tensor::empty(shape, TensorOptions().dtype(first.dtype()).pinned_memory(true));
+  for (size_t i = 0; i < parts.size(); ++i) out.select(0, static_cast<int64_t>(i)).copy_(parts[i]);
+  return out;
+}
+
+Tensor stack_parts(const std::vector<Tensor>& parts, bool pinned) {
+  // Examples already on a device stay there: only host memory is pinned.
+  if (pinned && parts.front().device().is_cpu()) return stack_pinned(parts);
+  return stack(parts, 0);
+}
+
+Batch collate(const std::vector<Example>& examples, bool pinned) {
   MT_CHECK(!examples.empty(), "stack_examples: no examples to collate");
   const Example& first = examples.front();
   std::vector<Tensor> data, target;
@@ -48,9 +65,13 @@ Batch stack_examples(const std::vector<Example>& examples) {
     if (e.target.defined()) target.push_back(e.target);
   }
   Batch b;
-  if (!data.empty()) b.data = stack(data, 0);
-  if (!target.empty()) b.target = stack(target, 0);
+  if (!data.empty()) b.data = stack_parts(data, pinned);
+  if (!target.empty()) b.target = stack_parts(target, pinned);
   return b;
 }
+}  // namespace
+
+Batch stack_examples(const std::vector<Example>& examples) { return collate(examples, false); }
+Batch stack_examples_pinned(const std::vector<Example>& examples) { return collate(examples, true); }
 
 }  // namespace mixtrain::data

@@ -19,6 +19,10 @@ using BackingFactory = std::function<std::unique_ptr<BackingAllocator>(int index
 void register_backing_factory(DeviceType type, BackingFactory factory);
 bool has_backing_factory(DeviceType type);
 
+// The pinned host memory backing (cudaHostAlloc), registered by the CUDA backend. The factory's
+// argument is unused (0); it returns nullptr when there is no CUDA device.
+void register_pinned_backing_factory(BackingFactory factory);
+
 // A new backing allocator of `device` from the registered factory (the CPU's default is
 // SystemBackingAllocator); nullptr when that device does not exist. Benchmarks use it to compare
 // the caching allocator with the raw one on every device.

@@ -1,5 +1,6 @@
 // Casts, device moves, copies and fills.
 #include "backends/copy.h"
+#include "mixtrain/memory/allocator.h"
 #include "ops/op_helpers.h"
 
 namespace mixtrain {
@@ -32,7 +33,10 @@ Tensor to(const Tensor& x_in, DType dtype) {
   return out;
 }
 
-Tensor to(const Tensor& x_in, Device device) {
+namespace {
+// A copy from pinned memory to CUDA is only queued (the backend keeps the source alive until it
+// ran); unless the caller said non_blocking, wait for it as a blocking copy would.
+Tensor to_device(const Tensor& x_in, Device device, bool non_blocking) {
   Tensor x = x_in;
   OpScope scope(OpId::to, {&x});
   check_defined("to", x, "input");
@@ -41,10 +45,14 @@ Tensor to(const Tensor& x_in, Device device) {
   Tensor src = x.contiguous(format);
   Tensor out = Tensor::empty(x.shape(), TensorOptions().dtype(x.dtype()).device(device), format);
   copy_into(src, out);
+  if (!non_blocking && src.is_pinned() && device.is_cuda()) mixtrain::cuda::synchronize(device.index);
   const Device from = x.device();
   autograd::record("ToDeviceBackward", out, {&x}, [from](const TensorList& g) { return TensorList{g[0].to(from)}; });
   return out;
 }
+}  // namespace
+
+Tensor to(const Tensor& x, Device device) { return to_device(x, device, false); }
 
 namespace {
 Tensor copy_as(const Tensor& x_in, MemoryFormat format) {
@@ -76,11 +84,37 @@ Tensor clone(const Tensor& x) {
 }
 
 Tensor Tensor::to(DType dtype) const { return mixtrain::to(*this, dtype); }
-Tensor Tensor::to(Device device) const { return mixtrain::to(*this, device); }
-Tensor Tensor::to(Device device, DType dtype) const {
-  // Cast on the CPU side of a move: fewer bytes cross when narrowing, none wasted when widening.
-  if (device.is_cpu()) return mixtrain::to(*this, device).to(dtype);
-  return mixtrain::to(mixtrain::to(*this, dtype), device);
+Tensor Tensor::to(Device device, bool non_blocking, bool copy) const {
+  Tensor out = to_device(*this, device, non_blocking);
+  return copy && out.is_same(*this) ? clone() : out;
+}
+Tensor Tensor::to(Device device, DType dtype, bool non_blocking, bool copy) const {
+  Tensor out;
+  if (device.is_cpu()) {
+    // Cast on the CPU side of a move: fewer bytes cross when narrowing, none wasted when widening.
+    out = to_device(*this, device, non_blocking).to(dtype);
+  } else if (non_blocking && is_pinned() && device.is_cuda()) {
+    // A cast on the host would land in pageable memory and make the copy synchronous.
+    out = to_device(*this, device, true).to(dtype);
+  } else {
+    out = to_device(mixtrain::to(*this, dtype), device, non_blocking);
+  }
+  return copy && out.is_same(*this) ? clone() : out;
+}
+
+Tensor Tensor::pin_memory() const {
+  Tensor x = *this;
+  OpScope scope(OpId::to, {&x});
+  check_defined("pin_memory", x, "input");
+  MT_CHECK(x.device().is_cpu(), "pin_memory: only CPU tensors can be pinned, got ", describe(x));
+  if (x.is_pinned()) return x;
+  const std::string why = memory::pinned_memory_unavailable_reason();
+  MT_CHECK(why.empty(), "pin_memory: cannot pin ", describe(x), ": ", why);
+  const MemoryFormat format = x.suggest_memory_format();
+  Tensor out = Tensor::empty(x.shape(), TensorOptions().dtype(x.dtype()).pinned_memory(true), format);
+  copy_into(x.contiguous(format), out);
+  autograd::record("PinMemoryBackward", out, {&x}, [](const TensorList& g) { return TensorList{g[0]}; });
+  return out;
 }
 Tensor Tensor::contiguous() const { return mixtrain::contiguous(*this); }
 Tensor Tensor::contiguous(MemoryFormat format) const { return mixtrain::contiguous(*this, format); }

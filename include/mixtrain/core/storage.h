@@ -1,5 +1,7 @@
 #pragma once
 // A block of device memory owned by the allocator of its device; shared by a tensor and its views.
+// A pinned storage is CPU memory from the page-locked allocator (memory::pinned_allocator), which
+// it is freed back to; the CUDA backend copies from it asynchronously.
 // A meta storage has a size but no memory (data() is null); while a memory::dry_run records, every
 // storage's birth and death is reported to it (docs/MEMORY.md).
 #include <atomic>
@@ -17,7 +19,7 @@ class Allocator;
 
 class StorageImpl {
  public:
-  StorageImpl(size_t nbytes, Device device);
+  StorageImpl(size_t nbytes, Device device, bool pinned = false);
   ~StorageImpl();
   StorageImpl(const StorageImpl&) = delete;
   StorageImpl& operator=(const StorageImpl&) = delete;
@@ -25,6 +27,7 @@ class StorageImpl {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  bool pinned() const { return pinned_; }
 
   // Bumped by every in-place write to the memory (through any tensor or view of it), so autograd
   // can tell that a tensor saved for backward changed after it was saved. On the storage, not on
@@ -37,6 +40,7 @@ class StorageImpl {
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
+  bool pinned_ = false;
   memory::Allocator* allocator_ = nullptr;
 };
 

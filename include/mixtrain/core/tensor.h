@@ -126,11 +126,20 @@ class Tensor {
 
   // Conversions (differentiable).
   Tensor to(DType dtype) const;
-  Tensor to(Device device) const;
-  Tensor to(Device device, DType dtype) const;
+  // libtorch's to(device, dtype, non_blocking, copy). non_blocking: a host-to-CUDA copy from pinned
+  // memory is queued on the device's stream and the call returns at once (the source stays alive
+  // until the copy ran; do not write to it before synchronizing); from pageable memory, and in
+  // every other direction, the copy is synchronous whatever the flag says. copy: always a new
+  // tensor, even when device and dtype already match.
+  Tensor to(Device device, bool non_blocking = false, bool copy = false) const;
+  Tensor to(Device device, DType dtype, bool non_blocking = false, bool copy = false) const;
   Tensor float_() const { return to(DType::Float32); }
   Tensor half() const { return to(DType::Float16); }
   Tensor bfloat16() const { return to(DType::BFloat16); }
+  // A contiguous copy in pinned (page-locked) host memory, or this tensor when already pinned.
+  // Throws naming the tensor when it is not on the CPU, or without the CUDA backend or a device.
+  Tensor pin_memory() const;
+  bool is_pinned() const;  // CPU memory from the pinned allocator (views of it too)
   Tensor contiguous() const;
   // A copy in that layout unless already in it (ChannelsLast: unless suggest_memory_format says so).
   Tensor contiguous(MemoryFormat format) const;

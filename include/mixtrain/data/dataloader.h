@@ -15,9 +15,11 @@
 // save it in a checkpoint (io::save_checkpoint's `parts`) and load_state_dict() continues with
 // the batch that followed.
 // Devices. Batches are collated on the host by the workers; with device() set, the consumer's
-// thread copies each batch there with Tensor::to. Pinned (page-locked) host buffers and copies
-// that overlap compute are not available yet (the CUDA backend has no pinned host allocator), so
-// that copy is synchronous.
+// thread copies each batch there with Tensor::to. With pin_memory(true) the workers collate into
+// pinned (page-locked) host tensors and the copy to a CUDA device is non_blocking: it is queued on
+// the device's stream, ahead of the step's kernels, and next() returns at once. As in PyTorch,
+// pin_memory(true) where pinned memory cannot be had (no CUDA backend or no device) prints one
+// warning at construction and delivers ordinary, unpinned batches; pins_memory() says which.
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -51,6 +53,7 @@ class DataLoaderOptions {
   MT_ARG(int64_t, prefetch_factor) = 2;  // batches ahead per worker
   MT_ARG(std::optional<Device>, device); // where batches are delivered (unset: where collated)
   MT_ARG(CollateFn, collate);            // unset: stack_examples
+  MT_ARG(bool, pin_memory) = false;      // collate into pinned host memory (see Devices above)
 };
 
 class DataLoader {
@@ -74,6 +77,8 @@ class DataLoader {
   // Epoch of the next batch, and batches of it already delivered.
   SamplerPosition position() const { return consumed_; }
   const DataLoaderOptions& options() const { return options_; }
+  // Whether batches are collated into pinned memory: pin_memory(true) and pinned memory available.
+  bool pins_memory() const { return pin_; }
 
   nlohmann::json state_dict() const;  // BatchSampler::state_dict at the consumer's position
   void validate_state_dict(const nlohmann::json& state) const;
@@ -116,6 +121,7 @@ class DataLoader {
 
   const Dataset& dataset_;
   DataLoaderOptions options_;
+  bool pin_ = false;
   BatchSampler batches_;       // the producers' position
   SamplerPosition consumed_;   // the consumer's position
 

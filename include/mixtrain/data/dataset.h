@@ -50,5 +50,8 @@ void check_index(const char* what, int64_t index, int64_t size);
 // Stacks the examples' data and targets (undefined targets stay undefined): the default collate.
 // Every example must have the same shapes and dtypes (an Error names the first that differs).
 Batch stack_examples(const std::vector<Example>& examples);
+// The same, stacking host examples straight into pinned memory (DataLoader's pin_memory(true));
+// throws as Tensor::pin_memory where pinned memory cannot be had.
+Batch stack_examples_pinned(const std::vector<Example>& examples);
 
 }  // namespace mixtrain::data

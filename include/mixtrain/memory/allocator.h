@@ -61,4 +61,17 @@ Stats stats(Device device);
 void reset_peak_stats(Device device);
 void empty_cache(Device device);
 
+// Pinned (page-locked) host memory: one process-wide CachingAllocator over the backing the CUDA
+// backend registers (cudaHostAlloc), serving CPU tensors made with TensorOptions().pinned_memory(true)
+// or Tensor::pin_memory(). Its device() is the CPU; its statistics are separate from the CPU's.
+// pinned_allocator() throws, saying why, when mixtrain has no CUDA backend or there is no device;
+// pinned_memory_unavailable_reason() is that reason, or empty when pinned memory can be had.
+Allocator& pinned_allocator();
+std::string pinned_memory_unavailable_reason();
+Stats pinned_stats();
+void reset_pinned_peak_stats();
+void empty_pinned_cache();
+// Replaces the pinned allocator (tests); nullptr restores the default. As set_allocator.
+void set_pinned_allocator(Allocator* allocator);
+
 }  // namespace mixtrain::memory

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/pinned.h"
 #include "memory/backing.h"
 #include "mixtrain/core/device.h"
 
@@ -151,9 +152,11 @@ void synchronize(int device) {
   if (!is_available()) return;
   if (device >= 0) {
     MT_CUDA_CHECK(cudaStreamSynchronize(backends::cuda::context(device).stream));
-    return;
+  } else {
+    for (int d = 0; d < device_count(); ++d) MT_CUDA_CHECK(cudaStreamSynchronize(backends::cuda::context(d).stream));
   }
-  for (int d = 0; d < device_count(); ++d) MT_CUDA_CHECK(cudaStreamSynchronize(backends::cuda::context(d).stream));
+  // Pinned sources of the copies that just finished go back to the pinned cache.
+  backends::cuda::release_finished_holds();
 }
 
 void* stream(int device) { return is_available() ? backends::cuda::context(device).stream : nullptr; }

@@ -5,6 +5,7 @@
 #include "backends/cuda/context.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/operands.h"
+#include "backends/cuda/pinned.h"
 
 namespace mixtrain::backends::cuda {
 
@@ -15,18 +16,22 @@ bool plain_copy(const Tensor& src, const Tensor& dst) {
   return src.dtype() == dst.dtype() && src.same_dense_layout(dst);
 }
 
+// From pageable memory the call returns once the bytes are staged, so the source may go at once.
+// From pinned memory it only queues the copy: the source is held until the stream ran it (the
+// caller, Tensor::to, waits unless asked for non_blocking).
+void upload(void* device_ptr, const Tensor& host, size_t bytes, DeviceContext& ctx) {
+  MT_CUDA_CHECK(cudaMemcpyAsync(device_ptr, host.raw_data(), bytes, cudaMemcpyHostToDevice, ctx.stream));
+  if (host.is_pinned()) hold_until_done(host.impl()->storage, ctx);
+}
+
 void host_to_device(const Tensor& src, const Tensor& dst) {
   DeviceContext& ctx = context(dst);
-  if (plain_copy(src, dst)) {
-    // From pageable memory the call returns once the bytes are staged, so src may go at once.
-    MT_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), dst.nbytes(), cudaMemcpyHostToDevice, ctx.stream));
-    return;
-  }
+  if (plain_copy(src, dst)) return upload(dst.raw_data(), src, dst.nbytes(), ctx);
   // Upload as the source's dtype, contiguous; convert and scatter on the device.
   Tensor host = src.is_contiguous() ? src : Tensor::empty(src.shape(), TensorOptions(src.dtype()));
   if (!src.is_contiguous()) backends::copy(DeviceType::CPU, src, host);
   Tensor staged = Tensor::empty(src.shape(), TensorOptions(src.dtype()).device(dst.device()));
-  MT_CUDA_CHECK(cudaMemcpyAsync(staged.raw_data(), host.raw_data(), host.nbytes(), cudaMemcpyHostToDevice, ctx.stream));
+  upload(staged.raw_data(), host, host.nbytes(), ctx);
   backends::copy(DeviceType::CUDA, staged, dst);
 }
 
