@@ -1,5 +1,6 @@
 #pragma once
-// Shared by the model-op tests (conv, pool/upsample, norm, embedding, attention): runs an op
+// Shared by the op tests: fp64 references used by several families (matmul_ref, softmax_rows), and
+// for the model ops (conv, pool/upsample, norm, embedding, attention) check_op, which runs an op
 // forward and backward in one dtype and compares both with an fp64 reference written with plain
 // loops in the test. The reference gradient is the numerical vector-Jacobian product of that
 // reference forward (central differences in fp64), so backward is checked against the
@@ -91,6 +92,28 @@ inline Tensor poisoned(const Shape& shape, DType dtype) {
   Tensor t = empty(shape, TensorOptions(dtype));
   poison(t);
   return t;
+}
+
+// Row-major [m,k] x [k,n] in fp64.
+inline std::vector<double> matmul_ref(const std::vector<double>& a, const std::vector<double>& b, int64_t m, int64_t k, int64_t n) {
+  std::vector<double> c(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t p = 0; p < k; ++p) c[i * n + j] += a[i * k + p] * b[p * n + j];
+  return c;
+}
+
+// Softmax (or log-softmax) of each of `rows` rows of n values, in fp64.
+inline std::vector<double> softmax_rows(const std::vector<double>& x, int64_t rows, int64_t n, bool log) {
+  std::vector<double> out(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double mx = -INFINITY, s = 0;
+    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, x[r * n + j]);
+    for (int64_t j = 0; j < n; ++j) s += std::exp(x[r * n + j] - mx);
+    for (int64_t j = 0; j < n; ++j)
+      out[r * n + j] = log ? x[r * n + j] - mx - std::log(s) : std::exp(x[r * n + j] - mx) / s;
+  }
+  return out;
 }
 
 }  // namespace mixtrain::testing

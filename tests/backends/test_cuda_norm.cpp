@@ -1,5 +1,5 @@
-// CUDA batch norm, group norm, layer norm, max pooling, upsampling and embedding against the CPU
-// backend, forward and backward, every dtype.
+// CUDA batch norm, group norm and layer norm against the CPU backend, forward and backward, every
+// dtype.
 #include "backends/cuda_test_util.h"
 
 namespace mixtrain::testing {
@@ -70,59 +70,6 @@ TEST_F(CudaNorm, LayerNormAndGroupNorm) {
                                               out[5]);
                      });
   }
-}
-
-class CudaPool : public CudaTest {};
-
-TEST_F(CudaPool, MaxPoolAndUpsamplingForwardAndBackward) {
-  for (DType dt : float_types()) {
-    const Tensor x = random_tensor({2, 3, 13, 14}, dt, 65);
-    backends::Pool2dParams p;
-    p.kernel_h = p.kernel_w = 3, p.stride_h = p.stride_w = 2, p.pad_h = p.pad_w = 1;
-    const Tensor gy = random_tensor({2, 3, 7, 7}, dt, 66);
-    compare_backends(std::string("max_pool2d ") + dtype_name(dt), {x, gy},
-                     {{gy.shape(), dt, "y", exact()}, {gy.shape(), kInt64, "indices", exact()},
-                      {x.shape(), dt, "grad_x", tolerance_for(dt)}},
-                     [p](auto& bk, const auto& in, const auto& out) {
-                       backends::max_pool2d(bk, in[0], p, out[0], out[1]);
-                       backends::max_pool2d_backward(bk, in[1], out[1], out[2]);
-                     });
-    for (auto mode : {backends::UpsampleMode::Nearest, backends::UpsampleMode::Bilinear}) {
-      for (bool align : {false, true}) {
-        backends::Upsample2dParams u;
-        u.mode = mode, u.align_corners = align;
-        u.scale_h = align ? 12.0 / 29 : 13.0 / 30, u.scale_w = align ? 13.0 / 6 : 14.0 / 7;
-        const Tensor gu = random_tensor({2, 3, 30, 7}, dt, 67);
-        compare_backends(std::string("upsample ") + dtype_name(dt), {x, gu},
-                         {{gu.shape(), dt, "y", tolerance_for(dt)}, {x.shape(), dt, "grad_x", tolerance_for(dt)}},
-                         [u](auto& bk, const auto& in, const auto& out) {
-                           backends::upsample2d(bk, in[0], u, out[0]);
-                           backends::upsample2d_backward(bk, in[1], u, out[1]);
-                         });
-      }
-    }
-  }
-}
-
-TEST_F(CudaPool, EmbeddingGatherAndScatterWithPadding) {
-  for (DType dt : float_types()) {
-    const Tensor weight = random_tensor({50, 24}, dt, 68);
-    const Tensor idx = randint(0, 50, {300}, TensorOptions(kInt64));  // many repeats
-    const Tensor gy = random_tensor({300, 24}, dt, 69);
-    compare_backends(std::string("embedding ") + dtype_name(dt), {weight, idx, gy},
-                     {{{300, 24}, dt, "rows", exact()}, {weight.shape(), dt, "grad", tolerance_for(dt)}},
-                     [](auto& bk, const auto& in, const auto& out) {
-                       backends::embedding(bk, in[0], in[1], out[0]);
-                       backends::embedding_backward(bk, in[2], in[1], /*padding_idx=*/7, out[1]);
-                     });
-  }
-}
-
-TEST_F(CudaPool, EmbeddingIndexOutOfRangeIsAnError) {
-  const Tensor weight = randn({10, 4}, TensorOptions().device(gpu_device()));
-  const Tensor idx = from_vector(std::vector<int64_t>{1, 2, 10}, {3}, TensorOptions(kInt64).device(gpu_device()));
-  expect_error([&] { nn::functional::embedding(idx, weight); },
-               "index 10 at position 2 is out of range for a table of 10 rows");
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// CUDA reductions, softmax / log_softmax and the NLL loss against the CPU backend, on the layouts
+// CUDA reductions (sum, max, min with indices, kept dims) against the CPU backend, on the layouts
 // that take different kernel paths: rows, columns, axes split across blocks, short and long rows.
 #include "backends/cuda_test_util.h"
 
@@ -6,10 +6,6 @@ namespace mixtrain::testing {
 namespace {
 
 using backends::ReduceOp;
-
-struct View3 {
-  int64_t outer, n, inner;
-};
 
 const View3 kViews[] = {{64, 300, 1}, {3, 500, 70}, {1, 1 << 20, 1}, {2, 200000, 3}, {1000, 7, 1}, {5, 1, 33}};
 
@@ -59,64 +55,6 @@ TEST_F(CudaReduce, MaxKeepsTheFirstNanAndTheFirstOfEqualMaxima) {
                        backends::reduce(b, ReduceOp::Max, in[0], 1, 5000, 1, out[0], out[1]);
                      });
   }
-}
-
-TEST_F(CudaReduce, SoftmaxForwardAndBackwardMatchTheCpu) {
-  const View3 views[] = {{200, 10, 1}, {40, 1024, 1}, {8, 5000, 1}, {4, 30, 17}};
-  for (DType dt : float_types()) {
-    for (const View3& v : views) {
-      for (bool log : {false, true}) {
-        const Tensor x = random_tensor({v.outer, v.n, v.inner}, dt, 22, -8, 8);
-        const Tensor g = random_tensor({v.outer, v.n, v.inner}, dt, 23);
-        compare_backends(std::string(log ? "log_softmax " : "softmax ") + dtype_name(dt) + " n=" + std::to_string(v.n),
-                         {x, g}, {{x.shape(), dt, "y", tolerance_for(dt)}, {x.shape(), dt, "grad_x", tolerance_for(dt)}},
-                         [v, log](auto& b, const auto& in, const auto& out) {
-                           backends::softmax(b, in[0], v.outer, v.n, v.inner, log, 0, out[0]);
-                           backends::softmax_backward(b, out[0], in[1], v.outer, v.n, v.inner, log, out[1]);
-                         });
-      }
-    }
-    // Causal attention rows: [B*H = 6, L, S] scores, L < S, L == S, and rows longer than a warp's limit.
-    for (const auto& [l, s] : {std::pair<int64_t, int64_t>{7, 12}, {64, 64}, {3, 1500}}) {
-      const Tensor x = random_tensor({6 * l, s}, dt, 25, -8, 8), g = random_tensor({6 * l, s}, dt, 26);
-      compare_backends(std::string("causal softmax ") + dtype_name(dt) + " L=" + std::to_string(l), {x, g},
-                       {{x.shape(), dt, "y", tolerance_for(dt)}, {x.shape(), dt, "grad_x", tolerance_for(dt)}},
-                       [l = l, s = s](auto& b, const auto& in, const auto& out) {
-                         backends::softmax(b, in[0], 6 * l, s, 1, false, l, out[0]);
-                         backends::softmax_backward(b, out[0], in[1], 6 * l, s, 1, false, out[1]);
-                       });
-    }
-  }
-}
-
-TEST_F(CudaReduce, NllLossWithIgnoreIndexAndLabelSmoothing) {
-  for (DType dt : float_types()) {
-    for (const View3& v : {View3{256, 10, 1}, View3{4, 11, 300}}) {
-      for (double smoothing : {0.0, 0.1}) {
-        const Tensor logp = log_softmax(random_tensor({v.outer, v.n, v.inner}, kFloat32, 24, -3, 3), 1).to(dt);
-        std::vector<int64_t> t = randint(0, v.n, {v.outer * v.inner}, TensorOptions(kInt64)).to_vector<int64_t>();
-        for (size_t i = 0; i < t.size(); i += 9) t[i] = -100;  // some ignored
-        const Tensor target = from_vector(t, {v.outer, v.inner});
-        backends::NllLossArgs args;
-        args.label_smoothing = smoothing;
-        const Tensor grad = full({}, 0.75, TensorOptions(dt));
-        compare_backends(std::string("nll ") + dtype_name(dt), {logp, target, grad},
-                         {{{}, dt, "loss", tolerance_for(dt)}, {{}, kInt64, "count", exact()},
-                          {logp.shape(), dt, "grad", tolerance_for(dt)}},
-                         [v, args](auto& b, const auto& in, const auto& out) {
-                           backends::nll_loss(b, in[0], in[1], v.outer, v.n, v.inner, args, out[0], out[1]);
-                           backends::nll_loss_backward(b, in[1], v.outer, v.n, v.inner, args, in[2], out[1], out[2]);
-                         });
-      }
-    }
-  }
-}
-
-TEST_F(CudaReduce, OutOfRangeTargetIsAnErrorNamingIt) {
-  const Tensor logits = randn({4, 5}, TensorOptions().device(gpu_device()));
-  const Tensor target = from_vector(std::vector<int64_t>{0, 3, 7, 1}, {4}, TensorOptions(kInt64).device(gpu_device()));
-  expect_error([&] { nn::functional::cross_entropy(logits, target); },
-               "target 7 at position 2 is out of range for 5 classes");
 }
 
 TEST_F(CudaReduce, PublicReductionsOnDeviceTensors) {

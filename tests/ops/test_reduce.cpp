@@ -1,0 +1,100 @@
+// Reductions (sum, mean, max, min, argmax) against fp64 references written with plain loops, for
+// every dtype; gradients against finite differences.
+#include <cmath>
+
+#include "ops/op_reference.h"
+#include "support/testing.h"
+
+namespace mt = mixtrain;
+namespace F = mixtrain::nn::functional;
+using mt::testing::all_close;
+using mt::testing::expect_error;
+using mt::testing::float_types;
+using mt::testing::gradcheck;
+using mt::testing::matmul_ref;
+using mt::testing::random_tensor;
+using mt::testing::softmax_rows;
+using mt::testing::to_doubles;
+using mt::testing::tolerance_for;
+
+TEST(Reduce, SumMeanMaxOverDimsMatchReference) {
+  for (mt::DType dt : float_types()) {
+    mt::Tensor x = random_tensor({4, 5, 6}, dt, 7);
+    const auto v = to_doubles(x);
+    std::vector<double> s1(4 * 6, 0), s02(5, 0), mx(4 * 5, -INFINITY);
+    double all = 0;
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 5; ++j)
+        for (int k = 0; k < 6; ++k) {
+          const double e = v[(i * 5 + j) * 6 + k];
+          s1[i * 6 + k] += e;
+          s02[j] += e;
+          mx[i * 5 + j] = std::max(mx[i * 5 + j], e);
+          all += e;
+        }
+    // Sums of n rounded inputs: the result is rounded once, so the dtype tolerance holds.
+    const auto tol = tolerance_for(dt);
+    EXPECT_TRUE(all_close(mt::sum(x, {1}), s1, tol)) << dt;
+    EXPECT_TRUE(all_close(mt::sum(x, {0, 2}), s02, tol)) << dt;
+    EXPECT_TRUE(all_close(mt::sum(x), std::vector<double>{all}, tol)) << dt;
+    std::vector<double> m02;
+    for (double e : s02) m02.push_back(e / 24.0);
+    EXPECT_TRUE(all_close(mt::mean(x, {0, 2}), m02, tol)) << dt;
+    EXPECT_EQ(mt::sum(x, {1}, true).shape(), (mt::Shape{4, 1, 6}));
+    EXPECT_TRUE(all_close(mt::max(x, 2), mx, tol)) << dt;
+  }
+}
+
+TEST(Reduce, SumsAroundKeptDimsMatchReferenceForEveryDtype) {
+  const mt::Shape shape{3, 2, 4, 5, 3};
+  const std::vector<std::vector<int64_t>> cases = {{0, 1, 3, 4}, {0, 3, 4}, {0, 4}, {0, 2, 4}, {-5, -1}};
+  for (mt::DType dt : float_types()) {
+    const mt::Tensor x = random_tensor(shape, dt, 12);
+    const auto v = to_doubles(x);
+    for (const auto& dims : cases) {
+      std::vector<bool> reduced(shape.size(), false);
+      for (int64_t d : dims) reduced[(d + 5) % 5] = true;
+      mt::Shape kept_shape, keepdim_shape;
+      for (size_t d = 0; d < shape.size(); ++d) {
+        keepdim_shape.push_back(reduced[d] ? 1 : shape[d]);
+        if (!reduced[d]) kept_shape.push_back(shape[d]);
+      }
+      std::vector<double> ref(static_cast<size_t>(mt::Tensor::empty(keepdim_shape).numel()), 0.0);
+      for (int64_t flat = 0; flat < x.numel(); ++flat) {
+        int64_t rem = flat, out_index = 0, out_stride = 1;
+        for (int64_t d = 4; d >= 0; --d) {
+          const int64_t i = rem % shape[d];
+          rem /= shape[d];
+          if (!reduced[d]) out_index += i * out_stride, out_stride *= shape[d];
+        }
+        ref[static_cast<size_t>(out_index)] += v[static_cast<size_t>(flat)];
+      }
+      SCOPED_TRACE(::testing::Message() << dt << " dims " << ::testing::PrintToString(dims));
+      const mt::Tensor out = mt::sum(x, dims), out_keep = mt::sum(x, dims, true);
+      EXPECT_EQ(out.shape(), kept_shape);
+      EXPECT_EQ(out_keep.shape(), keepdim_shape);
+      EXPECT_EQ(out.dtype(), dt);
+      EXPECT_TRUE(all_close(out, ref, tolerance_for(dt)));
+      EXPECT_TRUE(all_close(out_keep, ref, tolerance_for(dt)));
+    }
+  }
+}
+
+TEST(Reduce, HalfMeanDoesNotOverflowWhereItsSumWould) {
+  mt::Tensor x = mt::full({4096}, 60.0, mt::TensorOptions(mt::kFloat16));  // sum 245760 > 65504
+  EXPECT_FLOAT_EQ(mt::mean(x).item<float>(), 60.0f);
+  EXPECT_TRUE(std::isinf(mt::sum(x).item<float>()));
+  EXPECT_FLOAT_EQ(mt::sum(x, {}, false, mt::kFloat32).item<float>(), 245760.0f);
+}
+
+TEST(Reduce, ArgmaxAndGradients) {
+  mt::Tensor x = random_tensor({3, 5}, mt::kFloat64, 9);
+  auto idx = mt::argmax(x, 1).to_vector<int64_t>();
+  const auto v = to_doubles(x);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j) EXPECT_LE(v[i * 5 + j], v[i * 5 + idx[i]]);
+  EXPECT_TRUE(gradcheck([](const std::vector<mt::Tensor>& in) { return mt::sum(in[0], {0}); }, {x}));
+  EXPECT_TRUE(gradcheck([](const std::vector<mt::Tensor>& in) { return mt::mean(in[0].t(), {1}, true); }, {x}));
+  EXPECT_TRUE(gradcheck([](const std::vector<mt::Tensor>& in) { return mt::max(in[0], 1); }, {x}));
+  EXPECT_TRUE(gradcheck([](const std::vector<mt::Tensor>& in) { return mt::min(in[0], 0, true); }, {x}));
+}
