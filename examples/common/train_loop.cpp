@@ -61,6 +61,10 @@ std::vector<double> parse_rank_weights(const std::string& text, int world_size) 
   return w;
 }
 
+data::DataLoaderOptions TrainTask::training_loader_options(int64_t batch_size, Device device) {
+  return data::DataLoaderOptions().batch_size(batch_size).num_workers(1).device(device).pin_memory(device.is_cuda());
+}
+
 std::vector<int64_t> TrainTask::shapes_key(std::initializer_list<Tensor> tensors) {
   std::vector<int64_t> key;
   for (const Tensor& t : tensors) {

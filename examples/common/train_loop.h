@@ -74,6 +74,10 @@ class TrainTask {
   // The tensors' shapes one after another, each followed by -1: a plan key.
   static std::vector<int64_t> shapes_key(std::initializer_list<Tensor> tensors);
 
+  // The trainers' loader settings: one background worker collating batches onto `device`, into
+  // pinned memory when that is a GPU, so the upload is queued off the step's path.
+  static data::DataLoaderOptions training_loader_options(int64_t batch_size, Device device);
+
   // next_loss passes its batch's tensors through this: each becomes this rank's rows of the batch
   // every rank drew (all of them when not sharded), and the first one's rows count as the batch's.
   template <class... More>

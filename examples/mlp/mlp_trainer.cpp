@@ -88,13 +88,7 @@ class MlpTrainTask : public TrainTask {
       make_synthetic();
     else
       loader_ = std::make_unique<data::DataLoader>(
-          train_, data::DataLoaderOptions()
-                      .batch_size(c.batch_size)
-                      .shuffle(true)
-                      .seed(c.seed)
-                      .num_workers(1)
-                      .device(c.device)
-                      .pin_memory(c.device.is_cuda()));  // the upload is queued, off the step's path
+          train_, training_loader_options(c.batch_size, c.device).shuffle(true).seed(c.seed));
   }
 
   nn::Module& model() override { return *model_; }

@@ -118,12 +118,7 @@ class TransformerTrainTask : public TrainTask {
     auto sampler = std::make_shared<data::RandomSampler>(windows.size(), seed, /*replacement=*/true);
     return std::make_unique<data::DataLoader>(
         windows, sampler,
-        data::DataLoaderOptions()
-            .batch_size(config_.batch_size)
-            .drop_last(true)
-            .num_workers(1)
-            .device(config_.device)
-            .pin_memory(config_.device.is_cuda()));  // the upload is queued, off the step's path
+        training_loader_options(config_.batch_size, config_.device).drop_last(true));
   }
 
   // t_i = (s + k i) mod 256 with s in [0, 256) and k in [1, 4] per sequence: after two bytes the

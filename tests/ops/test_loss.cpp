@@ -10,7 +10,6 @@ using mt::testing::all_close;
 using mt::testing::expect_error;
 using mt::testing::float_types;
 using mt::testing::gradcheck;
-using mt::testing::matmul_ref;
 using mt::testing::random_tensor;
 using mt::testing::softmax_rows;
 using mt::testing::to_doubles;

@@ -6,14 +6,11 @@
 #include "support/testing.h"
 
 namespace mt = mixtrain;
-namespace F = mixtrain::nn::functional;
 using mt::testing::all_close;
-using mt::testing::expect_error;
 using mt::testing::float_types;
 using mt::testing::gradcheck;
 using mt::testing::matmul_ref;
 using mt::testing::random_tensor;
-using mt::testing::softmax_rows;
 using mt::testing::to_doubles;
 using mt::testing::tolerance_for;
 
