@@ -53,14 +53,14 @@ publish
 
 # ---- Tests.
 if [ $bench_only -eq 0 ]; then
-ctest --test-dir "$build" -j 8 --output-on-failure --timeout 600 > "$out/ctest.log" 2>&1
+ctest --test-dir "$build" -j "$(nproc)" --output-on-failure --timeout 150 > "$out/ctest.log" 2>&1
 grep -E "tests passed|tests failed" "$out/ctest.log" | tee -a "$out/summary.txt"
 grep -E "\((Failed|SEGFAULT|Timeout|Subprocess aborted|Exception)\)" "$out/ctest.log" | head -30 | tee -a "$out/summary.txt"
 skipped=$(grep -c "(Skipped)" "$out/ctest.log" || true)
 log "skipped tests: $skipped"
 
 if command -v compute-sanitizer >/dev/null; then
-  timeout 240 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
+  timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
     "$build/tests/test_backends" --gtest_brief=1 > "$out/memcheck.log" 2>&1
   log "compute-sanitizer memcheck (test_backends): exit $? ($(grep -m1 'ERROR SUMMARY' "$out/memcheck.log"))"
 fi

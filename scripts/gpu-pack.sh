@@ -12,7 +12,7 @@ cd "$root"
 dest=$root/.gpu-deps/usr
 multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 
-need=(libeigen3-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libcli11-dev)
+need=(libeigen3-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libcli11-dev libgloo-dev)
 [ "${1:-}" = "--data" ] && need+=(dataset-fashion-mnist fortunes)
 missing=()
 for p in "${need[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -34,12 +34,28 @@ rm -rf "$root/.gpu-deps"
 for p in /usr/include/eigen3 /usr/share/eigen3 /usr/include/nlohmann /usr/share/cmake/nlohmann_json \
          /usr/include/gtest /usr/include/gmock /usr/include/benchmark /usr/include/CLI /usr/share/cmake/CLI11 \
          /usr/lib/$multiarch/cmake/GTest /usr/lib/$multiarch/cmake/benchmark \
-         /usr/include/zlib.h /usr/include/zconf.h /usr/lib/$multiarch/libz.a; do
+         /usr/include/zlib.h /usr/include/zconf.h; do
   pack "$p"
 done
+# zlib as a shared library (the static one is not position-independent, and libmixtrain is shared);
+# the GPU image has the libz.so.1 it names at run time.
+mkdir -p "$dest/lib/$multiarch" && cp "$(readlink -f /lib/$multiarch/libz.so.1)" "$dest/lib/$multiarch/libz.so"
 for f in /usr/lib/$multiarch/libgtest*.a /usr/lib/$multiarch/libgmock*.a /usr/lib/$multiarch/libbenchmark*; do
   pack "$f"
 done
+# Gloo (the distributed tests, and the store the NCCL rendezvous goes through) with the shared
+# libraries it needs at run time, which a GPU image may lack. Its CMake targets name the library by
+# absolute path; the packed copy names it relative to the package instead.
+for p in /usr/include/gloo /usr/include/hiredis /usr/share/cmake/Gloo /usr/lib/libgloo.so /usr/lib/libgloo.so.0 \
+         /usr/lib/libgloo.so.0.5.0; do
+  pack "$p"
+done
+for lib in libhiredis.so.0.14 libibverbs.so.1 libnl-3.so.200 libnl-route-3.so.200; do
+  f=$(readlink -f "/lib/$multiarch/$lib") && mkdir -p "$dest/lib/$multiarch" && cp "$f" "$dest/lib/$multiarch/$lib"
+done
+# NCCL's header, for a GPU image whose NCCL came in a wheel without it (gpu-build.sh looks there last).
+[ -f /usr/local/cuda/include/nccl.h ] && mkdir -p "$dest/include" && cp /usr/local/cuda/include/nccl.h "$dest/include/"
+sed -i 's|"/usr/lib/libgloo|"${_IMPORT_PREFIX}/lib/libgloo|' "$dest"/share/cmake/Gloo/GlooTargets-*.cmake
 if [ "${1:-}" = "--data" ]; then
   pack /usr/share/datasets/fashion-mnist
   pack /usr/share/games/fortunes

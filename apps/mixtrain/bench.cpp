@@ -60,6 +60,7 @@ nlohmann::json bench_one(const TaskSpec& spec, examples::Precision precision, in
   o.device = spec.device;
   o.steps = warmup + steps;
   o.lr = default_lr(spec.model);
+  o.constant_lr = true;
   const examples::TrainResult r = examples::train(*task, o);
   std::vector<double> times;
   for (size_t i = static_cast<size_t>(warmup); i < r.records.size(); ++i) times.push_back(r.records[i].seconds);

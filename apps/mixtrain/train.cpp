@@ -108,7 +108,8 @@ int run_train(const std::vector<std::string>& argv) {
   options.device = spec.device;
   if (f.cpu_autocast != "cuda") {
     if (!spec.device.is_cpu())
-      throw examples::cli::UsageError("--cpu-autocast " + f.cpu_autocast + " is for CPU training; add --device cpu");
+      throw examples::cli::UsageError("--cpu-autocast " + f.cpu_autocast + " is for CPU training, not --device " +
+                                      spec.device.str() + "; add --device cpu");
     if (app->count("--precision") == 0) options.precision = cpu_autocast_precision(f.cpu_autocast);
   }
   apply_cpu_autocast_preset(f.cpu_autocast);

@@ -103,8 +103,8 @@ TrainResult train_with_log(TrainTask& task, const TrainOptions& options, std::os
 
 namespace {
 std::unique_ptr<optim::LRScheduler> make_scheduler(optim::Optimizer& opt, const LrSchedule& s, int64_t steps) {
-  MT_CHECK(s.warmup_steps >= 0, "warmup steps must be >= 0, got ", s.warmup_steps);
-  const int64_t warmup = std::min(s.warmup_steps, steps);
+  MT_CHECK(s.warmup_steps >= -1, "warmup steps must be >= 0 (or -1: a tenth of the steps), got ", s.warmup_steps);
+  const int64_t warmup = std::min(s.warmup_steps < 0 ? steps / 10 : s.warmup_steps, steps);
   const int64_t decay = std::max<int64_t>(1, steps - warmup);
   if (warmup > 0 && s.cosine) {
     auto w = std::make_shared<optim::LinearLR>(opt, 1.0 / static_cast<double>(warmup), 1.0, warmup);
@@ -131,7 +131,7 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
   amp::GradScaler scaler(amp::GradScalerOptions()
                              .init_scale(options.init_scale)
                              .enabled(options.precision == Precision::Fp16));
-  const std::unique_ptr<optim::LRScheduler> scheduler = make_scheduler(opt, task.schedule(), options.steps);
+  const std::unique_ptr<optim::LRScheduler> scheduler = make_scheduler(opt, options.constant_lr ? LrSchedule{} : task.schedule(), options.steps);
   const bool autocast = options.precision != Precision::Fp32;
   const DType amp_dtype = options.precision == Precision::Bf16 ? kBFloat16 : kFloat16;
 

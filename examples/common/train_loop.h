@@ -107,6 +107,9 @@ struct TrainOptions {
   std::string save_dir;        // checkpoint here at the end (and every save_every steps)
   int64_t save_every = 0;
   std::string resume_dir;      // start from this checkpoint
+  // Train at the constant rate lr whatever the task's schedule (mixtrain bench: the PyTorch
+  // reference loop it is compared with has no schedule).
+  bool constant_lr = false;
   // Serve each step's in-step buffers from a static plan (memory/plan_cache.h) keyed by the
   // batch's shapes: the first step of a shape is recorded, later ones replay its arena. Losses,
   // gradients and parameters are those of the unplanned loop bit for bit.

@@ -48,7 +48,7 @@ class TransformerTrainTask : public TrainTask {
   nn::Module& model() override { return *model_; }
   data::DataLoader* loader() override { return train_loader_.get(); }
   LrSchedule schedule() const override {
-    return {config_.warmup_steps >= 0 ? config_.warmup_steps : config_.steps / 10, /*cosine=*/true};
+    return {config_.warmup_steps, /*cosine=*/true};  // -1: a tenth of the run's steps
   }
   int64_t batch_size() const override { return config_.batch_size; }
   std::string describe() const override { return description_; }

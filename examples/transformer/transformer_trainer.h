@@ -24,7 +24,7 @@ struct TransformerConfig {
   int64_t steps = 300;
   int64_t batch_size = 16;
   double lr = 1e-3;                // peak rate: linear warm-up to it, then cosine decay to 0
-  int64_t warmup_steps = -1;       // -1: a tenth of the steps
+  int64_t warmup_steps = -1;       // -1: a tenth of the run's steps
   uint64_t seed = 0;
   Precision precision = Precision::Fp16;
   Device device = default_device();

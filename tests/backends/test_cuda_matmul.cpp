@@ -1,6 +1,19 @@
 // cuBLASLt GEMMs against the CPU backend: every dtype, both operand orders, transposed views,
-// batches, the bias and ReLU epilogues (and linear_relu's backward), odd sizes; the TF32 switch.
+// batches, the bias and ReLU epilogues (and linear_relu's backward), odd sizes; the TF32 switch;
+// the algorithm choice's table file and switch.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "backends/cuda_test_util.h"
+#include "backends/gemm_tuning_file.h"
+
+#ifdef MIXTRAIN_WITH_CUDA
+namespace mixtrain::backends::cuda {
+void reset_gemm_tuning();  // backends/cuda/gemm_tuning.h, declared here to keep cuBLASLt's headers out
+}  // namespace mixtrain::backends::cuda
+#endif
 
 namespace mixtrain::testing {
 namespace {
@@ -101,6 +114,53 @@ TEST_F(CudaGemm, Tf32IsOptInAndWithinItsTolerance) {
   // absolute tolerance in proportion to k, as for fp32 above.
   EXPECT_TRUE(all_close(t, ref, {5e-4, 5e-3, 4e-5 * 512})) << "tf32";
 }
+
+#ifdef MIXTRAIN_WITH_CUDA  // the tuning switches exist in CUDA builds only
+// A GEMM of a shape no other test uses builds its plan, and so chooses its algorithm, now.
+void check_fresh_gemm(int64_t m, int64_t k, int64_t n) {
+  const Tensor a = random_tensor({m, k}, kFloat16, 38), b = random_tensor({k, n}, kFloat16, 39);
+  const std::vector<double> ref = to_doubles(matmul(a.to(kFloat64), b.to(kFloat64)));
+  EXPECT_TRUE(all_close(matmul(a.to(gpu_device()), b.to(gpu_device())), ref, gemm_tolerance(kFloat16, k)))
+      << m << "x" << k << "x" << n;
+}
+
+TEST_F(CudaGemm, TimedChoicesAreSavedToTheTuningFileAndTheSwitchTurnsTimingOff) {
+  const std::string file = (std::filesystem::temp_directory_path() /
+                            ("mt_gemm_tuning_" + std::to_string(::getpid()) + ".json")).string();
+  std::filesystem::remove(file);
+  ::setenv("MIXTRAIN_GEMM_TUNING_FILE", file.c_str(), 1);
+  backends::cuda::reset_gemm_tuning();
+  check_fresh_gemm(1000, 1536, 1000);  // timed over the candidates: the result is still right
+  const backends::GemmTuningTable t = backends::read_gemm_tuning(file);
+  EXPECT_EQ(t.device, cuda::device_name(0));
+  bool saved = false;
+  for (const auto& [key, index] : t.choices) saved = saved || key.find(",1000,1000,1536,") != std::string::npos;
+  EXPECT_TRUE(saved) << "no choice for the 1000x1536x1000 GEMM in " << file;
+
+  // Off: the heuristic's first, untimed, and nothing new is saved.
+  std::filesystem::remove(file);
+  ::setenv("MIXTRAIN_GEMM_TUNING", "0", 1);
+  backends::cuda::reset_gemm_tuning();
+  check_fresh_gemm(1000, 1544, 1000);
+  EXPECT_FALSE(std::filesystem::exists(file));
+
+  // A bad switch value is an error naming it, at the next new GEMM.
+  ::setenv("MIXTRAIN_GEMM_TUNING", "yes", 1);
+  backends::cuda::reset_gemm_tuning();
+  const Tensor a = random_tensor({1000, 1552}, kFloat16, 40).to(gpu_device());
+  const Tensor b = random_tensor({1552, 1000}, kFloat16, 41).to(gpu_device());
+  try {
+    matmul(a, b);
+    ADD_FAILURE() << "MIXTRAIN_GEMM_TUNING=yes was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MIXTRAIN_GEMM_TUNING"), std::string::npos) << e.what();
+  }
+  ::unsetenv("MIXTRAIN_GEMM_TUNING");
+  ::unsetenv("MIXTRAIN_GEMM_TUNING_FILE");
+  backends::cuda::reset_gemm_tuning();
+  std::filesystem::remove(file);
+}
+#endif
 
 }  // namespace
 }  // namespace mixtrain::testing

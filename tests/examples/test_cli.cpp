@@ -96,6 +96,21 @@ TEST(MixtrainCli, BenchWritesJsonAndSvg) {
   EXPECT_NE(bad_ref.err.find("nope.json"), std::string::npos) << bad_ref.err;
 }
 
+// The transformer warms up over a tenth of the run's --steps (not of its preset's), then decays.
+TEST(MixtrainCli, TransformerWarmUpFollowsTheRunsSteps) {
+  const std::string log = ::testing::TempDir() + "mixtrain_warmup_test.jsonl";
+  const CliRun r = run_mixtrain("train transformer --synthetic --device cpu --batch-size 4 --steps 20 --log " + log);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  std::istringstream lines(slurp(log));
+  std::vector<double> lr;
+  for (std::string line; std::getline(lines, line);) lr.push_back(nlohmann::json::parse(line)["lr"].get<double>());
+  ASSERT_EQ(lr.size(), 20u);
+  EXPECT_NEAR(lr[0], 0.5e-3, 1e-9);  // warm-up of 2 steps: half the rate, then all of it
+  EXPECT_NEAR(lr[1], 1e-3, 1e-9);
+  for (size_t i = 2; i < lr.size(); ++i) EXPECT_LE(lr[i], lr[i - 1]) << "step " << i + 1;
+  EXPECT_LT(lr.back(), 0.1e-3);  // cosine decay to 0 over the other 18
+}
+
 TEST(MixtrainCli, TrainLogsStepsAndResumes) {
   const std::string dir = ::testing::TempDir() + "mixtrain_train_test";
   const std::string log = dir + ".jsonl", ckpt = dir + "_ckpt";

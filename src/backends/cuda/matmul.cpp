@@ -1,13 +1,16 @@
 // Matrix products through cuBLASLt: fp16/bf16 on tensor cores with fp32 accumulation, fp32 in
 // strict fp32 unless mixtrain::cuda::set_allow_tf32(true), fp64 in fp64; strided batches; the
-// bias and ReLU folded into the GEMM's epilogue. A plan (descriptors and the heuristic's
-// algorithm) is built once per shape, layout and epilogue and cached.
+// bias and ReLU folded into the GEMM's epilogue. A plan (descriptors and an algorithm) is built
+// once per shape, layout and epilogue and cached; the algorithm is the fastest of the heuristic's
+// candidates, timed on first use (gemm_tuning.h).
 //
 // Our tensors are row-major, cuBLAS is column-major: out = A.B is computed as out^T = B^T.A^T,
 // and a row-major operand is its own transpose read column-major, so no data moves.
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <tuple>
+#include <vector>
 
 #include "backends/copy.h"
 #include "backends/elementwise.h"
@@ -15,6 +18,7 @@
 #include "backends/cuda/context.h"
 #include "backends/cuda/operands.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/gemm_tuning.h"
 
 namespace mixtrain::backends::cuda {
 
@@ -118,13 +122,13 @@ void set_bias_pointer(cublasLtMatmulDesc_t desc, const void* bias) {
   MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
 }
 
-// Builds the descriptors and asks the heuristic for the best algorithm with epilogue `epi`.
-// Returns the heuristic's status, NOT_SUPPORTED when it found no algorithm; the plan is only
-// valid on SUCCESS. The heuristic judges the bias's alignment from its pointer, so the real one is
+// Builds the descriptors and asks the heuristic for its candidate algorithms with epilogue `epi`
+// (best first; plan.algo is the first). Returns the heuristic's status, NOT_SUPPORTED when it found
+// no algorithm; the plan and candidates are only valid on SUCCESS. The heuristic judges the bias's alignment from its pointer, so the real one is
 // set before it runs (and the bias's alignment is part of the plan key).
 cublasStatus_t build_plan(DeviceContext& ctx, DType dt, const Operand& x, const Operand& y, int64_t m, int64_t n,
                           int64_t k, int64_t batch, cublasLtEpilogue_t epi, const void* bias, const int (&align)[4],
-                          Plan& plan) {
+                          Plan& plan, std::vector<cublasLtMatmulHeuristicResult_t>& candidates) {
   const cudaDataType_t type = cuda_type(dt);
   const bool fp64 = dt == DType::Float64;
   const cublasComputeType_t compute =
@@ -151,10 +155,10 @@ cublasStatus_t build_plan(DeviceContext& ctx, DType dt, const Operand& x, const 
     const uint32_t a = static_cast<uint32_t>(align[i]);
     MT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attrs[i], &a, sizeof(a)));
   }
-  cublasLtMatmulHeuristicResult_t result{};
+  candidates.assign(static_cast<size_t>(gemm_candidate_count(ctx)), cublasLtMatmulHeuristicResult_t{});
   int found = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(ctx.lt, plan.desc, plan.a, plan.b, plan.c, plan.c, pref, 1, &result, &found);
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, plan.desc, plan.a, plan.b, plan.c, plan.c, pref,
+                                                           static_cast<int>(candidates.size()), candidates.data(), &found);
   MT_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
     MT_CUBLAS_CHECK(cublasLtMatmulDescDestroy(plan.desc));
@@ -163,8 +167,30 @@ cublasStatus_t build_plan(DeviceContext& ctx, DType dt, const Operand& x, const 
     MT_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan.c));
     return st != CUBLAS_STATUS_SUCCESS ? st : CUBLAS_STATUS_NOT_SUPPORTED;
   }
-  plan.algo = result.algo;
+  candidates.resize(static_cast<size_t>(found));
+  plan.algo = candidates[0].algo;
   return CUBLAS_STATUS_SUCCESS;
+}
+
+// The plan key as text, for the tuning table: every field but the device index (a table is per
+// device model), comma-separated.
+std::string key_text(const PlanKey& key) {
+  std::ostringstream os;
+  int i = 0;
+  std::apply([&](const auto&... field) { ((os << (i == 0 ? "" : ",") << (i == 11 ? -1 : field), ++i), ...); }, key);
+  return os.str();
+}
+
+// One cublasLtMatmul of `plan` with `algo`: out^T = b^T . a^T in cuBLAS's terms (see gemm).
+cublasStatus_t launch(DeviceContext& ctx, const Plan& plan, const cublasLtMatmulAlgo_t& algo, DType dt, const Tensor& a,
+                      const Tensor& b, const Tensor& out) {
+  const double alpha64 = 1.0, beta64 = 0.0;
+  const float alpha32 = 1.0f, beta32 = 0.0f;
+  const bool fp64 = dt == DType::Float64;
+  return cublasLtMatmul(ctx.lt, plan.desc, fp64 ? static_cast<const void*>(&alpha64) : &alpha32, b.raw_data(), plan.a,
+                        a.raw_data(), plan.b, fp64 ? static_cast<const void*>(&beta64) : &beta32, out.raw_data(),
+                        plan.c, out.raw_data(), plan.c, &algo, ctx.gemm_workspace, ctx.gemm_workspace_bytes,
+                        ctx.stream);
 }
 
 }  // namespace
@@ -216,26 +242,27 @@ void gemm(const Tensor& a_in, bool trans_a, const Tensor& b_in, bool trans_b, co
   auto it = cache.plans.find(key);
   if (it == cache.plans.end()) {
     Plan p;
+    std::vector<cublasLtMatmulHeuristicResult_t> candidates;
     const cublasLtEpilogue_t epi = lt_epilogue(bias.defined(), epilogue);
     const void* bias_ptr = bias.defined() ? bias_c.raw_data() : nullptr;
-    cublasStatus_t st = build_plan(ctx, dt, x, y, m, n, k, batch, epi, bias_ptr, align, p);
+    cublasStatus_t st = build_plan(ctx, dt, x, y, m, n, k, batch, epi, bias_ptr, align, p, candidates);
     // No algorithm with the fused epilogue for this case (e.g. fp64): plain product, then
     // unfused_epilogue.
     if (st != CUBLAS_STATUS_SUCCESS && epi != CUBLASLT_EPILOGUE_DEFAULT)
-      st = build_plan(ctx, dt, x, y, m, n, k, batch, CUBLASLT_EPILOGUE_DEFAULT, nullptr, align, p);
+      st = build_plan(ctx, dt, x, y, m, n, k, batch, CUBLASLT_EPILOGUE_DEFAULT, nullptr, align, p, candidates);
     MT_CHECK(st == CUBLAS_STATUS_SUCCESS, "gemm: cuBLASLt has no algorithm for ", dt, " [", m, ", ", k, "] x [", k,
              ", ", n, "] (batch ", batch, "): cublasLtMatmulAlgoGetHeuristic gave ", cublasLtGetStatusName(st));
+    // Timing writes this call's output (beta is 0, so every launch overwrites it whole); the
+    // launch below writes it once more.
+    const int chosen = choose_gemm_algorithm(ctx, key_text(key), candidates, [&](const cublasLtMatmulAlgo_t& algo) {
+      return launch(ctx, p, algo, dt, a, b, out);
+    });
+    p.algo = candidates[static_cast<size_t>(chosen)].algo;
     it = cache.plans.emplace(key, p).first;
   }
   const Plan& plan = it->second;
   if (plan.fused_epilogue && bias.defined()) set_bias_pointer(plan.desc, bias_c.raw_data());
-  const double alpha64 = 1.0, beta64 = 0.0;
-  const float alpha32 = 1.0f, beta32 = 0.0f;
-  const bool fp64 = dt == DType::Float64;
-  MT_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, plan.desc, fp64 ? static_cast<const void*>(&alpha64) : &alpha32, b.raw_data(),
-                                 plan.a, a.raw_data(), plan.b, fp64 ? static_cast<const void*>(&beta64) : &beta32,
-                                 out.raw_data(), plan.c, out.raw_data(), plan.c, &plan.algo, ctx.gemm_workspace,
-                                 ctx.gemm_workspace_bytes, ctx.stream));
+  MT_CUBLAS_CHECK(launch(ctx, plan, plan.algo, dt, a, b, out));
   if (!plan.fused_epilogue) unfused_epilogue();
 }
 
