@@ -25,8 +25,7 @@ struct Case {
 
 std::string name_of(const Case& c, DType dt) {
   return std::string(dtype_name(dt)) + " B" + std::to_string(c.batch) + " L" + std::to_string(c.l) + " S" +
-         std::to_string(c.s) + " E" + std::to_string(c.e) + " Ev" + std::to_string(c.ev) +
-         (c.causal ? " causal" : "");
+         std::to_string(c.s) + " E" + std::to_string(c.e) + " Ev" + std::to_string(c.ev) + (c.causal ? " causal" : "");
 }
 
 DType lse_dtype(DType dt) { return dt == kFloat64 ? kFloat64 : kFloat32; }
@@ -48,7 +47,8 @@ Results run_kernels(const Case& c, double scale, const std::vector<Tensor>& in, 
 }
 
 std::vector<Tensor> inputs_for(const Case& c, DType dt, uint64_t seed) {
-  return {random_tensor({c.batch, c.l, c.e}, dt, seed, -1.5, 1.5), random_tensor({c.batch, c.s, c.e}, dt, seed + 1, -1.5, 1.5),
+  return {random_tensor({c.batch, c.l, c.e}, dt, seed, -1.5, 1.5),
+          random_tensor({c.batch, c.s, c.e}, dt, seed + 1, -1.5, 1.5),
           random_tensor({c.batch, c.s, c.ev}, dt, seed + 2), random_tensor({c.batch, c.l, c.ev}, dt, seed + 3)};
 }
 
@@ -97,7 +97,8 @@ class CudaAttention : public CudaTest {};
 TEST_F(CudaAttention, KernelsMatchTheFp64CpuKernelIntoPoisonedOutputs) {
   // Lengths around the tiles (64/32 rows for tensor cores, 32/16/8 generic): 1, 37, 130, 257, and
   // L != S both ways.
-  const std::pair<int64_t, int64_t> lengths[] = {{1, 1}, {37, 37}, {130, 130}, {257, 257}, {37, 130}, {130, 37}, {1, 257}, {257, 1}};
+  const std::pair<int64_t, int64_t> lengths[] = {{1, 1},    {37, 37},  {130, 130}, {257, 257},
+                                                 {37, 130}, {130, 37}, {1, 257},   {257, 1}};
   // Tensor cores for fp16/bf16 (multiples of 16 up to 128, E != Ev too), the generic kernels otherwise.
   const std::pair<int64_t, int64_t> heads[] = {{64, 64}, {128, 128}, {32, 128}, {40, 40}, {24, 40}};
   uint64_t seed = 100;
@@ -145,8 +146,8 @@ TEST_F(CudaAttention, OpFusedMatchesCompositeWithAutograd) {
     for (bool causal : {false, true}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + (causal ? " causal" : ""));
       const std::vector<Tensor> in{random_tensor({2, 3, 37, 64}, dt, 500, -1.5, 1.5),
-                                   random_tensor({2, 1, 50, 64}, dt, 501, -1.5, 1.5), random_tensor({2, 3, 50, 40}, dt, 502),
-                                   random_tensor({2, 3, 37, 40}, dt, 503)};
+                                   random_tensor({2, 1, 50, 64}, dt, 501, -1.5, 1.5),
+                                   random_tensor({2, 3, 50, 40}, dt, 502), random_tensor({2, 3, 37, 40}, dt, 503)};
       auto run = [&](bool fused, DType as, Device device) {
         const std::vector<Tensor> c = converted(in, as, device);
         std::vector<Tensor> x{c[0].detach().set_requires_grad(true), c[1].detach().set_requires_grad(true),
@@ -171,7 +172,8 @@ TEST_F(CudaAttention, OpFusedMatchesCompositeWithAutograd) {
       for (int g = 1; g < 4; ++g) {
         ASSERT_TRUE(fused[g].grad().defined());
         EXPECT_EQ(fused[g].grad().dtype(), dt);
-        EXPECT_TRUE(all_close(fused[g].grad(), to_doubles(ref[g].grad()), tol)) << "grad of input " << g - 1 << " against fp64";
+        EXPECT_TRUE(all_close(fused[g].grad(), to_doubles(ref[g].grad()), tol))
+            << "grad of input " << g - 1 << " against fp64";
         EXPECT_TRUE(all_close(fused[g].grad(), to_doubles(composite[g].grad()), loose))
             << "grad of input " << g - 1 << " against the composite";
       }

@@ -14,17 +14,18 @@ void check_operands(const char* op, const AttentionShape& sh, std::initializer_l
                     const Tensor& lse) {
   const DType dt = ts.begin()->first->dtype();
   for (const auto& [t, shape] : ts)
-    MT_CHECK(t->is_contiguous() && t->dtype() == dt && t->numel() == shape_numel(shape), op,
-             ": expected contiguous ", dtype_name(dt), " operands of ", shape_numel(shape), " elements, got ",
-             t->summary());
+    MT_CHECK(t->is_contiguous() && t->dtype() == dt && t->numel() == shape_numel(shape), op, ": expected contiguous ",
+             dtype_name(dt), " operands of ", shape_numel(shape), " elements, got ", t->summary());
   MT_CHECK(lse.is_contiguous() && lse.dtype() == lse_dtype(dt) && lse.numel() == sh.batch * sh.l, op,
-           ": expected a contiguous ", dtype_name(lse_dtype(dt)), " logsumexp of ", sh.batch * sh.l,
-           " elements, got ", lse.summary());
+           ": expected a contiguous ", dtype_name(lse_dtype(dt)), " logsumexp of ", sh.batch * sh.l, " elements, got ",
+           lse.summary());
   MT_CHECK(sh.s >= 1 && sh.e >= 1 && sh.ev >= 1 && sh.e < (1 << 20) && sh.ev < (1 << 20), op,
            ": unsupported sizes L=", sh.l, " S=", sh.s, " E=", sh.e, " Ev=", sh.ev);
 }
 
-kernels::AttentionDims dims(const AttentionShape& sh) { return {sh.batch, sh.l, sh.s, sh.e, sh.ev, sh.scale, sh.causal}; }
+kernels::AttentionDims dims(const AttentionShape& sh) {
+  return {sh.batch, sh.l, sh.s, sh.e, sh.ev, sh.scale, sh.causal};
+}
 
 }  // namespace
 

@@ -159,8 +159,7 @@ __global__ void attention_row_dot(const T* __restrict__ grad_out, const T* __res
 // visible), dP = dO.v. Shared by the dK/dV and the dQ kernels so both see the same values.
 template <class A>
 __device__ __forceinline__ void prob_and_grad(const A* sq, const A* sk, const A* sdo, const A* sv, const A* slse,
-                                              const A* sd, int r, int c, int lde, int ldv, int e, int ev, A& p,
-                                              A& ds) {
+                                              const A* sd, int r, int c, int lde, int ldv, int e, int ev, A& p, A& ds) {
   p = m_exp(score(sq, sk, r, c, lde, e) - slse[r]);
   A dp = 0;
   for (int t = 0; t < ev; ++t) dp += sdo[r * ldv + t] * sv[c * ldv + t];
@@ -226,7 +225,8 @@ __global__ void __launch_bounds__(attention::kThreads)
     for (int idx = threadIdx.x; idx < bq * bk; idx += blockDim.x) {
       const int r = idx / bk, c = idx % bk;
       A p = 0, ds = 0;
-      if (visible(r, rows, c, cols, i0, j0, d.causal)) prob_and_grad(sq, sk, sdo, sv, slse, sd, r, c, lde, ldv, e, ev, p, ds);
+      if (visible(r, rows, c, cols, i0, j0, d.causal))
+        prob_and_grad(sq, sk, sdo, sv, slse, sd, r, c, lde, ldv, e, ev, p, ds);
       sp[idx] = p;
       sds[idx] = ds;
     }
@@ -246,7 +246,8 @@ __global__ void __launch_bounds__(attention::kThreads)
     }
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < cols * e; idx += blockDim.x) grad_k[(b * d.s + j0) * e + idx] = convert<T>(sdk[idx]);
+  for (int idx = threadIdx.x; idx < cols * e; idx += blockDim.x)
+    grad_k[(b * d.s + j0) * e + idx] = convert<T>(sdk[idx]);
   for (int idx = threadIdx.x; idx < cols * ev; idx += blockDim.x)
     grad_v[(b * d.s + j0) * ev + idx] = convert<T>(sdv[idx]);
 }
@@ -263,8 +264,7 @@ template <class T>
 __global__ void __launch_bounds__(attention::kThreads)
     attention_backward_queries(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                const T* __restrict__ grad_out, const acc_t<T>* __restrict__ lse,
-                               const acc_t<T>* __restrict__ dvec, AttentionDims d, Tile tile,
-                               T* __restrict__ grad_q) {
+                               const acc_t<T>* __restrict__ dvec, AttentionDims d, Tile tile, T* __restrict__ grad_q) {
   using A = acc_t<T>;
   extern __shared__ __align__(16) unsigned char smem[];
   const int bq = tile.bq, bk = tile.bk, e = static_cast<int>(d.e), ev = static_cast<int>(d.ev);
@@ -293,7 +293,8 @@ __global__ void __launch_bounds__(attention::kThreads)
     for (int idx = threadIdx.x; idx < bq * bk; idx += blockDim.x) {
       const int r = idx / bk, c = idx % bk;
       A p = 0, ds = 0;
-      if (visible(r, rows, c, cols, i0, j0, d.causal)) prob_and_grad(sq, sk, sdo, sv, slse, sd, r, c, lde, ldv, e, ev, p, ds);
+      if (visible(r, rows, c, cols, i0, j0, d.causal))
+        prob_and_grad(sq, sk, sdo, sv, slse, sd, r, c, lde, ldv, e, ev, p, ds);
       sds[idx] = ds;
     }
     __syncthreads();
@@ -347,9 +348,9 @@ size_t attention_workspace_bytes(DType dtype, const AttentionDims& d) {
   return static_cast<size_t>(d.batch * d.l) * (dtype == DType::Float64 ? sizeof(double) : sizeof(float));
 }
 
-void attention_backward(DType dtype, const void* q, const void* k, const void* v, const void* out,
-                        const void* grad_out, const void* lse, const AttentionDims& d, void* grad_q, void* grad_k,
-                        void* grad_v, void* workspace, cudaStream_t stream) {
+void attention_backward(DType dtype, const void* q, const void* k, const void* v, const void* out, const void* grad_out,
+                        const void* lse, const AttentionDims& d, void* grad_q, void* grad_k, void* grad_v,
+                        void* workspace, cudaStream_t stream) {
   if (d.batch == 0) return;
   dispatch_floating(dtype, "attention_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;

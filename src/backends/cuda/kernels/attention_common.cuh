@@ -26,15 +26,16 @@ void allow_smem(Kernel kernel, const char* name, size_t bytes) {
            ": cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin) failed");
   MT_CHECK(bytes <= static_cast<size_t>(most), name, ": the head dims need ", bytes,
            " bytes of shared memory per block, the device has ", most);
-  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  const cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   MT_CHECK(err == cudaSuccess, name, ": cudaFuncSetAttribute(MaxDynamicSharedMemorySize, ", bytes,
            ") failed: ", cudaGetErrorName(err));
 }
 
 // The tensor-core kernels (attention_mma.cu): false, having done nothing, where they do not apply
 // (not fp16/bf16, head dims not multiples of 16 up to 128, a device before sm_80).
-bool forward_mma(DType dtype, const void* q, const void* k, const void* v, const AttentionDims& d, void* out,
-                 void* lse, cudaStream_t stream);
+bool forward_mma(DType dtype, const void* q, const void* k, const void* v, const AttentionDims& d, void* out, void* lse,
+                 cudaStream_t stream);
 // dvec: D = rowsum(dO * O) per query, computed by the caller.
 bool backward_mma(DType dtype, const void* q, const void* k, const void* v, const void* grad_out, const void* lse,
                   const void* dvec, const AttentionDims& d, void* grad_q, void* grad_k, void* grad_v,

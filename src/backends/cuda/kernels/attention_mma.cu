@@ -26,8 +26,8 @@ constexpr int kWarps = 4, kMmaThreads = 32 * kWarps;
 constexpr int kOwn = 16 * kWarps;  // rows a block owns
 constexpr int kStep = 32;          // rows of the other side per loop step (one per lane)
 constexpr int kMaxFrags = 128 / 16;
-constexpr int ldS = kStep + 4;     // per-warp fp32 tiles [16][ldS]
-constexpr int ldP = kStep + 8;     // per-warp T tiles [16][ldP]
+constexpr int ldS = kStep + 4;  // per-warp fp32 tiles [16][ldS]
+constexpr int ldP = kStep + 8;  // per-warp T tiles [16][ldP]
 static_assert(kStep == 32, "the elementwise steps give each lane one row of the other side");
 
 template <class T>
@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       sd[r] = r < rows ? dvec[b * d.l + i0 + r] : 0.0f;
     }
     __syncthreads();
-    product_abt(wk, ldq, sq, ldq, kStep / 16, e / 16, wst, ldS);    // S^T = K Q^T
+    product_abt(wk, ldq, sq, ldq, kStep / 16, e / 16, wst, ldS);     // S^T = K Q^T
     product_abt(wv, ldv, sdo, ldv, kStep / 16, ev / 16, wdpt, ldS);  // dP^T = V dO^T
     __syncwarp();
     for (int cc = 0; cc < 16; ++cc) {  // key row cc of the warp, lane = query
@@ -377,8 +377,8 @@ void dispatch_half(DType dtype, F&& f) {
 
 }  // namespace
 
-bool forward_mma(DType dtype, const void* q, const void* k, const void* v, const AttentionDims& d, void* out,
-                 void* lse, cudaStream_t stream) {
+bool forward_mma(DType dtype, const void* q, const void* k, const void* v, const AttentionDims& d, void* out, void* lse,
+                 cudaStream_t stream) {
   if (!applies(dtype, d)) return false;
   dispatch_half(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -410,9 +410,8 @@ bool backward_mma(DType dtype, const void* q, const void* k, const void* v, cons
       allow_smem(kernel, "attention_backward (dK, dV)", bytes);
       const int64_t blocks = d.batch * ((d.s + kOwn - 1) / kOwn);
       check_grid(blocks, "attention_backward");
-      kernel<<<static_cast<unsigned>(blocks), kMmaThreads, bytes, stream>>>(tq, tk, tv, tg, tl, td, d,
-                                                                            static_cast<T*>(grad_k),
-                                                                            static_cast<T*>(grad_v));
+      kernel<<<static_cast<unsigned>(blocks), kMmaThreads, bytes, stream>>>(
+          tq, tk, tv, tg, tl, td, d, static_cast<T*>(grad_k), static_cast<T*>(grad_v));
       check_launch("attention_backward (dK, dV, tensor cores)");
     }
     if (d.l > 0) {
