@@ -5,6 +5,11 @@
 //   DeviceCopy/<bytes>:      a device-to-device copy: the measured memory bandwidth
 //   ScalerUnscaleUpdate/<n>: the GradScaler's check + unscale over n fp16 gradient elements
 //                            (100 tensors, in place) plus the on-device scale update
+//   Attention/<dtype>/<fused>/<shape>: scaled_dot_product_attention forward + backward, causal,
+//                            head dim 64: shape 0 is B = 64 x 12 heads at L = S = 128 (the
+//                            transformer benchmark's), 1 is 8 x 12 heads at 1024; fused kernels
+//                            (1) against the composite (0); bench/reference/torch_attention.py
+//                            times PyTorch on the same cases
 // Times are GPU time from CUDA events around each iteration (UseManualTime).
 #include <benchmark/benchmark.h>
 
@@ -13,6 +18,7 @@
 #include "backends/all_kernels.h"
 #include "mixtrain/config.h"
 #include "mixtrain/mixtrain.h"
+#include "ops/attention_fused.h"
 
 #ifdef MIXTRAIN_WITH_CUDA
 #include <cublas_v2.h>
@@ -123,12 +129,39 @@ void BM_ScalerUnscaleUpdate(benchmark::State& state) {
   if (found.item<float>() != 0.0f) state.SkipWithError("unexpected inf/NaN");
 }
 
+
+// range(0): 0 fp16 / 1 bf16; range(1): 1 fused / 0 composite; range(2): the shape (see the top).
+void BM_Attention(benchmark::State& state) {
+  if (!need_gpu(state)) return;
+  const mt::DType dt = dtype_arg(state.range(0));
+  const bool fused = state.range(1) != 0;
+  const int64_t batch = state.range(2) == 0 ? 64 : 8, seq = state.range(2) == 0 ? 128 : 1024;
+  const mt::TensorOptions o = mt::TensorOptions(dt).device(mt::Device::cuda());
+  mt::Tensor q = mt::randn({batch, 12, seq, 64}, o).set_requires_grad(true);
+  mt::Tensor k = mt::randn({batch, 12, seq, 64}, o).set_requires_grad(true);
+  mt::Tensor v = mt::randn({batch, 12, seq, 64}, o).set_requires_grad(true);
+  const mt::Tensor go = mt::randn({batch, 12, seq, 64}, o);
+  auto step = [&] {
+    mt::Tensor out = mixtrain::nn::functional::scaled_dot_product_attention(q, k, v, mt::Tensor(), 0.0, true);
+    out.backward(go);
+  };
+  mt::ops::set_fused_attention_enabled(fused);
+  for (int i = 0; i < 3; ++i) step();  // allocator warm
+  timed(state, [&] {
+    for (mt::Tensor* t : {&q, &k, &v}) t->set_grad(mt::Tensor());  // fresh gradients, no accumulation
+    step();
+  });
+  mt::ops::set_fused_attention_enabled(true);
+  state.SetLabel(std::string(fused ? "fused " : "composite ") + mt::dtype_name(dt) + " B=" + std::to_string(batch) +
+                 "x12 L=S=" + std::to_string(seq) + " E=64 causal");
+}
 }  // namespace
 
 BENCHMARK(BM_Gemm)->ArgsProduct({{0, 1, 2}, {4096, 8192}})->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_CublasGemmEx)->ArgsProduct({{0, 1, 2}, {4096, 8192}})->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_DeviceCopy)->Arg(int64_t{400} << 20)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ScalerUnscaleUpdate)->Arg(100'000'000)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Attention)->ArgsProduct({{0, 1}, {1, 0}, {0, 1}})->UseManualTime()->Unit(benchmark::kMillisecond);
 
 #else
 static void BM_NoCuda(benchmark::State& state) {

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "backends/attention.h"
+#include "mixtrain/config.h"
 #include "mixtrain/memory/dry_run.h"
 #include "ops/attention_fused.h"
 #include "ops/op_reference.h"
@@ -195,9 +196,14 @@ TEST(AttentionFused, GradcheckWithBroadcastAndNonContiguousInputs) {
   }
 }
 
-TEST(AttentionFused, MaskOrDropoutKeepTheCompositeAndCudaHasNoFusedKernel) {
+TEST(AttentionFused, MaskOrDropoutKeepTheComposite) {
   EXPECT_TRUE(mt::backends::attention_forward.has(mt::DeviceType::CPU));
+  // CUDA builds have the fused kernels too (tests/backends/test_cuda_attention.cpp).
+#ifdef MIXTRAIN_WITH_CUDA
+  EXPECT_TRUE(mt::backends::attention_forward.has(mt::DeviceType::CUDA));
+#else
   EXPECT_FALSE(mt::backends::attention_forward.has(mt::DeviceType::CUDA));
+#endif
   // The fused node's name tells the paths apart.
   auto node = [](const mt::Tensor& t) { return std::string(t.grad_fn()->name()); };
   const mt::Tensor q = mt::randn({1, 3, 4}).set_requires_grad(true), k = mt::randn({1, 5, 4}), v = mt::randn({1, 5, 4});

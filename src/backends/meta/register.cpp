@@ -1,8 +1,8 @@
 // The meta backend's registration: every family's kernels do nothing on meta tensors (the ops
 // have allocated the outputs; there are no values). The GEMM, NLL-loss and fused attention
 // kernels also tell a running dry run about the scratch the target's backend would take for them:
-// for CUDA (cuda/context.cpp, loss.cpp) cuBLASLt's workspace, held by the device context for the
-// process's life, and the loss kernels' small scratch buffers; for the CPU, the fp32 copies its
+// for CUDA (cuda/context.cpp, loss.cpp, attention.cpp) cuBLASLt's workspace, held by the device
+// context for the process's life, and the loss and attention kernels' small scratch buffers; for the CPU, the fp32 copies its
 // half-precision GEMM and fused attention work on. Other kernels' internal scratch is not
 // modelled (docs/MEMORY.md).
 #include "backends/attention.h"
@@ -64,6 +64,10 @@ void attention_backward_meta(const Tensor& q, const Tensor& k, const Tensor& v, 
                              const Tensor& grad_out, const Tensor&, const AttentionShape&, const Tensor&,
                              const Tensor&, const Tensor&) {
   cpu_half_attention_scratch({&q, &k, &v, &out, &grad_out});
+  // CUDA's backward takes rowsum(dO * O) per query (cuda/attention.cpp), fp32 (fp64 for fp64).
+  if (cuda_target() && out.numel() > 0)
+    memory::end_workspace(memory::begin_workspace(static_cast<size_t>(out.numel() / out.size(-1)) *
+                                                  (q.dtype() == kFloat64 ? 8 : 4)));
 }
 
 // The CUDA loss takes an int flag (the target range check) and its workspace for the call.

@@ -61,6 +61,21 @@ void softmax(DType dtype, const void* x, void* out, int64_t outer, int64_t n, in
 void softmax_backward(DType dtype, const void* y, const void* grad_y, void* grad_x, int64_t outer, int64_t n,
                       int64_t inner, bool log, cudaStream_t stream);
 
+// ---- attention.cu. Fused attention (backends/attention.h): q [B, L, E], k [B, S, E], v [B, S, Ev],
+// out [B, L, Ev] contiguous in `dtype`; lse [B, L] and the backward's workspace
+// (attention_workspace_bytes) in fp32, fp64 for fp64.
+struct AttentionDims {
+  int64_t batch, l, s, e, ev;
+  double scale;
+  bool causal;
+};
+void attention_forward(DType dtype, const void* q, const void* k, const void* v, const AttentionDims& d, void* out,
+                       void* lse, cudaStream_t stream);
+size_t attention_workspace_bytes(DType dtype, const AttentionDims& d);
+void attention_backward(DType dtype, const void* q, const void* k, const void* v, const void* out,
+                        const void* grad_out, const void* lse, const AttentionDims& d, void* grad_q, void* grad_k,
+                        void* grad_v, void* workspace, cudaStream_t stream);
+
 // ---- loss.cu. workspace: kNllWorkspaceBytes of device memory. Targets out of range are skipped
 // (the backend checks them first with check_indices).
 constexpr size_t kNllWorkspaceBytes = 32;
