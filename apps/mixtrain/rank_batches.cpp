@@ -54,7 +54,9 @@ std::vector<double> auto_rank_weights(StepQuery query, int64_t global_batch, std
   RankFit mine;
   std::exception_ptr failure;
   try {
-    mine.budget_bytes = rank_memory_budget(query.target, env.local_world_size);
+    // One GPU per rank, the one its LOCAL_RANK names, as the NCCL group picks it.
+    const Device device = query.target.is_cuda() ? Device::cuda(env.local_rank) : query.target;
+    mine.budget_bytes = rank_memory_budget(device, env.local_world_size);
     query.global_batch_size = global_batch;
     const FitResult fit = fit_batch(query, mine.budget_bytes, global_batch);
     mine.batch = fit.fits ? fit.best.batch_size : 0;
