@@ -9,7 +9,7 @@ StepMemoryPrediction predict_step_memory(TaskSpec spec, examples::Precision prec
   const Device target = spec.device;
   spec.device = Device::meta();
   // Never read on meta: the weights are left uninitialised (nn/skip_init.h), which saves the
-  // full transformer's 110M CPU draws.
+  // full transformer's CPU draws (one per parameter).
   const auto task = [&] {
     nn::init::SkipInitGuard skip_init;
     return make_task(spec);

@@ -3,7 +3,7 @@
 // arguments but neither draw from the default generator nor write the tensor, so modules built
 // under it keep their parameters as factory-made (empty()'s memory, ones(), zeros()). For a model
 // whose values nobody reads: one built only to move to Device::meta() for a memory::dry_run,
-// where the full transformer's weight initialisation (110M fp64 draws on the CPU) is most of the
+// where the full transformer's weight initialisation (an fp64 draw per parameter on the CPU) is most of the
 // cost. The default generator does not advance, so later draws differ from an initialised build.
 namespace mixtrain::nn::init {
 
