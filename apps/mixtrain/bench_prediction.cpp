@@ -8,7 +8,12 @@ namespace mixtrain::cli {
 StepMemoryPrediction predict_step_memory(TaskSpec spec, examples::Precision precision, double lr) {
   const Device target = spec.device;
   spec.device = Device::meta();
-  const auto task = make_task(spec);
+  // Never read on meta: the weights are left uninitialised (nn/skip_init.h), which saves the
+  // full transformer's CPU draws (one per parameter).
+  const auto task = [&] {
+    nn::init::SkipInitGuard skip_init;
+    return make_task(spec);
+  }();
   nn::Module& model = task->model();
   model.to(Device::meta());
   // As examples::train sets up and steps (TrainOptions' defaults: clipping at 1, loss scaling

@@ -1,4 +1,5 @@
-// `mixtrain launch --nproc N [--rank-weights w0,w1,...] -- PROGRAM ARGS...`: starts N local
+// `mixtrain launch --nproc N [--rank-weights w0,w1,... | --rank-batches auto [--rank-memory S0,...]]
+// -- PROGRAM ARGS...`: starts N local
 // ranks of PROGRAM with the launch contract in their environment (RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, a fresh file store in MIXTRAIN_STORE, and
 // OMP_NUM_THREADS = this host's cores / N unless set), prefixes each output line with its rank,
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -23,6 +25,8 @@
 
 #include "commands.h"
 #include "common/cli.h"
+#include "memory_predict.h"
+#include "rank_batches.h"
 
 extern char** environ;
 
@@ -77,7 +81,36 @@ int run_launch(const std::vector<std::string>& argv) {
   app->add_option("--rank-weights", weights, "each rank's share of every batch, one weight per rank")
       ->type_name("W0,W1,...")
       ->default_str("even");
+  std::string rank_batches, rank_memory;
+  app->add_option("--rank-batches", rank_batches,
+                  "auto: each rank's share in proportion to the largest batch that fits its own memory, by dry run "
+                  "(mixtrain train)")
+      ->check(flags::one_of({"auto"}))
+      ->type_name("auto")
+      ->default_str("by --rank-weights");
+  app->add_option("--rank-memory", rank_memory,
+                  "with --rank-batches auto: the memory each rank may plan for (one size for all, or one per rank) "
+                  "instead of its device's free memory")
+      ->type_name("S0,S1,...")
+      ->default_str("free memory");
   if (!flags::parse(*app, std::vector<std::string>(argv.begin(), split), std::cout)) return 0;
+  if (!rank_batches.empty() && !weights.empty())
+    throw flags::UsageError("launch: --rank-batches auto and --rank-weights both set each rank's share; give one");
+  if (!rank_memory.empty() && rank_batches.empty())
+    throw flags::UsageError("launch: --rank-memory sizes the batches of --rank-batches auto; add it");
+  std::vector<std::string> memory_of_rank;
+  if (!rank_memory.empty()) {
+    std::stringstream list(rank_memory);
+    for (std::string item; std::getline(list, item, ',');) {
+      parse_byte_size(item, "--rank-memory");  // checked here, read by each rank
+      memory_of_rank.push_back(item);
+    }
+    if (rank_memory.back() == ',') parse_byte_size("", "--rank-memory");
+    if (memory_of_rank.size() == 1) memory_of_rank.assign(static_cast<size_t>(nproc), memory_of_rank[0]);
+    if (memory_of_rank.size() != static_cast<size_t>(nproc))
+      throw flags::UsageError("launch: --rank-memory has " + std::to_string(memory_of_rank.size()) +
+                              " sizes for " + std::to_string(nproc) + " ranks (give one, or one per rank)");
+  }
   if (split == argv.end() || split + 1 == argv.end())
     throw std::runtime_error("launch: expected -- PROGRAM [ARGS...]");
   const std::vector<std::string> program(split + 1, argv.end());
@@ -120,6 +153,8 @@ int run_launch(const std::vector<std::string>& argv) {
                                     "MIXTRAIN_STORE=file:" + dir + "/store"};
     if (!user_threads) env.push_back("OMP_NUM_THREADS=" + threads);
     if (!weights.empty()) env.push_back("MIXTRAIN_RANK_WEIGHTS=" + weights);
+    if (!rank_batches.empty()) env.push_back(std::string(kRankBatchesEnv) + "=" + rank_batches);
+    if (!memory_of_rank.empty()) env.push_back(std::string(kRankMemoryEnv) + "=" + memory_of_rank[static_cast<size_t>(r)]);
     for (char** e = environ; *e; ++e) {
       const std::string s = *e;
       const std::string key = s.substr(0, s.find('=') + 1);

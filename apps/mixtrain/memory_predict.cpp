@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <unordered_map>
 
 #include "common/cli.h"
@@ -23,11 +24,17 @@ struct Trainer {
   std::unique_ptr<amp::GradScaler> scaler;
 };
 
-Trainer make_trainer(TaskSpec spec, examples::Precision p, Device device) {
+Trainer make_trainer(TaskSpec spec, examples::Precision p, Device device, bool initialise_weights = true) {
   spec.device = device;
   spec.synthetic = true;
   Trainer t;
-  t.task = make_task(spec);
+  {
+    // A meta model's values are never read: skipping the initialisers' CPU draws is most of the
+    // full transformer's build time, which each --fit probe pays.
+    std::optional<nn::init::SkipInitGuard> skip_init;
+    if (!initialise_weights) skip_init.emplace();
+    t.task = make_task(spec);
+  }
   t.opt = std::make_unique<optim::AdamW>(t.task->model().parameters(), optim::AdamWOptions().lr(default_lr(spec.model)));
   t.scaler = std::make_unique<amp::GradScaler>(
       amp::GradScalerOptions().init_scale(65536.0).enabled(p == examples::Precision::Fp16));
@@ -133,7 +140,17 @@ memory::MemoryTrace second_step(const memory::MemoryTrace& both) {
 }  // namespace
 
 StepPrediction predict_step(const StepQuery& query) {
-  Trainer t = make_trainer(query.spec, query.precision, Device::meta());
+  TaskSpec spec = query.spec;
+  const int64_t rows = spec.batch_size;
+  const bool shard = query.global_batch_size > 0 && rows < query.global_batch_size;
+  if (query.global_batch_size > 0) {
+    MT_CHECK(rows >= 1 && rows <= query.global_batch_size, "predict_step: a rank's batch of ", rows,
+             " samples must lie in [1, ", query.global_batch_size, "], the global batch");
+    spec.batch_size = query.global_batch_size;
+  }
+  Trainer t = make_trainer(spec, query.precision, Device::meta(), query.initialise_weights);
+  // Rank 0 of two whose shares are `rows` and the rest: its step computes on its rows only.
+  if (shard) t.task->set_data_shard(0, {static_cast<double>(rows), static_cast<double>(query.global_batch_size - rows)});
   const auto start = std::chrono::steady_clock::now();
   const memory::MemoryTrace both = memory::dry_run(query.target, [&] {
     train_step(t, query.target.type, query.precision);
@@ -143,7 +160,7 @@ StepPrediction predict_step(const StepQuery& query) {
   StepPrediction r;
   r.trace = second_step(both);
   r.dry_run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  r.batch_size = t.task->batch_size();
+  r.batch_size = query.global_batch_size > 0 ? rows : t.task->batch_size();
   r.peak_bytes = r.trace.peak_bytes();
   for (const memory::MemoryEvent& e : r.trace.events)
     r.persistent_bytes += (e.kind == memory::MemoryEvent::Kind::Alloc ? 1 : -1) * static_cast<int64_t>(e.bytes);
@@ -266,9 +283,9 @@ FitResult fit_batch(StepQuery query, int64_t limit, int64_t max_batch) {
     }
     return fits;
   };
-  // Each probe builds the task anew (the full transformer's CPU weight init is most of its time),
-  // so guess first: the peak grows about linearly with the batch. The guess and its neighbour
-  // usually settle it; doubling and bisection below make the answer exact whatever the guess.
+  // Each probe builds the task anew (on meta, weights left uninitialised) and dry-runs two steps
+  // (tens of ms for the full transformer), so guess first: the peak grows about linearly with the
+  // batch. The guess and its neighbour usually settle it; doubling and bisection below make the answer exact whatever the guess.
   if (max_batch >= 2 * kMinFitBatch && probe(2 * kMinFitBatch)) {
     const int64_t slope = (r.best.peak_bytes - peak_at_min) / kMinFitBatch;
     if (slope > 0) {

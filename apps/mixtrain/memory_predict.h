@@ -20,6 +20,14 @@ struct StepQuery {
   TaskSpec spec;
   examples::Precision precision = examples::Precision::Fp32;
   Device target = Device::cpu();
+  // Build the model as a real run would (weights initialised on the CPU, then moved to meta)
+  // instead of under nn::init::SkipInitGuard. The prediction is the same either way (a dry run
+  // never reads a value); only the tests that show so set it.
+  bool initialise_weights = false;
+  // > 0: one rank's step under data parallelism. The task draws batches of this many samples
+  // (every rank holds the global batch's data) and the step computes on spec.batch_size of them
+  // (at most this many), as train() shards it.
+  int64_t global_batch_size = 0;
 };
 
 struct StepPrediction {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -16,6 +17,7 @@
 #include "common/cli.h"
 #include "cpu_autocast.h"
 #include "progress.h"
+#include "rank_batches.h"
 #include "step_log.h"
 #include "tasks.h"
 
@@ -94,6 +96,23 @@ struct QuietUnlessRankZero {
   ~QuietUnlessRankZero() { std::cout.rdbuf(saved); }
 };
 
+StepQuery step_query(const TaskSpec& spec, const examples::TrainOptions& options) {
+  StepQuery q;
+  q.spec = spec;
+  q.precision = options.precision;
+  q.target = spec.device;
+  return q;
+}
+
+// --batch-size, or the model's default (read off a task built on meta, weights uninitialised).
+int64_t global_batch_size(TaskSpec spec) {
+  if (spec.batch_size > 0) return spec.batch_size;
+  spec.device = Device::meta();
+  spec.synthetic = true;
+  nn::init::SkipInitGuard skip_init;
+  return make_task(spec)->batch_size();
+}
+
 }  // namespace
 
 int run_train(const std::vector<std::string>& argv) {
@@ -123,7 +142,14 @@ int run_train(const std::vector<std::string>& argv) {
     if (!log) throw std::runtime_error("cannot write the log file " + f.log_path);
   }
 
+  // --rank-batches auto (under a launcher): each rank's share sized to its memory by dry run,
+  // before the real task takes any of it.
+  std::string rank_report;
+  if (std::getenv(kRankBatchesEnv))
+    options.rank_weights = auto_rank_weights(step_query(spec, options), global_batch_size(spec), &rank_report);
+
   const auto task = make_task(spec);
+  if (!rank_report.empty()) std::cout << rank_report << "\n";
   std::cout << task->describe() << "\n"
             << "training " << options.steps << " steps, batch " << task->batch_size() << ", "
             << examples::precision_name(options.precision) << " on " << options.device << ", lr " << options.lr

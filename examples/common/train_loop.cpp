@@ -140,7 +140,20 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
   if (distributed::read_launch_env().world_size > 1) {
     if (!distributed::is_initialized()) distributed::init_process_group();
     std::vector<double> weights(static_cast<size_t>(distributed::world_size()), 1.0);
-    if (const char* w = std::getenv("MIXTRAIN_RANK_WEIGHTS")) weights = parse_rank_weights(w, distributed::world_size());
+    if (!options.rank_weights.empty()) {
+      MT_CHECK(static_cast<int>(options.rank_weights.size()) == distributed::world_size(), "train: ",
+               options.rank_weights.size(), " rank weights for ", distributed::world_size(), " ranks");
+      for (const double w : options.rank_weights)
+        MT_CHECK(w > 0 && std::isfinite(w), "train: rank weights must be positive and finite, got ", w);
+      weights = options.rank_weights;
+    } else if (const char* w = std::getenv("MIXTRAIN_RANK_WEIGHTS")) {
+      weights = parse_rank_weights(w, distributed::world_size());
+    }
+    // The launcher's --rank-batches auto needs each rank's fit found by dry run, which only
+    // `mixtrain train` does (before the task exists); refuse rather than split evenly.
+    MT_CHECK(!options.rank_weights.empty() || !std::getenv("MIXTRAIN_RANK_BATCHES"),
+             "MIXTRAIN_RANK_BATCHES (mixtrain launch --rank-batches auto) is resolved by `mixtrain train`; this ",
+             "trainer takes fixed shares: use --rank-weights instead");
     task.set_data_shard(distributed::rank(), weights);
     ddp = std::make_unique<nn::DistributedDataParallel>(model.shared_from_this());
     ddp->sync_grad_scaler(scaler);

@@ -114,6 +114,10 @@ struct TrainOptions {
   // batch's shapes: the first step of a shape is recorded, later ones replay its arena. Losses,
   // gradients and parameters are those of the unplanned loop bit for bit.
   bool memory_plan = false;
+  // Data parallel: each rank's share of every batch (one positive weight per rank), overriding
+  // $MIXTRAIN_RANK_WEIGHTS. `mixtrain train` fills it for $MIXTRAIN_RANK_BATCHES=auto (each
+  // rank's largest fitting batch, docs/DISTRIBUTED.md); empty: the environment's or even.
+  std::vector<double> rank_weights;
 };
 
 struct StepRecord {

@@ -1,7 +1,9 @@
 // The per-device registry behind allocator_for(), and the Stats JSON form.
 #include "mixtrain/memory/allocator.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <mutex>
 
 #include <nlohmann/json.hpp>
@@ -9,6 +11,7 @@
 #include "memory/backing.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/memory/caching_allocator.h"
+#include "mixtrain/memory/device_memory.h"
 
 namespace mixtrain::memory {
 
@@ -85,6 +88,18 @@ std::unique_ptr<BackingAllocator> make_backing(Device device) {
   if (factory) return factory(device.index);
   if (device.is_cpu()) return std::make_unique<SystemBackingAllocator>();
   return nullptr;
+}
+
+int64_t available_bytes(Device device) {
+  MT_CHECK(!device.is_meta(), "memory::available_bytes: the meta device holds no memory");
+  const std::unique_ptr<BackingAllocator> backing = make_backing(device);
+  MT_CHECK(backing, "memory::available_bytes(", device, "): no ", device_type_name(device.type),
+           " backend is compiled in");
+  const Stats s = stats(device);
+  const size_t free_bytes = backing->free_device_memory();
+  int64_t fresh = free_bytes > static_cast<size_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(free_bytes);
+  if (s.limit_bytes >= 0) fresh = std::min(fresh, std::max<int64_t>(0, s.limit_bytes - s.reserved_bytes));
+  return s.reserved_bytes - s.allocated_bytes + fresh;
 }
 
 Allocator& allocator_for(Device device) {

@@ -6,11 +6,14 @@
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/factories.h"
+#include "mixtrain/nn/skip_init.h"
 #include "mixtrain/ops/functional.h"
 
 namespace mixtrain::nn::init {
 
 namespace {
+
+thread_local bool skip_init = false;
 
 void check_float(const char* op, const Tensor& t) {
   MT_CHECK(t.defined(), "nn::init::", op, ": got an undefined tensor");
@@ -32,6 +35,10 @@ double fan_for(const char* op, const Tensor& t, FanMode mode) {
 }
 
 }  // namespace
+
+SkipInitGuard::SkipInitGuard() : previous_(skip_init) { skip_init = true; }
+SkipInitGuard::~SkipInitGuard() { skip_init = previous_; }
+bool is_init_skipped() { return skip_init; }
 
 double calculate_gain(Nonlinearity nonlinearity, double param) {
   switch (nonlinearity) {
@@ -63,6 +70,7 @@ std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& tensor) {
 Tensor uniform_(Tensor tensor, double low, double high) {
   check_float("uniform_", tensor);
   MT_CHECK(low <= high, "nn::init::uniform_: expected low <= high, got [", low, ", ", high, ")");
+  if (skip_init) return tensor;
   Tensor u = rand(tensor.shape(), default_generator(), TensorOptions(kFloat64));
   {
     NoGradGuard no_grad;
@@ -75,6 +83,7 @@ Tensor uniform_(Tensor tensor, double low, double high) {
 Tensor normal_(Tensor tensor, double mean, double std) {
   check_float("normal_", tensor);
   MT_CHECK(std >= 0.0, "nn::init::normal_: expected std >= 0, got ", std);
+  if (skip_init) return tensor;
   Tensor n = randn(tensor.shape(), default_generator(), TensorOptions(kFloat64));
   {
     NoGradGuard no_grad;
@@ -86,6 +95,7 @@ Tensor normal_(Tensor tensor, double mean, double std) {
 
 Tensor constant_(Tensor tensor, double value) {
   check_float("constant_", tensor);
+  if (skip_init) return tensor;
   NoGradGuard no_grad;
   tensor.fill_(value);
   return tensor;

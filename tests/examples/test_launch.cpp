@@ -1,6 +1,6 @@
 // `mixtrain launch`: the launch contract in each rank's environment, rank-prefixed output, a
 // failing rank stopping the others with its exit code, and `mixtrain train` under it following
-// the single-process loss curve.
+// the single-process loss curve, with shares by weight or sized to each rank's memory.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <mixtrain/memory/device_memory.h>
+
+#include "memory_predict.h"
+#include "rank_batches.h"
 #include "support/testing.h"
 
 namespace {
@@ -81,6 +85,16 @@ TEST(MixtrainLaunch, BadUsageIsAnError) {
   EXPECT_EQ(launch("launch -- true").code, 2);
   EXPECT_EQ(launch("launch --nproc 2").code, 2);
   EXPECT_EQ(launch("launch --nproc 2 --rank-weights 1,2,3 -- true").code, 2);
+  for (const char* bad : {"launch --nproc 2 --rank-batches manual -- true",
+                          "launch --nproc 2 --rank-batches auto --rank-weights 1,1 -- true",
+                          "launch --nproc 2 --rank-memory 1GiB -- true",
+                          "launch --nproc 2 --rank-batches auto --rank-memory 1GiB,2GiB,3GiB -- true",
+                          "launch --nproc 2 --rank-batches auto --rank-memory 8XB -- true",
+                          "launch --nproc 2 --rank-batches auto --rank-memory 1GiB, -- true"}) {
+    const LaunchRun r = launch(bad);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.out;
+    EXPECT_NE(r.out.find("--rank-"), std::string::npos) << bad << ": " << r.out;
+  }
   const LaunchRun missing = launch("launch --nproc 2 -- /nonexistent/program");
   EXPECT_EQ(missing.code, 127) << missing.out;
 }
@@ -125,4 +139,109 @@ TEST(MixtrainLaunch, ForwardsSigtermToEveryRank) {
   ss << in.rdbuf();
   EXPECT_NE(ss.str().find("exit=143"), std::string::npos) << ss.str();  // 128 + SIGTERM
   EXPECT_NE(std::system(("pgrep -f '[s]leep " + nap + "' >/dev/null").c_str()), 0);
+}
+
+namespace {
+namespace cli = mixtrain::cli;
+
+// The launcher's --rank-batches auto search for one rank of `mixtrain train mlp --synthetic
+// --device cpu --precision fp32 --batch-size global` with `budget` bytes.
+int64_t mlp_rank_fit(int64_t global, int64_t budget) {
+  cli::StepQuery q;
+  q.spec.model = "mlp";
+  q.spec.synthetic = true;
+  q.precision = mixtrain::examples::Precision::Fp32;
+  q.global_batch_size = global;
+  const cli::FitResult fit = cli::fit_batch(q, budget, global);
+  return fit.fits ? fit.best.batch_size : 0;
+}
+
+int64_t mlp_rank_peak(int64_t global, int64_t rows) {
+  cli::StepQuery q;
+  q.spec.model = "mlp";
+  q.spec.synthetic = true;
+  q.spec.batch_size = rows;
+  q.precision = mixtrain::examples::Precision::Fp32;
+  q.global_batch_size = global;
+  return cli::predict_step(q).peak_bytes;
+}
+
+}  // namespace
+
+TEST(MixtrainLaunch, RankBatchesAutoErrorNamesEveryRanksFit) {
+  const std::vector<double> w = cli::rank_weights_from_fits({{int64_t{1} << 30, 40}, {int64_t{1} << 29, 20}}, 60);
+  EXPECT_EQ(w, (std::vector<double>{40, 20}));
+  try {
+    cli::rank_weights_from_fits({{int64_t{1} << 30, 40}, {int64_t{1} << 29, 20}}, 61);
+    ADD_FAILURE() << "a global batch of 61 over fits of 40 and 20 was accepted";
+  } catch (const mixtrain::Error& e) {
+    const std::string what = e.what();
+    for (const char* part : {"61", "rank 0 fits 40 in 1.00 GiB", "rank 1 fits 20 in 512.00 MiB", "60 together"})
+      EXPECT_NE(what.find(part), std::string::npos) << part << " missing from: " << what;
+  }
+  EXPECT_THROW(cli::rank_weights_from_fits({{1024, 0}, {int64_t{1} << 30, 100}}, 10), mixtrain::Error);
+}
+
+// A rank's budget: MIXTRAIN_RANK_MEMORY when set (strictly parsed), else the CPU's available
+// memory shared among the host's ranks.
+TEST(MixtrainLaunch, RankMemoryBudgetComesFromTheVariableOrTheDevice) {
+  ::unsetenv(cli::kRankMemoryEnv);
+  const int64_t whole = cli::rank_memory_budget(mixtrain::Device::cpu(), 1);
+  const int64_t half = cli::rank_memory_budget(mixtrain::Device::cpu(), 2);
+  EXPECT_GT(whole, 0);
+  EXPECT_GT(half, 0);
+  EXPECT_LT(half, whole);
+  EXPECT_EQ(mixtrain::memory::available_bytes(mixtrain::Device::cpu()) > 0, true);
+  EXPECT_THROW(mixtrain::memory::available_bytes(mixtrain::Device::meta()), mixtrain::Error);
+  ::setenv(cli::kRankMemoryEnv, "48MiB", 1);
+  EXPECT_EQ(cli::rank_memory_budget(mixtrain::Device::cpu(), 2), int64_t{48} << 20);
+  ::setenv(cli::kRankMemoryEnv, "48 MiB", 1);
+  try {
+    cli::rank_memory_budget(mixtrain::Device::cpu(), 2);
+    ADD_FAILURE() << "accepted '48 MiB'";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(cli::kRankMemoryEnv), std::string::npos) << e.what();
+  }
+  ::unsetenv(cli::kRankMemoryEnv);
+}
+
+// Two ranks with different memory caps: each finds its largest share of the global batch by dry
+// run, the shares follow those fits, and the steps are still the single process's on the whole
+// batch. A cap no share fits in ends every rank with an error naming each rank's fit.
+TEST(MixtrainLaunch, RankBatchesAutoSizesEachRanksShareToItsMemory) {
+  const int64_t global = 48;
+  const int64_t cap0 = mlp_rank_peak(global, 32), cap1 = mlp_rank_peak(global, 16);
+  const int64_t fit0 = mlp_rank_fit(global, cap0), fit1 = mlp_rank_fit(global, cap1);
+  ASSERT_GE(fit0, 32);
+  ASSERT_GE(fit1, 16);
+  ASSERT_LT(fit1, fit0);
+  ASSERT_GE(fit0 + fit1, global);
+  const std::vector<int64_t> shares = mixtrain::distributed::DistributedSampler::split(
+      global, {static_cast<double>(fit0), static_cast<double>(fit1)});
+
+  const std::string dir = ::testing::TempDir();
+  const std::string common = "train mlp --synthetic --device cpu --precision fp32 --steps 3 --batch-size " +
+                             std::to_string(global);
+  const std::string single = dir + "mt_rb_single_" + std::to_string(::getpid()) + ".jsonl";
+  const LaunchRun one = launch(common + " --log " + single);
+  ASSERT_EQ(one.code, 0) << one.out;
+  const std::string multi = dir + "mt_rb_multi_" + std::to_string(::getpid()) + ".jsonl";
+  const LaunchRun two = launch("launch --nproc 2 --rank-batches auto --rank-memory " + std::to_string(cap0) + "," +
+                               std::to_string(cap1) + " -- " + MIXTRAIN_EXE + " " + common + " --log " + multi);
+  ASSERT_EQ(two.code, 0) << two.out;
+  for (int r = 0; r < 2; ++r) {
+    const std::string expect = "rank " + std::to_string(r) + ": " + cli::format_bytes(r ? cap1 : cap0) + " fits " +
+                               std::to_string(r ? fit1 : fit0) + ", takes " + std::to_string(shares[size_t(r)]);
+    EXPECT_NE(two.out.find(expect), std::string::npos) << expect << " missing from:\n" << two.out;
+  }
+  const auto a = losses(single), b = losses(multi);
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 3u);
+  for (size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(b[k], a[k], 1e-4 * std::max(1.0, std::abs(a[k])));
+
+  const LaunchRun none = launch("launch --nproc 2 --rank-batches auto --rank-memory " + std::to_string(cap0) +
+                                ",1KiB -- " + MIXTRAIN_EXE + " " + common);
+  EXPECT_EQ(none.code, 1) << none.out;
+  EXPECT_NE(none.out.find("rank 0 fits " + std::to_string(fit0)), std::string::npos) << none.out;
+  EXPECT_NE(none.out.find("rank 1 fits 0 in 1.00 KiB"), std::string::npos) << none.out;
 }

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 
@@ -167,6 +168,66 @@ TEST(MemoryCli, FitFindsTheLargestBatchThatFits) {
   EXPECT_EQ(table.code, 0) << table.err;
   EXPECT_NE(table.out.find("batch " + std::to_string(batch) + " is the largest that fits"), std::string::npos)
       << table.out;
+}
+
+// Models built for a dry run skip their weight initialisation (nn::init::SkipInitGuard): the
+// trace, event by event, and the fit search's answer are those of a build with real weights.
+void expect_same_trace(const mt::memory::MemoryTrace& a, const mt::memory::MemoryTrace& b) {
+  ASSERT_EQ(a.events.size(), b.events.size());
+  ASSERT_GT(a.events.size(), 10u);
+  std::map<int64_t, int64_t> ids_a, ids_b;  // buffer ids in order of first appearance
+  for (size_t i = 0; i < a.events.size(); ++i) {
+    const mt::memory::MemoryEvent &x = a.events[i], &y = b.events[i];
+    SCOPED_TRACE("event " + std::to_string(i) + " (" + x.op + ")");
+    EXPECT_EQ(x.kind, y.kind);
+    EXPECT_EQ(x.bytes, y.bytes);
+    EXPECT_EQ(x.requested, y.requested);
+    EXPECT_EQ(x.role, y.role);
+    EXPECT_EQ(x.phase, y.phase);
+    EXPECT_EQ(std::string(x.op), std::string(y.op));
+    EXPECT_EQ(x.before_step, y.before_step);
+    const int64_t id_a = ids_a.emplace(x.buffer, static_cast<int64_t>(ids_a.size())).first->second;
+    const int64_t id_b = ids_b.emplace(y.buffer, static_cast<int64_t>(ids_b.size())).first->second;
+    EXPECT_EQ(id_a, id_b);
+  }
+  EXPECT_EQ(a.assumptions, b.assumptions);
+}
+
+TEST(MemoryCli, UninitialisedMetaBuildPredictsAsTheInitialisedOne) {
+  struct Case {
+    const char* model;
+    mt::examples::Precision precision;
+    mt::Device target;
+    bool checkpoint;
+  };
+  for (const Case& c : {Case{"mlp", mt::examples::Precision::Fp32, mt::Device::cpu(), false},
+                        Case{"unet", mt::examples::Precision::Bf16, mt::Device::cpu(), true},
+                        Case{"transformer", mt::examples::Precision::Fp16, mt::Device::cuda(0), false},
+                        Case{"transformer", mt::examples::Precision::Bf16, mt::Device::cpu(), true}}) {
+    SCOPED_TRACE(std::string(c.model) + " on " + c.target.str() + (c.checkpoint ? ", checkpointed" : ""));
+    cli::StepQuery fast;
+    fast.spec.model = c.model;
+    fast.spec.size = cli::TaskSize::Tiny;
+    fast.spec.checkpoint_activations = c.checkpoint;
+    fast.precision = c.precision;
+    fast.target = c.target;
+    cli::StepQuery initialised = fast;
+    initialised.initialise_weights = true;
+    const cli::StepPrediction a = cli::predict_step(fast), b = cli::predict_step(initialised);
+    expect_same_trace(a.trace, b.trace);
+    EXPECT_EQ(a.peak_bytes, b.peak_bytes);
+    EXPECT_EQ(a.persistent_bytes, b.persistent_bytes);
+    EXPECT_EQ(cli::predicted_reserved_bytes(a.trace), cli::predicted_reserved_bytes(b.trace));
+    // The fit search, at a limit a few batches above the preset's.
+    const int64_t limit = a.peak_bytes + 3 * (a.activation_bytes / std::max<int64_t>(a.batch_size, 1));
+    const cli::FitResult fa = cli::fit_batch(fast, limit), fb = cli::fit_batch(initialised, limit);
+    ASSERT_TRUE(fa.fits);
+    EXPECT_EQ(fa.best.batch_size, fb.best.batch_size);
+    EXPECT_EQ(fa.best.peak_bytes, fb.best.peak_bytes);
+    EXPECT_EQ(fa.over_batch, fb.over_batch);
+    EXPECT_EQ(fa.over_peak_bytes, fb.over_peak_bytes);
+    EXPECT_EQ(fa.dry_runs, fb.dry_runs);
+  }
 }
 
 TEST(MemoryCli, FitSmallerThanThePersistentBytesSaysSo) {

@@ -12,3 +12,4 @@
 #include "mixtrain/nn/module.h"
 #include "mixtrain/nn/normalization.h"
 #include "mixtrain/nn/pooling.h"
+#include "mixtrain/nn/skip_init.h"
