@@ -103,8 +103,8 @@ TEST(CpuThreads, NestedRegionsRunOnTheirThread) {
   EXPECT_EQ(inner, 1);
 }
 
-// What a training step computes with threads: a deep GEMM (Eigen blocks it for the threads it
-// splits it over) and a convolution's weight gradient (summed per run of samples).
+// What a training step computes with threads: a deep GEMM (cut into blocks fixed by its shape,
+// gemm_blocks.h) and a convolution's weight gradient (summed per run of samples).
 std::vector<Tensor> threaded_results() {
   const Tensor a = mixtrain::testing::random_tensor({300, 2000}, kFloat32, 1);
   const Tensor b = mixtrain::testing::random_tensor({2000, 300}, kFloat32, 2);

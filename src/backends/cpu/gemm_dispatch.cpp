@@ -1,10 +1,14 @@
-// Picks the copy of the matrix product (gemm_eigen.h) for the CPU the program runs on, once.
+// Picks the copy of the matrix product (gemm_eigen.h) for the CPU the program runs on, once, and
+// splits large products into blocks that depend only on their shape (gemm_blocks.h).
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 
 #include "backends/cpu/gemm_bf16.h"
+#include "backends/cpu/gemm_blocks.h"
 #include "backends/cpu/gemm_eigen.h"
+#include "backends/cpu/threads.h"
 #include "core/cpu_features.h"
 #include "mixtrain/core/error.h"
 
@@ -42,7 +46,7 @@ Isa isa() {
 }
 
 template <class S>
-void run(const GemmCall<S>& call) {
+void run_copy(const GemmCall<S>& call) {
   switch (isa()) {
 #if defined(MT_GEMM_HAVE_AVX512)
     case Isa::Avx512: return gemm_avx512::gemm_product(call);
@@ -52,6 +56,38 @@ void run(const GemmCall<S>& call) {
 #endif
     default: return gemm_generic::gemm_product(call);
   }
+}
+
+// The product of block b: a run of C's rows with A's, or of C's columns with B's.
+template <class S>
+GemmCall<S> block_call(const GemmCall<S>& call, const GemmBlocks& blocks, int64_t b) {
+  const int64_t lo = blocks.begin(b), len = blocks.begin(b + 1) - lo;
+  GemmCall<S> part = call;
+  if (blocks.split_rows) {
+    part.a.data += lo * call.a.row_stride;
+    part.a.rows = len;
+    part.out += lo * call.ldc;
+  } else {
+    part.b.data += lo * call.b.col_stride;
+    part.b.cols = len;
+    part.out += lo;
+  }
+  return part;
+}
+
+// Eigen is built without its own threads (EIGEN_DONT_PARALLELIZE in gemm_eigen.cpp): it split a
+// product by the live team size, so a cool-down of the governor changed the result's bits. Here
+// the blocks are fixed by the shape; the threads only decide who computes which.
+template <class S>
+void run(const GemmCall<S>& call) {
+  const GemmBlocks blocks = plan_gemm_blocks(call.a.rows, call.b.cols, call.a.cols);
+  if (blocks.count == 1) return run_copy(call);
+  const int parts = static_cast<int>(std::min<int64_t>(split_threads(), blocks.count));
+  auto run_share = [&](int p, int n) {
+    for (int64_t b = p * blocks.count / n; b < (p + 1) * blocks.count / n; ++b) run_copy(block_call(call, blocks, b));
+  };
+  if (parts <= 1) return run_share(0, 1);
+  run_parallel(parts, run_share);
 }
 
 // The vdpbf16ps kernel needs AVX512_BF16 and rides on the AVX-512 choice, so a MIXTRAIN_CPU_ISA

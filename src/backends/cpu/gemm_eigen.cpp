@@ -2,6 +2,13 @@
 // the build defines it, with the matching -m flags and Eigen renamed, for the AVX2 and AVX-512
 // copies. Include nothing of mixtrain's here but gemm_eigen.h: an inline function compiled with
 // AVX-512 could otherwise be picked by the linker for every caller.
+//
+// Single-threaded: gemm_dispatch.cpp splits large products into blocks fixed by their shape and
+// runs them on the backend's threads. Eigen's own split follows the live OpenMP team, so a
+// product's bits changed with the team size (the governor's cool-downs, docs/CPU.md). No other
+// file of the library instantiates Eigen's products, so the macro cannot differ between copies
+// of one template.
+#define EIGEN_DONT_PARALLELIZE
 #include <Eigen/Core>
 
 #include "backends/cpu/gemm_eigen.h"
