@@ -4,7 +4,8 @@
 # (GEMM, bandwidth, the scaler; fp32 vs AMP training steps with PyTorch beside us when the
 # mixtrain command and PyTorch are there), and prints a short table at the end.
 # The model benchmarks run with PyTorch's fp32 defaults (cuDNN on TF32), then the UNet in strict
-# fp32, then the UNet channels-last.
+# fp32, then the UNet channels-last, then what scripts/gpu-check-pending.sh measures (changes that
+# were made without a GPU and await their first numbers).
 #   scripts/gpu-check.sh [--quick | --bench-only] [--torch-reference FILE]
 #     --quick: skip the model benchmarks
 #     --bench-only: skip the tests and memcheck (a second call after --quick, on the warm machine
@@ -105,6 +106,8 @@ if [ $quick -eq 0 ] && [ -x "$build/apps/mixtrain/mixtrain" ]; then
   timeout 200 "$build/apps/mixtrain/mixtrain" bench --device cuda --size full --models unet --channels-last \
     --out "$out/mixtrain-cl" $cl_ref > "$out/mixtrain_bench_cl.log" 2>&1
   tail -6 "$out/mixtrain_bench_cl.log" | tee -a "$out/summary.txt"
+  publish
+  source "$root/scripts/gpu-check-pending.sh"
 fi
 
 publish

@@ -1,72 +1,123 @@
 // What communication adds to a data-parallel training step when it overlaps backward: per rank,
-// the same MLP step (215-1000-500-1, fp32, SGD) on the same local batch, plain and under
-// nn::DistributedDataParallel, alternated in rounds, fastest of each kept (the machine may be
-// shared). Run under the launcher, one thread per rank:
-//   OMP_NUM_THREADS=1 mixtrain launch --nproc 2 -- build/bench/bench_dist_ddp_step [batch] [rounds] [cpu|cuda]
-// With cuda, each rank's model and batch live on the GPU and DDP's all-reduces go through NCCL;
-// at world size 1 that measures what the NCCL path itself costs a step.
+// the same step (SGD) on the same local batch, plain and under nn::DistributedDataParallel,
+// alternated in rounds; the median and the fastest of each are printed. Run under the launcher,
+// one thread per rank:
+//   OMP_NUM_THREADS=1 mixtrain launch --nproc 2 -- build/bench/bench_dist_ddp_step \
+//       [batch] [rounds] [cpu|cuda] [mlp|gpt] [fp32|bf16]
+// mlp: 215-1000-500-1 (default). gpt: the transformer trainer's GPT, its default size on the CPU
+// and BERT-base's sizes (context 128) on the GPU; batch counts sequences. bf16 runs the forward
+// under autocast. With cuda, each rank's model and batch live on the GPU and DDP's all-reduces go
+// through NCCL; at world size 1 that measures what the NCCL path itself costs a step.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
-#include "mixtrain/mixtrain.h"
+#include <mixtrain/mixtrain.h>
+
+#include "transformer/gpt_model.h"
 
 namespace mt = mixtrain;
+namespace F = mt::nn::functional;
 
 namespace {
-mt::nn::Sequential make_mlp() {
-  mt::manual_seed(1);
-  return mt::nn::Sequential(mt::nn::Linear(215, 1000), mt::nn::ReLU(), mt::nn::Linear(1000, 500), mt::nn::ReLU(),
-                            mt::nn::Linear(500, 1));
+
+// One model, its synthetic batch and its loss. make() gives both copies of a rank the same.
+struct Workload {
+  std::shared_ptr<mt::nn::Module> model;
+  mt::Tensor x, y;
+  bool gpt = false;
+  int64_t vocab = 0;
+
+  mt::Tensor loss() {
+    if (!gpt) return F::mse_loss(model->forward(x), y);
+    const mt::Tensor logits = model->forward(x);
+    return F::cross_entropy(logits.reshape({-1, vocab}), y.reshape({-1}));
+  }
+};
+
+Workload make(const std::string& name, int64_t batch, mt::Device device, uint64_t rank) {
+  mt::manual_seed(1);  // the same parameters on every rank and for both copies
+  Workload w;
+  if (name == "gpt") {
+    const mt::examples::GptOptions o =
+        device.is_cuda() ? mt::examples::GptOptions::bert_base() : mt::examples::GptOptions{};
+    w.model = mt::examples::Gpt(o).ptr();
+    w.gpt = true;
+    w.vocab = o.vocab;
+    mt::manual_seed(100 + rank);  // each rank its own batch
+    w.x = mt::randint(0, o.vocab, {batch, o.context}).to(device);
+    w.y = mt::randint(0, o.vocab, {batch, o.context}).to(device);
+  } else {
+    w.model = mt::nn::Sequential(mt::nn::Linear(215, 1000), mt::nn::ReLU(), mt::nn::Linear(1000, 500), mt::nn::ReLU(),
+                                 mt::nn::Linear(500, 1))
+                  .ptr();
+    mt::manual_seed(100 + rank);
+    w.x = mt::randn({batch, 215}).to(device);
+    w.y = mt::randn({batch, 1}).to(device);
+  }
+  w.model->to(device);
+  return w;
 }
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int64_t batch = argc > 1 ? std::atoll(argv[1]) : 512;
+  const std::string model = argc > 4 ? argv[4] : "mlp", precision = argc > 5 ? argv[5] : "fp32";
+  const int64_t batch = argc > 1 ? std::atoll(argv[1]) : (model == "gpt" ? 8 : 512);
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 15;
   const bool cuda = argc > 3 && std::string(argv[3]) == "cuda";
-  const mt::Device device = cuda ? mt::Device::cuda(0) : mt::Device::cpu();
+  if ((model != "mlp" && model != "gpt") || (precision != "fp32" && precision != "bf16")) {
+    std::fprintf(stderr, "usage: %s [batch] [rounds] [cpu|cuda] [mlp|gpt] [fp32|bf16]\n", argv[0]);
+    return 2;
+  }
+  // Each rank on its own GPU, the one its NCCL communicator binds.
+  const mt::Device device = cuda ? mt::Device::cuda(mt::distributed::read_launch_env().local_rank) : mt::Device::cpu();
   auto pg = mt::distributed::init_process_group();
-  auto plain = make_mlp();
-  auto wrapped = make_mlp();
-  plain->to(device);
-  wrapped->to(device);
-  mt::nn::DistributedDataParallel ddp(wrapped);
-  mt::optim::SGD opt_plain(plain->parameters(), mt::optim::SGDOptions(1e-3));
-  mt::optim::SGD opt_ddp(wrapped->parameters(), mt::optim::SGDOptions(1e-3));
-  mt::Generator gen;
-  gen.manual_seed(static_cast<uint64_t>(pg->rank()));
-  const mt::Tensor x = mt::randn({batch, 215}, gen).to(device), y = mt::randn({batch, 1}, gen).to(device);
-  auto step_plain = [&] {
-    opt_plain.zero_grad();
-    mt::nn::functional::mse_loss(plain->forward(x), y).backward();
-    opt_plain.step();
+  const uint64_t rank = static_cast<uint64_t>(pg->rank());
+  Workload plain = make(model, batch, device, rank), wrapped = make(model, batch, device, rank);
+  mt::nn::DistributedDataParallel ddp(wrapped.model);
+  mt::optim::SGD opt_plain(plain.model->parameters(), mt::optim::SGDOptions(1e-3));
+  mt::optim::SGD opt_ddp(wrapped.model->parameters(), mt::optim::SGDOptions(1e-3));
+  auto step = [&](Workload& w, mt::optim::SGD& opt) {
+    opt.zero_grad();
+    mt::Tensor loss;
+    {
+      mt::amp::AutocastGuard autocast(device.type, mt::kBFloat16, /*enabled=*/precision == "bf16");
+      loss = w.loss();
+    }
+    loss.backward();
+    opt.step();
   };
-  auto step_ddp = [&] {
-    opt_ddp.zero_grad();
-    mt::nn::functional::mse_loss(ddp.forward(x), y).backward();
-    opt_ddp.step();
-  };
-  auto time_one = [&](auto&& fn) {
+  auto time_one = [&](Workload& w, mt::optim::SGD& opt) {
     pg->barrier();
     const auto t0 = std::chrono::steady_clock::now();
-    fn();
+    step(w, opt);
     if (cuda) mt::cuda::synchronize();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  for (int i = 0; i < 2; ++i) step_plain(), step_ddp();
-  double t_plain = 1e30, t_ddp = 1e30;
+  for (int i = 0; i < 2; ++i) step(plain, opt_plain), step(wrapped, opt_ddp);
+  std::vector<double> t_plain, t_ddp;
   for (int i = 0; i < rounds; ++i) {
-    t_plain = std::min(t_plain, time_one(step_plain));
-    t_ddp = std::min(t_ddp, time_one(step_ddp));
+    t_plain.push_back(time_one(plain, opt_plain));
+    t_ddp.push_back(time_one(wrapped, opt_ddp));
   }
+  // Medians say what a step costs on a shared machine; minima what it costs when nothing else ran.
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  const double med_plain = median(t_plain), med_ddp = median(t_ddp);
+  const double min_plain = *std::min_element(t_plain.begin(), t_plain.end());
+  const double min_ddp = *std::min_element(t_ddp.begin(), t_ddp.end());
   if (pg->rank() == 0)
-    std::printf("%s: MLP 215-1000-500-1 fp32, batch %lld per rank, %d ranks, %lld buckets: plain step %.2f ms, DDP step "
-                "%.2f ms (x%.3f); samples/s per rank %.0f plain, %.0f with DDP; all ranks %.0f\n",
-                cuda ? "cuda (NCCL)" : "cpu (Gloo)", static_cast<long long>(batch), pg->world_size(),
-                static_cast<long long>(ddp.num_buckets()),
-                t_plain * 1e3, t_ddp * 1e3, t_ddp / t_plain, batch / t_plain, batch / t_ddp,
-                batch * pg->world_size() / t_ddp);
+    std::printf("%s: %s %s, batch %lld per rank, %d ranks, %lld buckets: median step plain %.2f ms, DDP %.2f ms "
+                "(x%.3f); fastest plain %.2f ms, DDP %.2f ms (x%.3f); samples/s of all ranks at the DDP median %.0f\n",
+                cuda ? "cuda (NCCL)" : "cpu (Gloo)", model == "gpt" ? "GPT" : "MLP 215-1000-500-1", precision.c_str(),
+                static_cast<long long>(batch), pg->world_size(), static_cast<long long>(ddp.num_buckets()),
+                med_plain * 1e3, med_ddp * 1e3, med_ddp / med_plain, min_plain * 1e3, min_ddp * 1e3, min_ddp / min_plain,
+                batch * pg->world_size() / med_ddp);
   return 0;
 }

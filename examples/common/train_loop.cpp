@@ -27,14 +27,20 @@ const char* precision_name(Precision p) {
   return "?";
 }
 
-Device default_device() { return cuda::is_available() ? Device::cuda() : Device::cpu(); }
+int rank_cuda_index(const distributed::LaunchEnv& env) { return env.world_size > 1 ? env.local_rank : 0; }
+
+Device default_device() { return cuda::is_available() ? parse_device("cuda") : Device::cpu(); }
 
 Device parse_device(const std::string& name) {
   MT_CHECK(name == "cpu" || name.rfind("cuda", 0) == 0, "unknown device '", name, "' (expected cpu or cuda)");
-  const Device d = Device::parse(name);
-  MT_CHECK(!d.is_cuda() || (cuda::is_available() && d.index < cuda::device_count()), "device '", name,
-           "' is not available: ", cuda::is_available() ? "no such CUDA device" : "no CUDA device (or built without CUDA)",
-           "; use --device cpu");
+  const int rank_index = rank_cuda_index(distributed::read_launch_env());
+  const Device d = name == "cuda" ? Device::cuda(rank_index) : Device::parse(name);
+  std::string what = "'" + name + "'";
+  if (name == "cuda" && rank_index != 0) what += " (" + d.str() + ", this rank's LOCAL_RANK)";
+  MT_CHECK(
+      !d.is_cuda() || (cuda::is_available() && d.index < cuda::device_count()), "device ", what,
+      " is not available: ", cuda::is_available() ? "no such CUDA device" : "no CUDA device (or built without CUDA)",
+      "; use --device cpu");
   return d;
 }
 

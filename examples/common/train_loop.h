@@ -19,8 +19,12 @@ const char* precision_name(Precision p);
 
 // CUDA when a device is present, else the CPU: the trainers' default.
 Device default_device();
-// "cpu" or "cuda" (or "cuda:N"); "cuda" without a usable device is an Error that says so.
+// "cpu" or "cuda" (or "cuda:N"); "cuda" without a usable device is an Error that says so. Under a
+// launcher with several ranks, "cuda" without an index is the rank's own GPU (rank_cuda_index).
 Device parse_device(const std::string& name);
+// The GPU index "cuda" means for a process of `env`: its LOCAL_RANK when several ranks run (the
+// GPU its NCCL communicator binds, so each rank trains on its own device), else 0.
+int rank_cuda_index(const distributed::LaunchEnv& env);
 
 // A rank's slice of every batch in data-parallel training: the batch's rows split by the ranks'
 // weights (distributed::DistributedSampler::split), this rank's part in rank order.

@@ -129,6 +129,7 @@ TEST_F(CudaGemm, TimedChoicesAreSavedToTheTuningFileAndTheSwitchTurnsTimingOff) 
                             ("mt_gemm_tuning_" + std::to_string(::getpid()) + ".json")).string();
   std::filesystem::remove(file);
   ::setenv("MIXTRAIN_GEMM_TUNING_FILE", file.c_str(), 1);
+  ::setenv("MIXTRAIN_GEMM_TUNING", "1", 1);  // whatever the caller's environment says
   backends::cuda::reset_gemm_tuning();
   check_fresh_gemm(1000, 1536, 1000);  // timed over the candidates: the result is still right
   const backends::GemmTuningTable t = backends::read_gemm_tuning(file);

@@ -139,3 +139,17 @@ TEST(TrainLoop, MemoryPlanTrainsBitIdenticallyWithOnePlanPerBatchShape) {
     EXPECT_LE(planned.plan_misses, 2);
   }
 }
+
+// Under a launcher, plain "cuda" is each rank's own GPU, the one its NCCL communicator binds
+// (LOCAL_RANK); a single process keeps GPU 0.
+TEST(TrainLoop, EachRankOfSeveralTakesItsLocalRanksGpu) {
+  mixtrain::distributed::LaunchEnv env;
+  EXPECT_EQ(ex::rank_cuda_index(env), 0);
+  env.world_size = 4;
+  env.rank = 3;
+  env.local_rank = 1;
+  EXPECT_EQ(ex::rank_cuda_index(env), 1);
+  env.world_size = 1;
+  env.local_rank = 0;
+  EXPECT_EQ(ex::rank_cuda_index(env), 0);
+}

@@ -101,8 +101,8 @@ inline double exp_fast(double x) { return std::exp(x); }  // fp64 keeps libm's a
 
 // exp_fast on 16 floats with AVX-512 (the same reduction and polynomial, fused multiply-adds,
 // 2^n by scalef), for the CPUs that have it: the build's portable code gets only SSE2 vectors.
-// Called only when the AVX-512 GEMM copy is chosen at run time; its namespace is on
-// tests/isa/check_isa.sh's list of dispatched copies.
+// Called only when the AVX-512 GEMM copy is chosen at run time; its namespace (and the AVX2
+// copy's below) is on tests/isa/check_isa.sh's list of dispatched copies.
 namespace attention_avx512 {
 // GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_ps(), which it then warns
 // about as uninitialized (a false positive fixed in later GCC).
@@ -140,18 +140,61 @@ __attribute__((target("avx512f"))) float exp_shifted(float* s, int64_t n, float 
 #pragma GCC diagnostic pop
 }  // namespace attention_avx512
 
+// The same on 8 floats with AVX2 and FMA, for CPUs without AVX-512 (AMD Zen 2/3, older Intel):
+// 2^n is built in the exponent bits, exact as scalef is, since the clamp keeps n in [-126, 127].
+namespace attention_avx2 {
+__attribute__((target("avx2,fma"))) float exp_shifted(float* s, int64_t n, float shift) {
+  const __m256 lo = _mm256_set1_ps(-87.3f), hi = _mm256_set1_ps(88.3f), one = _mm256_set1_ps(1.0f);
+  const __m256 vshift = _mm256_set1_ps(shift);
+  __m256 sum = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(s + c), vshift);
+    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);       // and -inf; NaN stays NaN
+    const __m256 xc = _mm256_min_ps(hi, _mm256_max_ps(lo, x));  // NaN in x passes through
+    const __m256 fx = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), xc);
+    r = _mm256_fmadd_ps(fx, _mm256_set1_ps(2.12194440e-4f), r);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, one));
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    y = _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+    y = _mm256_blendv_ps(y, _mm256_setzero_ps(), under);
+    _mm256_storeu_ps(s + c, y);
+    sum = _mm256_add_ps(sum, y);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, sum);
+  float total = 0.0f;
+  for (float v : lanes) total += v;
+  for (; c < n; ++c) total += (s[c] = exp_fast(s[c] - shift));
+  return total;
+}
+}  // namespace attention_avx2
+
 namespace {
 
-bool use_avx512() {
-  static const bool yes = std::strcmp(gemm_isa(), "avx512") == 0;  // follows MIXTRAIN_CPU_ISA too
-  return yes;
+// The exp copy for this CPU: the widest the GEMM dispatch chose (so MIXTRAIN_CPU_ISA rules both).
+enum class ExpIsa { Generic, Avx2, Avx512 };
+ExpIsa exp_isa() {
+  static const ExpIsa isa = std::strcmp(gemm_isa(), "avx512") == 0 ? ExpIsa::Avx512
+                            : std::strcmp(gemm_isa(), "avx2") == 0  ? ExpIsa::Avx2
+                                                                    : ExpIsa::Generic;
+  return isa;
 }
 
 // s[0, n) = exp(s - shift); returns their sum.
 template <class A>
 A exp_shifted(A* s, int64_t n, A shift) {
   if constexpr (std::is_same_v<A, float>) {
-    if (use_avx512()) return attention_avx512::exp_shifted(s, n, shift);
+    if (exp_isa() == ExpIsa::Avx512) return attention_avx512::exp_shifted(s, n, shift);
+    if (exp_isa() == ExpIsa::Avx2) return attention_avx2::exp_shifted(s, n, shift);
   }
   A total = 0;
   for (int64_t c = 0; c < n; ++c) total += (s[c] = exp_fast(s[c] - shift));

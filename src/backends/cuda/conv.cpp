@@ -157,22 +157,32 @@ struct PlanCache {
   std::map<ConvKey, ConvPlan> plans;
 };
 
+PlanCache& plan_cache() {
+  static PlanCache* cache = new PlanCache();
+  return *cache;
+}
+
+// The cached plan of g on ctx's device with direction d ranked; the caller holds the cache's lock.
+ConvPlan& ranked_plan(PlanCache& cache, const Geometry& g, Direction d, DeviceContext& ctx) {
+  const Conv2dParams& p = g.p;
+  const ConvKey key{static_cast<int64_t>(g.dt), ctx.index, g.n, g.c, g.h, g.w, g.cout, g.kh, g.kw, g.ho, g.wo,
+                    p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups,
+                    mixtrain::cuda::cudnn_allow_tf32(), mixtrain::cuda::cudnn_benchmark(), g.nhwc};
+  auto it = cache.plans.find(key);
+  if (it == cache.plans.end()) it = cache.plans.emplace(key, make_plan(g)).first;
+  choose(it->second, d, ctx.cudnn());
+  return it->second;
+}
+
 // Runs `body(plan, algo, handle, workspace, workspace_bytes, alpha, beta)` -> cudnnStatus_t for one
 // direction under the cache's lock, with the direction's algorithm in use, moving on to the next
 // candidate while one fails.
 template <class Body>
 void with_plan(const Geometry& g, Direction d, DeviceContext& ctx, Body&& body) {
-  static PlanCache* cache = new PlanCache();
-  const Conv2dParams& p = g.p;
-  const ConvKey key{static_cast<int64_t>(g.dt), ctx.index, g.n, g.c, g.h, g.w, g.cout, g.kh, g.kw, g.ho, g.wo,
-                    p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups,
-                    mixtrain::cuda::cudnn_allow_tf32(), mixtrain::cuda::cudnn_benchmark(), g.nhwc};
-  std::lock_guard<std::mutex> lock(cache->mutex);
-  auto it = cache->plans.find(key);
-  if (it == cache->plans.end()) it = cache->plans.emplace(key, make_plan(g)).first;
-  ConvPlan& plan = it->second;
+  PlanCache& cache = plan_cache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  ConvPlan& plan = ranked_plan(cache, g, d, ctx);
   cudnnHandle_t h = ctx.cudnn();
-  choose(plan, d, h);
   const int dir = static_cast<int>(d);
   const double a64 = 1.0, b64 = 0.0;
   const float a32 = 1.0f, b32 = 0.0f;
@@ -257,7 +267,28 @@ void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x_in, const Co
             });
 }
 
+// What with_plan would allocate as workspace for the kernel of `direction` (the algorithm in use,
+// ranked now if this shape is new), allocating nothing; the same early returns as the kernels.
+void conv2d_workspace_bytes(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
+                            const Conv2dParams& p, int device, size_t* bytes) {
+  *bytes = 0;
+  const bool forward = direction == ConvDirection::Forward;
+  const Tensor& out = forward ? y : direction == ConvDirection::BackwardInput ? x : w;
+  const Tensor& activation = forward || direction == ConvDirection::BackwardWeight ? x : y;
+  if (out.numel() == 0 || (!forward && y.numel() == 0)) return;
+  Direction d = Direction::Forward;
+  if (direction == ConvDirection::BackwardInput) d = Direction::BackwardData;
+  if (direction == ConvDirection::BackwardWeight) d = Direction::BackwardFilter;
+  const Geometry g = geometry(x, w, y, p, layout_of("conv2d", out, activation));
+  PlanCache& cache = plan_cache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  const ConvPlan& plan = ranked_plan(cache, g, d, context(device));
+  const int dir = static_cast<int>(d);
+  if (plan.in_use[dir] < plan.candidates[dir].size()) *bytes = plan.candidates[dir][plan.in_use[dir]].workspace;
+}
+
 void register_conv() {
+  backends::conv2d_workspace_bytes.set(DeviceType::CUDA, conv2d_workspace_bytes);
   backends::conv2d.set(DeviceType::CUDA, conv2d);
   backends::conv2d_backward_input.set(DeviceType::CUDA, conv2d_backward_input);
   backends::conv2d_backward_weight.set(DeviceType::CUDA, conv2d_backward_weight);

@@ -74,10 +74,16 @@ struct EventPair {
 // Milliseconds for kTimedLaunches launches of `algo`, or a negative number when it fails to launch.
 float time_candidate(DeviceContext& ctx, EventPair& ev, const cublasLtMatmulAlgo_t& algo,
                      const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>& launch) {
-  if (launch(algo) != CUBLAS_STATUS_SUCCESS) return -1.0f;  // the warm-up, and a check that it runs
+  // A candidate whose kernel failed to launch may leave the runtime's last error set; cleared, so
+  // the next kernel's launch check does not report it as its own.
+  auto failed = [] {
+    (void)cudaGetLastError();
+    return -1.0f;
+  };
+  if (launch(algo) != CUBLAS_STATUS_SUCCESS) return failed();  // the warm-up, and a check that it runs
   MT_CUDA_CHECK(cudaEventRecord(ev.start, ctx.stream));
   for (int i = 0; i < kTimedLaunches; ++i)
-    if (launch(algo) != CUBLAS_STATUS_SUCCESS) return -1.0f;
+    if (launch(algo) != CUBLAS_STATUS_SUCCESS) return failed();
   MT_CUDA_CHECK(cudaEventRecord(ev.stop, ctx.stream));
   MT_CUDA_CHECK(cudaEventSynchronize(ev.stop));
   float ms = 0.0f;
@@ -123,6 +129,7 @@ int choose_gemm_algorithm(DeviceContext& ctx, const std::string& key,
     if (i == 0) first_ms = ms;
     if (best_ms < 0.0f || ms < best_ms) best_ms = ms, best = static_cast<int>(i);
   }
+  if (best_ms < 0.0f) return 0;  // none ran: nothing measured, nothing to remember (the launch will say why)
   if (first_ms >= 0.0f && best != 0 && best_ms > first_ms * (1.0 - kMinGain)) best = 0;
   s.table.choices[key] = best;
   if (!s.path.empty()) write_gemm_tuning(s.path, s.table);

@@ -6,6 +6,7 @@
 //
 // Our tensors are row-major, cuBLAS is column-major: out = A.B is computed as out^T = B^T.A^T,
 // and a row-major operand is its own transpose read column-major, so no data moves.
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -122,6 +123,13 @@ void set_bias_pointer(cublasLtMatmulDesc_t desc, const void* bias) {
   MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
 }
 
+void destroy_plan(Plan& plan) {
+  MT_CUBLAS_CHECK(cublasLtMatmulDescDestroy(plan.desc));
+  MT_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan.a));
+  MT_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan.b));
+  MT_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan.c));
+}
+
 // Builds the descriptors and asks the heuristic for its candidate algorithms with epilogue `epi`
 // (best first; plan.algo is the first). Returns the heuristic's status, NOT_SUPPORTED when it found
 // no algorithm; the plan and candidates are only valid on SUCCESS. The heuristic judges the bias's alignment from its pointer, so the real one is
@@ -129,6 +137,8 @@ void set_bias_pointer(cublasLtMatmulDesc_t desc, const void* bias) {
 cublasStatus_t build_plan(DeviceContext& ctx, DType dt, const Operand& x, const Operand& y, int64_t m, int64_t n,
                           int64_t k, int64_t batch, cublasLtEpilogue_t epi, const void* bias, const int (&align)[4],
                           Plan& plan, std::vector<cublasLtMatmulHeuristicResult_t>& candidates) {
+  // First, since it may throw (a bad MIXTRAIN_GEMM_TUNING) before anything needs destroying.
+  candidates.assign(static_cast<size_t>(gemm_candidate_count(ctx)), cublasLtMatmulHeuristicResult_t{});
   const cudaDataType_t type = cuda_type(dt);
   const bool fp64 = dt == DType::Float64;
   const cublasComputeType_t compute =
@@ -151,20 +161,18 @@ cublasStatus_t build_plan(DeviceContext& ctx, DType dt, const Operand& x, const 
   const cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  // Promised as the plan key records them (at most 16 bytes, as PyTorch does): the plan is reused
+  // for every call with that key, whose pointers may be aligned to 16 bytes only.
   for (int i = 0; i < 4; ++i) {
-    const uint32_t a = static_cast<uint32_t>(align[i]);
+    const uint32_t a = static_cast<uint32_t>(std::min(align[i], 16));
     MT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attrs[i], &a, sizeof(a)));
   }
-  candidates.assign(static_cast<size_t>(gemm_candidate_count(ctx)), cublasLtMatmulHeuristicResult_t{});
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, plan.desc, plan.a, plan.b, plan.c, plan.c, pref,
                                                            static_cast<int>(candidates.size()), candidates.data(), &found);
   MT_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    MT_CUBLAS_CHECK(cublasLtMatmulDescDestroy(plan.desc));
-    MT_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan.a));
-    MT_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan.b));
-    MT_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan.c));
+    destroy_plan(plan);
     return st != CUBLAS_STATUS_SUCCESS ? st : CUBLAS_STATUS_NOT_SUPPORTED;
   }
   candidates.resize(static_cast<size_t>(found));
@@ -254,9 +262,15 @@ void gemm(const Tensor& a_in, bool trans_a, const Tensor& b_in, bool trans_b, co
              ", ", n, "] (batch ", batch, "): cublasLtMatmulAlgoGetHeuristic gave ", cublasLtGetStatusName(st));
     // Timing writes this call's output (beta is 0, so every launch overwrites it whole); the
     // launch below writes it once more.
-    const int chosen = choose_gemm_algorithm(ctx, key_text(key), candidates, [&](const cublasLtMatmulAlgo_t& algo) {
-      return launch(ctx, p, algo, dt, a, b, out);
-    });
+    int chosen = 0;
+    try {
+      chosen = choose_gemm_algorithm(ctx, key_text(key), candidates, [&](const cublasLtMatmulAlgo_t& algo) {
+        return launch(ctx, p, algo, dt, a, b, out);
+      });
+    } catch (...) {  // an event or tuning-file error: the plan is not cached, so nothing else frees it
+      destroy_plan(p);
+      throw;
+    }
     p.algo = candidates[static_cast<size_t>(chosen)].algo;
     it = cache.plans.emplace(key, p).first;
   }

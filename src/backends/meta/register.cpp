@@ -1,14 +1,16 @@
 // The meta backend's registration: every family's kernels do nothing on meta tensors (the ops
-// have allocated the outputs; there are no values). The GEMM, NLL-loss and fused attention
-// kernels also tell a running dry run about the scratch the target's backend would take for them:
-// for CUDA (cuda/context.cpp, loss.cpp, attention.cpp) cuBLASLt's workspace, held by the device
-// context for the process's life, and the loss and attention kernels' small scratch buffers; for the CPU, the fp32 copies its
-// half-precision GEMM and fused attention work on. Other kernels' internal scratch is not
-// modelled (docs/MEMORY.md).
+// have allocated the outputs; there are no values). The GEMM, NLL-loss, fused attention and
+// convolution kernels also tell a running dry run about the scratch the target's backend would
+// take for them: for CUDA (cuda/context.cpp, loss.cpp, attention.cpp, conv.cpp) cuBLASLt's
+// workspace, held by the device context for the process's life, the loss and attention kernels'
+// small scratch buffers, and cuDNN's workspace where a GPU can say how much; for the CPU, the
+// fp32 copies its half-precision GEMM and fused attention work on. Other kernels' internal
+// scratch is not modelled (docs/MEMORY.md).
 #include "backends/attention.h"
+#include "backends/conv.h"
+#include "backends/cpu/gemm_bf16.h"
 #include "backends/families.h"
 #include "backends/kernel.h"
-#include "backends/cpu/gemm_bf16.h"
 #include "backends/loss.h"
 #include "backends/matmul.h"
 #include "backends/meta/meta_backend.h"
@@ -70,6 +72,28 @@ void attention_backward_meta(const Tensor& q, const Tensor& k, const Tensor& v, 
                                                   (q.dtype() == kFloat64 ? 8 : 4)));
 }
 
+// cuDNN's workspace for a convolution on a CUDA target: what the CUDA backend would take for this
+// shape (its algorithm choice, cuda/conv.cpp), asked only where a GPU can answer; without one
+// it is not modelled (docs/MEMORY.md).
+void cuda_conv_workspace(ConvDirection d, const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
+  if (!cuda_target() || !mixtrain::cuda::is_available() || !conv2d_workspace_bytes.has(DeviceType::CUDA)) return;
+  size_t bytes = 0;
+  conv2d_workspace_bytes(DeviceType::CUDA, d, x, w, y, p, memory::dry_run_target().index, &bytes);
+  if (bytes > 0) memory::end_workspace(memory::begin_workspace(bytes));
+}
+
+void conv2d_meta(const Tensor& x, const Tensor& w, const Tensor&, const Conv2dParams& p, const Tensor& out) {
+  cuda_conv_workspace(ConvDirection::Forward, x, w, out, p);
+}
+
+void conv2d_backward_input_meta(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p, const Tensor& grad_x) {
+  cuda_conv_workspace(ConvDirection::BackwardInput, grad_x, w, grad_out, p);
+}
+
+void conv2d_backward_weight_meta(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p, const Tensor& grad_w) {
+  cuda_conv_workspace(ConvDirection::BackwardWeight, x, grad_w, grad_out, p);
+}
+
 // The CUDA loss takes an int flag (the target range check) and its workspace for the call.
 void nll_loss_meta(const Tensor&, const Tensor&, int64_t, int64_t, int64_t, const NllLossArgs&, const Tensor&,
                    const Tensor&) {
@@ -89,6 +113,9 @@ void register_kernels() {
   nll_loss.set(DeviceType::Meta, &nll_loss_meta);
   attention_forward.set(DeviceType::Meta, &attention_forward_meta);
   attention_backward.set(DeviceType::Meta, &attention_backward_meta);
+  conv2d.set(DeviceType::Meta, &conv2d_meta);
+  conv2d_backward_input.set(DeviceType::Meta, &conv2d_backward_input_meta);
+  conv2d_backward_weight.set(DeviceType::Meta, &conv2d_backward_weight_meta);
 }
 
 }  // namespace mixtrain::backends::meta
