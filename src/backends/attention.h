@@ -13,12 +13,19 @@ struct AttentionShape {
   int64_t batch, l, s, e, ev;  // queries, keys, head dim of q/k, head dim of v
   double scale;                // multiplies q . k
   bool causal;                 // top-left aligned: query i attends to keys j <= i
+  // Dropout on the probabilities, p in [0, 1): probability (b, i, j) is kept, times 1 / (1 - p)
+  // rounded to the dtype, when dropout_keep(seed, offset + (b * l + i) * s + j, p) (core/rng.h):
+  // the draws and the test that dropout() takes on the contiguous [B, L, S] probabilities, so
+  // the fused and the composite path drop the same elements for the same generator state.
+  double dropout_p = 0.0;
+  uint64_t seed = 0, offset = 0;
 };
 
 // q [B, L, E], k [B, S, E], v [B, S, Ev]: contiguous, one floating dtype, S >= 1. Writes
 // out [B, L, Ev] (q's dtype; half: fp32 arithmetic, rounded once) and lse [B, L] (fp32, fp64 for
-// fp64 inputs), the logsumexp of each query's scaled scores, from which backward recomputes the
-// probabilities. Results do not depend on the thread count.
+// fp64 inputs), the logsumexp of each query's scaled scores (before dropout), from which backward
+// recomputes the probabilities and, from the seed, the dropout mask. Results do not depend on the
+// thread count.
 MT_KERNEL(attention, attention_forward,
           void(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape, const Tensor& out,
                const Tensor& lse));

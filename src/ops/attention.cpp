@@ -5,8 +5,9 @@
 // softmax is asked for explicitly here. A causal mask is applied inside the softmax kernel, which
 // reads half scores and computes in fp32 itself: one pass where a mask, a where and two casts
 // were four, and no fp32 copy of the scores is kept for backward.
-// Without a mask or dropout, on a device with the fused kernels (the CPU), the call goes to the
-// fused path instead (ops/attention_fused.cpp), which never stores the scores.
+// Without a mask, on a device with the fused kernels (CPU, CUDA), the call goes to the fused path
+// instead (ops/attention_fused.cpp), which never stores the scores; its dropout draws the same
+// mask as the dropout() below for the same generator state.
 #include <cmath>
 #include <limits>
 
@@ -57,8 +58,8 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   MT_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, op, ": dropout_p must be in [0, 1), got ", dropout_p);
 
   const double sc = scale.value_or(1.0 / std::sqrt(static_cast<double>(e)));
-  if (fused_attention_applies(q, mask, dropout_p, s))
-    return fused_attention(q, k, v, Shape(score_shape.begin(), score_shape.end() - 2), sc, is_causal);
+  if (fused_attention_applies(q, mask, s))
+    return fused_attention(q, k, v, Shape(score_shape.begin(), score_shape.end() - 2), sc, is_causal, dropout_p);
   // Scaling q before the product keeps half scores from overflowing when E is large.
   Tensor scores = matmul(mul(q, sc), k.transpose(-2, -1));
   Tensor attn;

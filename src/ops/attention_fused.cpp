@@ -1,13 +1,17 @@
 // The fused path of scaled_dot_product_attention: the inputs, expanded to the common batch dims
 // and made contiguous, go to backends::attention_forward as [B, L, E]; the backward node sends the
 // saved q, k, v, output and logsumexp to attention_backward and sums the gradients back over any
-// batch dim that was broadcast.
+// batch dim that was broadcast. Dropout reserves the draws the composite's dropout() would (one per
+// element of the [batch..., L, S] probabilities) and hands the kernels the seed and offset, so
+// both paths drop the same elements and leave the generator in the same state; backward
+// regenerates the mask from them.
 #include "ops/attention_fused.h"
 
 #include <atomic>
 
 #include "backends/attention.h"
 #include "mixtrain/autograd/node.h"
+#include "mixtrain/core/rng.h"
 #include "mixtrain/memory/dry_run.h"
 #include "ops/op_helpers.h"
 
@@ -31,16 +35,22 @@ Tensor kernel_operand(const Tensor& t, const Shape& batch, int64_t b) {
 void set_fused_attention_enabled(bool enabled) { fused_enabled.store(enabled, std::memory_order_relaxed); }
 bool fused_attention_enabled() { return fused_enabled.load(std::memory_order_relaxed); }
 
-bool fused_attention_applies(const Tensor& q, const Tensor& attn_mask, double dropout_p, int64_t s) {
-  if (!fused_attention_enabled() || attn_mask.defined() || dropout_p > 0.0 || s == 0) return false;
+bool fused_attention_applies(const Tensor& q, const Tensor& attn_mask, int64_t s) {
+  if (!fused_attention_enabled() || attn_mask.defined() || s == 0) return false;
   const Device dev = q.device().type == DeviceType::Meta ? memory::dry_run_target() : q.device();
   return backends::attention_forward.has(dev.type);
 }
 
 Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Shape& batch, double scale,
-                       bool causal) {
+                       bool causal, double dropout_p) {
   const int64_t b = shape_numel(batch), l = q.size(-2), s = k.size(-2), e = q.size(-1), ev = v.size(-1);
-  const backends::AttentionShape sh{b, l, s, e, ev, scale, causal};
+  backends::AttentionShape sh{b, l, s, e, ev, scale, causal};
+  if (dropout_p > 0.0) {
+    const GeneratorState draws = default_generator().reserve_draws(static_cast<uint64_t>(b * l * s));
+    sh.dropout_p = dropout_p;
+    sh.seed = draws.seed;
+    sh.offset = draws.offset;
+  }
   const Tensor qc = kernel_operand(q, batch, b), kc = kernel_operand(k, batch, b), vc = kernel_operand(v, batch, b);
   Shape out_shape = batch;
   out_shape.insert(out_shape.end(), {l, ev});

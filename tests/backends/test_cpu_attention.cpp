@@ -1,5 +1,6 @@
 // The CPU's fused attention kernels give the same bits on one thread and on several: work items
-// never share an output and compute alike on whichever thread runs them.
+// never share an output and compute alike on whichever thread runs them; the dropout mask is a
+// function of each element's position, not of the thread that draws it.
 #include <omp.h>
 
 #include "backends/attention.h"
@@ -32,9 +33,12 @@ TEST(CpuAttention, ResultsDoNotDependOnTheThreadCount) {
   if (mt::backends::cpu::governor().full() < 2)
     GTEST_SKIP() << "the CPU backend has one thread here (OMP_NUM_THREADS, affinity or one CPU): nothing to compare";
   for (mt::DType dt : {mt::kFloat32, mt::kBFloat16}) {
-    for (bool causal : {false, true}) {
-      SCOPED_TRACE(std::string(mt::dtype_name(dt)) + (causal ? " causal" : ""));
-      const mt::backends::AttentionShape sh{3, 150, 150, 16, 16, 0.25, causal};
+    for (const auto& [causal, dropout] : {std::pair{false, 0.0}, std::pair{true, 0.0}, std::pair{true, 0.2}}) {
+      SCOPED_TRACE(std::string(mt::dtype_name(dt)) + (causal ? " causal" : "") + " dropout " + std::to_string(dropout));
+      mt::backends::AttentionShape sh{3, 150, 150, 16, 16, 0.25, causal};
+      sh.dropout_p = dropout;
+      sh.seed = 9;
+      sh.offset = 5;
       const std::vector<mt::Tensor> in{random_tensor({3, 150, 16}, dt, 1), random_tensor({3, 150, 16}, dt, 2),
                                        random_tensor({3, 150, 16}, dt, 3), random_tensor({3, 150, 16}, dt, 4)};
       const Result many = run_kernels(sh, in);

@@ -3,7 +3,8 @@
 // dtype, causal and not, L != S, odd lengths around the tiles, head dims of the tensor-core
 // kernels (fp16/bf16 at 64, 128, and 32 with Ev 128), of the generic ones only (24, 40, E != Ev)
 // and one that needs more than 48 KB of shared memory (256); results the same bits run to run;
-// and the public op on CUDA, fused against composite.
+// dropout (the generic kernels, tensor-core head dims included) against the CPU kernel at the same
+// seed; and the public op on CUDA, fused against composite, with and without dropout.
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -34,10 +35,15 @@ struct Results {
   Tensor out, lse, dq, dk, dv;
 };
 
-// Forward then backward through the kernels of `device`, every output poisoned first.
-Results run_kernels(const Case& c, double scale, const std::vector<Tensor>& in, Device device) {
+// Forward then backward through the kernels of `device`, every output poisoned first; dropout_p > 0
+// drops with a fixed seed and offset, the same on every device.
+Results run_kernels(const Case& c, double scale, const std::vector<Tensor>& in, Device device,
+                    double dropout_p = 0.0) {
   const DType dt = in[0].dtype();
-  const backends::AttentionShape sh{c.batch, c.l, c.s, c.e, c.ev, scale, c.causal};
+  backends::AttentionShape sh{c.batch, c.l, c.s, c.e, c.ev, scale, c.causal};
+  sh.dropout_p = dropout_p;
+  sh.seed = 321;
+  sh.offset = 1000;
   Results r{poisoned_on({c.batch, c.l, c.ev}, dt, device), poisoned_on({c.batch, c.l}, lse_dtype(dt), device),
             poisoned_on({c.batch, c.l, c.e}, dt, device), poisoned_on({c.batch, c.s, c.e}, dt, device),
             poisoned_on({c.batch, c.s, c.ev}, dt, device)};
@@ -77,12 +83,12 @@ Tolerance tolerance_of(DType dt, const Case& c) {
   return tolerance_for(dt);
 }
 
-void expect_matches_fp64_cpu(const Case& c, DType dt, uint64_t seed) {
-  SCOPED_TRACE(name_of(c, dt));
+void expect_matches_fp64_cpu(const Case& c, DType dt, uint64_t seed, double dropout_p = 0.0) {
+  SCOPED_TRACE(name_of(c, dt) + " dropout " + std::to_string(dropout_p));
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.e));
   const std::vector<Tensor> in = inputs_for(c, dt, seed);
-  const Results ref = run_kernels(c, scale, converted(in, kFloat64, Device::cpu()), Device::cpu());
-  const Results got = run_kernels(c, scale, converted(in, dt, gpu_device()), gpu_device());
+  const Results ref = run_kernels(c, scale, converted(in, kFloat64, Device::cpu()), Device::cpu(), dropout_p);
+  const Results got = run_kernels(c, scale, converted(in, dt, gpu_device()), gpu_device(), dropout_p);
   const Tolerance tol = tolerance_of(dt, c), lse_tol = tolerance_of(lse_dtype(dt), c);
   EXPECT_EQ(got.out.dtype(), dt);
   EXPECT_TRUE(all_close(got.out, ref.out, tol)) << "out";
@@ -115,6 +121,26 @@ TEST_F(CudaAttention, LargeHeadDimsOptInToMoreSharedMemory) {
     for (bool causal : {false, true}) expect_matches_fp64_cpu({2, 70, 45, 256, 256, causal}, dt, 300);
 }
 
+// Dropout: the CUDA kernels draw the CPU kernel's mask (the same seed, offset and keep test), so
+// they match it like the undropped ones. Head dims 64 would take the tensor cores in fp16/bf16
+// without dropout; with it they go to the generic kernels. And the mask does drop: the output
+// differs from p = 0's in most elements.
+TEST_F(CudaAttention, DropoutMatchesTheCpuKernelAtTheSameSeed) {
+  const std::pair<int64_t, int64_t> lengths[] = {{37, 130}, {130, 37}, {257, 257}, {1, 7}};
+  uint64_t seed = 600;
+  for (DType dt : float_types())
+    for (int64_t head : {64, 40})
+      for (const auto& [l, s] : lengths)
+        for (bool causal : {false, true}) expect_matches_fp64_cpu({3, l, s, head, head, causal}, dt, seed += 4, 0.2);
+  const Case c{2, 37, 50, 64, 64, false};
+  const std::vector<Tensor> in = converted(inputs_for(c, kFloat32, 700), kFloat32, gpu_device());
+  const std::vector<double> plain = to_doubles(run_kernels(c, 0.125, in, gpu_device()).out),
+                            dropped = to_doubles(run_kernels(c, 0.125, in, gpu_device(), 0.5).out);
+  size_t differ = 0;
+  for (size_t i = 0; i < plain.size(); ++i) differ += std::abs(plain[i] - dropped[i]) > 1e-4;
+  EXPECT_GT(differ, plain.size() / 2) << "of " << plain.size();
+}
+
 TEST_F(CudaAttention, ResultsAreTheSameBitsRunToRun) {
   for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
     const Case c{4, 130, 257, 64, 64, true};
@@ -139,12 +165,16 @@ struct CompositeOnly {
 // node's name tells) against the CPU's fused path in fp64, and against the composite (cuBLASLt
 // GEMMs and the softmax kernels). The composite rounds the scores and the probabilities to the
 // dtype, a few more roundings of 2^-8 each in bf16, so fused and composite are compared at three
-// times bf16's tolerance; each path's own accuracy is the fp64 comparison's business.
+// times bf16's tolerance; each path's own accuracy is the fp64 comparison's business. With
+// dropout every run starts from the same seed: all three draw the same mask and take as many
+// draws.
 TEST_F(CudaAttention, OpFusedMatchesCompositeWithAutograd) {
   EXPECT_TRUE(backends::attention_forward.has(DeviceType::CUDA));
   for (DType dt : {kFloat32, kBFloat16}) {
-    for (bool causal : {false, true}) {
-      SCOPED_TRACE(std::string(dtype_name(dt)) + (causal ? " causal" : ""));
+    for (const auto& [causal, dropout] : {std::pair{false, 0.0}, std::pair{true, 0.0}, std::pair{false, 0.2},
+                                          std::pair{true, 0.2}}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (causal ? " causal" : "") + " dropout " + std::to_string(dropout));
+      std::vector<uint64_t> offsets;
       const std::vector<Tensor> in{random_tensor({2, 3, 37, 64}, dt, 500, -1.5, 1.5),
                                    random_tensor({2, 1, 50, 64}, dt, 501, -1.5, 1.5),
                                    random_tensor({2, 3, 50, 40}, dt, 502), random_tensor({2, 3, 37, 40}, dt, 503)};
@@ -154,7 +184,9 @@ TEST_F(CudaAttention, OpFusedMatchesCompositeWithAutograd) {
                               c[2].detach().set_requires_grad(true)};
         std::optional<CompositeOnly> composite;
         if (!fused) composite.emplace();
-        Tensor out = F::scaled_dot_product_attention(x[0], x[1], x[2], Tensor(), 0.0, causal);
+        manual_seed(77);
+        Tensor out = F::scaled_dot_product_attention(x[0], x[1], x[2], Tensor(), dropout, causal);
+        offsets.push_back(default_generator().state().offset);
         EXPECT_EQ(std::string(out.grad_fn()->name()) == "ScaledDotProductAttentionBackward", fused);
         out.backward(c[3]);
         x.insert(x.begin(), out);
@@ -162,6 +194,7 @@ TEST_F(CudaAttention, OpFusedMatchesCompositeWithAutograd) {
       };
       const std::vector<Tensor> fused = run(true, dt, gpu_device()), composite = run(false, dt, gpu_device()),
                                 ref = run(true, kFloat64, Device::cpu());
+      EXPECT_EQ(offsets, std::vector<uint64_t>(3, offsets[0])) << "draws taken by fused, composite, CPU";
       const Tolerance tol = tolerance_of(dt, Case{6, 37, 50, 64, 40, causal});
       Tolerance loose = tol;
       if (dt == kBFloat16) loose = {3e-2, 1.5e-1, 3e-2};

@@ -196,7 +196,7 @@ TEST(AttentionFused, GradcheckWithBroadcastAndNonContiguousInputs) {
   }
 }
 
-TEST(AttentionFused, MaskOrDropoutKeepTheComposite) {
+TEST(AttentionFused, MaskKeepsTheComposite) {
   EXPECT_TRUE(mt::backends::attention_forward.has(mt::DeviceType::CPU));
   // CUDA builds have the fused kernels too (tests/backends/test_cuda_attention.cpp).
 #ifdef MIXTRAIN_WITH_CUDA
@@ -210,7 +210,8 @@ TEST(AttentionFused, MaskOrDropoutKeepTheComposite) {
   EXPECT_EQ(node(F::scaled_dot_product_attention(q, k, v)), "ScaledDotProductAttentionBackward");
   const mt::Tensor mask = mt::ones({3, 5}).to(mt::kBool);
   EXPECT_NE(node(F::scaled_dot_product_attention(q, k, v, mask)), "ScaledDotProductAttentionBackward");
-  EXPECT_NE(node(F::scaled_dot_product_attention(q, k, v, mt::Tensor(), 0.5)),
+  // Dropout is applied inside the fused kernels (tests/ops/test_attention_dropout.cpp).
+  EXPECT_EQ(node(F::scaled_dot_product_attention(q, k, v, mt::Tensor(), 0.5)),
             "ScaledDotProductAttentionBackward");
   {
     CompositeOnly composite;
@@ -219,13 +220,15 @@ TEST(AttentionFused, MaskOrDropoutKeepTheComposite) {
 }
 
 // A dry run of the fused path predicts the CPU allocator's peak for forward + backward, the
-// kernel's fp32 copies of half operands included (the meta backend models them).
+// kernel's fp32 copies of half operands included (the meta backend models them). Dropout, drawn
+// inside the kernels, adds no memory on either side.
 TEST(AttentionFused, DryRunPredictsTheMeasuredPeak) {
-  for (mt::DType dt : {mt::kFloat32, mt::kBFloat16}) {
-    SCOPED_TRACE(mt::dtype_name(dt));
+  for (const auto& [dt, p] :
+       {std::pair{mt::kFloat32, 0.0}, std::pair{mt::kBFloat16, 0.0}, std::pair{mt::kBFloat16, 0.1}}) {
+    SCOPED_TRACE(std::string(mt::dtype_name(dt)) + " dropout " + std::to_string(p));
     const mt::Shape qs{2, 3, 100, 16}, ks{2, 3, 90, 16};
-    auto step = [](const mt::Tensor& q, const mt::Tensor& k, const mt::Tensor& v, const mt::Tensor& go) {
-      F::scaled_dot_product_attention(q, k, v).backward(go);
+    auto step = [p = p](const mt::Tensor& q, const mt::Tensor& k, const mt::Tensor& v, const mt::Tensor& go) {
+      F::scaled_dot_product_attention(q, k, v, mt::Tensor(), p).backward(go);
     };
     const mt::Device cpu = mt::Device::cpu();
     const int64_t before = mt::memory::stats(cpu).allocated_bytes;

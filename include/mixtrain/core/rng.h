@@ -70,6 +70,13 @@ MT_HOST_DEVICE inline double random_normal(uint64_t seed, uint64_t n) {
   return ::sqrt(-2.0 * ::log(u1)) * ::cos(6.283185307179586 * u2);
 }
 
+// Whether dropout with probability p (threshold = p as a float) keeps the element whose draw is
+// n: the draw's uniform, as a float, is at least p. Shared by the elementwise dropout and the
+// fused attention kernels, CPU and CUDA, so that all of them drop the same elements.
+MT_HOST_DEVICE inline bool dropout_keep(uint64_t seed, uint64_t n, float threshold) {
+  return static_cast<float>(random_uniform(seed, n)) >= threshold;
+}
+
 Generator& default_generator();
 void manual_seed(uint64_t seed);
 

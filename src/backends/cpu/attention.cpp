@@ -3,7 +3,11 @@
 // and sum per query, output accumulated unnormalised in fp32) and saves the logsumexp. Backward:
 // one work item per batch x head runs over the key tiles, recomputing each probability tile from
 // q, k and the logsumexp, with D = rowsum(dO * O); dK and dV of a key tile are finished in place,
-// dQ accumulates in an fp32 buffer of [L, E]. Tile products go through the Eigen GEMM. Work items
+// dQ accumulates in an fp32 buffer of [L, E]. Dropout (FlashAttention-2's): forward scales the
+// probabilities that multiply V by the counter-based mask while the running sum (and so the
+// logsumexp) stays that of the undropped ones; backward regenerates the mask from the seed, for
+// dV = (P o M)^T dO and dS = P o (M o dP - D), where D = rowsum(dO * O) needs no change because O
+// already holds the dropout. Tile products go through the Eigen GEMM. Work items
 // never share an output element and each computes the same way whatever thread runs it, so the
 // results do not depend on the thread count. Extra memory: fp32 copies of half operands and
 // per-thread tiles, O(sequence).
@@ -20,6 +24,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/gemm_eigen.h"
 #include "backends/cpu/loops.h"
+#include "mixtrain/core/rng.h"
 
 namespace mixtrain::backends::cpu {
 
@@ -221,6 +226,25 @@ int64_t keys_seen(const AttentionShape& sh, int64_t i0, int64_t rows) {
   return sh.causal ? std::min(sh.s, i0 + rows) : sh.s;
 }
 
+// The shape's dropout in acc_t<T>: the factor of probability (b, i, j) is `kept` (1 / (1 - p)
+// rounded to T, as cpu/random.cpp's dropout scales) or 0, from draw offset + (b * l + i) * s + j.
+template <class T>
+struct Dropout {
+  using A = acc_t<T>;
+  explicit Dropout(const AttentionShape& sh)
+      : on(sh.dropout_p > 0.0), threshold(static_cast<float>(sh.dropout_p)),
+        kept(on ? static_cast<A>(convert<T>(1.0 / (1.0 - sh.dropout_p))) : A(1)), seed(sh.seed), offset(sh.offset),
+        l(sh.l), s(sh.s) {}
+  A factor(int64_t b, int64_t i, int64_t j) const {
+    return dropout_keep(seed, offset + static_cast<uint64_t>((b * l + i) * s + j), threshold) ? kept : A(0);
+  }
+  bool on;
+  float threshold;
+  A kept;
+  uint64_t seed, offset;
+  int64_t l, s;
+};
+
 template <class A>
 struct ForwardScratch {
   std::vector<A> q, sc, acc, m, sum;
@@ -236,6 +260,7 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
   A* pl = static_cast<A*>(lse.raw_data());
   const int64_t e = sh.e, ev = sh.ev, tiles = (sh.l + kTile - 1) / kTile;
   const A scale = static_cast<A>(sh.scale), inf = std::numeric_limits<A>::infinity();
+  const Dropout<T> drop(sh);
   for_items<ForwardScratch<A>>(sh.batch * tiles, [&](int64_t item, ForwardScratch<A>& w) {
     const int64_t b = item / tiles, i0 = item % tiles * kTile, rows = std::min(kTile, sh.l - i0);
     const A* kb = pk + b * sh.s * e;
@@ -262,6 +287,10 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
         }
         const A rescale = std::exp(w.m[r] - mx);  // exp(-inf) = 0 on the first tile
         const A total = exp_shifted(s, cols, mx);
+        if (drop.on) {  // after the sum: the normaliser is the undropped one
+          const int64_t seen = sh.causal ? std::min(cols, i0 + r - j0 + 1) : cols;  // beyond: 0 already
+          for (int64_t c = 0; c < seen; ++c) s[c] *= drop.factor(b, i0 + r, j0 + c);
+        }
         w.sum[r] = w.sum[r] * rescale + total;
         w.m[r] = mx;
         A* acc = w.acc.data() + r * ev;
@@ -297,6 +326,7 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   T* gv = static_cast<T*>(grad_v.raw_data());
   const int64_t l = sh.l, s = sh.s, e = sh.e, ev = sh.ev;
   const A scale = static_cast<A>(sh.scale);
+  const Dropout<T> drop(sh);
   for_items<BackwardScratch<A>>(sh.batch, [&](int64_t b, BackwardScratch<A>& w) {
     const A *qb = pq + b * l * e, *kb = pk + b * s * e, *vb = pv + b * s * ev;
     const A *ob = po + b * l * ev, *gb = pg + b * l * ev, *lb = pl + b * l;
@@ -322,11 +352,21 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
         gemm(rows_of(w.q.data() + i0 * e, rows, e, e), transposed(kb + j0 * e, e, cols, e), p, cols, false);
         if (sh.causal) mask_causal(p, rows, cols, i0, j0);
         for (int64_t r = 0; r < rows; ++r) exp_shifted(p + r * cols, cols, lb[i0 + r]);
-        // dV += P^T dO; dP = dO V^T; dS = P (dP - D); dQ' += dS K; dK += dS^T (scale q).
-        gemm(transposed(p, cols, rows, cols), rows_of(gb + i0 * ev, rows, ev, ev), w.dv.data(), ev, true);
+        // dP = dO V^T; dS = P (dP - D); dV += P^T dO; dQ' += dS K; dK += dS^T (scale q). With
+        // dropout, P's factors M: dS = P (M dP - D), and P becomes P M for dV.
         gemm(rows_of(gb + i0 * ev, rows, ev, ev), transposed(vb + j0 * ev, ev, cols, ev), dp, cols, false);
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t c = 0; c < cols; ++c) dp[r * cols + c] = p[r * cols + c] * (dp[r * cols + c] - w.d[i0 + r]);
+        if (drop.on) {
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c) {
+              const A f = drop.factor(b, i0 + r, j0 + c), pr = p[r * cols + c];
+              dp[r * cols + c] = pr * (dp[r * cols + c] * f - w.d[i0 + r]);
+              p[r * cols + c] = pr * f;
+            }
+        } else {
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c) dp[r * cols + c] = p[r * cols + c] * (dp[r * cols + c] - w.d[i0 + r]);
+        }
+        gemm(transposed(p, cols, rows, cols), rows_of(gb + i0 * ev, rows, ev, ev), w.dv.data(), ev, true);
         gemm(rows_of(dp, rows, cols, cols), rows_of(kb + j0 * e, cols, e, e), w.dq.data() + i0 * e, e, true);
         gemm(transposed(dp, cols, rows, cols), rows_of(w.q.data() + i0 * e, rows, e, e), w.dk.data(), e, true);
       }
@@ -340,17 +380,19 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   });
 }
 
-void check_operands(const char* op, std::initializer_list<const Tensor*> ts, DType dt) {
+void check_operands(const char* op, std::initializer_list<const Tensor*> ts, DType dt, const AttentionShape& sh) {
   for (const Tensor* t : ts)
     MT_CHECK(t->is_contiguous() && t->dtype() == dt, op, ": expected contiguous ", dtype_name(dt), " operands, got ",
              t->summary());
+  MT_CHECK(sh.dropout_p >= 0.0 && sh.dropout_p < 1.0, op, ": dropout probability must be in [0, 1), got ",
+           sh.dropout_p);
 }
 
 }  // namespace
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& sh, const Tensor& out,
                        const Tensor& lse) {
-  check_operands("attention_forward", {&q, &k, &v, &out}, q.dtype());
+  check_operands("attention_forward", {&q, &k, &v, &out}, q.dtype(), sh);
   if (sh.batch == 0 || sh.l == 0) return;
   dispatch_floating(q.dtype(), "attention_forward", [&](auto tag) {
     forward_typed<typename decltype(tag)::type>(q, k, v, sh, out, lse);
@@ -360,7 +402,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& grad_out,
                         const Tensor& lse, const AttentionShape& sh, const Tensor& grad_q, const Tensor& grad_k,
                         const Tensor& grad_v) {
-  check_operands("attention_backward", {&q, &k, &v, &out, &grad_out, &grad_q, &grad_k, &grad_v}, q.dtype());
+  check_operands("attention_backward", {&q, &k, &v, &out, &grad_out, &grad_q, &grad_k, &grad_v}, q.dtype(), sh);
   if (sh.batch == 0) return;
   dispatch_floating(q.dtype(), "attention_backward", [&](auto tag) {
     backward_typed<typename decltype(tag)::type>(q, k, v, out, grad_out, lse, sh, grad_q, grad_k, grad_v);

@@ -33,7 +33,7 @@ void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Te
     T* po = static_cast<T*>(out.raw_data());
     parallel_for(x.numel(), kParallelGrain / 16, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
-        const bool keep = static_cast<float>(random_uniform(seed, offset + static_cast<uint64_t>(i))) >= threshold;
+        const bool keep = dropout_keep(seed, offset + static_cast<uint64_t>(i), threshold);
         po[i] = static_cast<T>(static_cast<A>(px[i]) * (keep ? scale : A(0)));  // x * 0: NaN stays NaN
       }
     });

@@ -21,10 +21,12 @@ void check_operands(const char* op, const AttentionShape& sh, std::initializer_l
            lse.summary());
   MT_CHECK(sh.s >= 1 && sh.e >= 1 && sh.ev >= 1 && sh.e < (1 << 20) && sh.ev < (1 << 20), op,
            ": unsupported sizes L=", sh.l, " S=", sh.s, " E=", sh.e, " Ev=", sh.ev);
+  MT_CHECK(sh.dropout_p >= 0.0 && sh.dropout_p < 1.0, op, ": dropout probability must be in [0, 1), got ",
+           sh.dropout_p);
 }
 
 kernels::AttentionDims dims(const AttentionShape& sh) {
-  return {sh.batch, sh.l, sh.s, sh.e, sh.ev, sh.scale, sh.causal};
+  return {sh.batch, sh.l, sh.s, sh.e, sh.ev, sh.scale, sh.causal, sh.dropout_p, sh.seed, sh.offset};
 }
 
 }  // namespace

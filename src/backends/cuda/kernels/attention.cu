@@ -8,11 +8,16 @@
 //   tiles for dK and dV, and a block per (batch, query tile) loops over the key tiles for dQ. Both
 //   recompute the probabilities from q, k and the logsumexp the same way. Every output element is
 //   summed by one thread in a fixed order: no atomics, the results are the same run to run.
-// fp16/bf16 with head dims that are multiples of 16 up to 128 take the tensor-core kernels
-// (attention_mma.cu) instead.
+// - Dropout (FlashAttention-2's, as cpu/attention.cpp): forward multiplies the probabilities that
+//   meet V by the mask factor (0 or `kept` = 1 / (1 - p) rounded to T) after the running sum took
+//   them, so the logsumexp is the undropped one; backward regenerates the factor f of each entry
+//   from the seed: dV takes P f, dS = P (f dP - D), D = rowsum(dO * O) unchanged.
+// fp16/bf16 with head dims that are multiples of 16 up to 128 and no dropout take the tensor-core
+// kernels (attention_mma.cu) instead.
 #include <cfloat>
 
 #include "attention_common.cuh"
+#include "mixtrain/core/rng.h"
 
 namespace mixtrain::kernels {
 
@@ -31,6 +36,14 @@ __device__ __forceinline__ A score(const A* sq, const A* sk, int r, int c, int l
 // Whether query row r of the tile starting at i0 sees key row c of the tile starting at j0.
 __device__ __forceinline__ bool visible(int r, int rows, int c, int cols, int64_t i0, int64_t j0, bool causal) {
   return r < rows && c < cols && !(causal && j0 + c > i0 + r);
+}
+
+// The dropout factor of probability (b, i, j): `kept` or 0, from the draw backends/attention.h
+// names, with the keep test every dropout kernel shares (core/rng.h).
+template <class A>
+__device__ __forceinline__ A dropout_factor(const AttentionDims& d, A kept, int64_t b, int64_t i, int64_t j) {
+  const uint64_t n = d.offset + static_cast<uint64_t>((b * d.l + i) * d.s + j);
+  return dropout_keep(d.seed, n, static_cast<float>(d.dropout_p)) ? kept : A(0);
 }
 
 // Copies rows [0, rows) of a [*, width] global matrix into shared memory with row stride ld,
@@ -59,8 +72,10 @@ size_t forward_smem(const AttentionDims& d, Tile t) {
 template <class T>
 __global__ void __launch_bounds__(attention::kThreads)
     attention_forward_generic(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                              AttentionDims d, Tile tile, T* __restrict__ out, acc_t<T>* __restrict__ lse) {
+                              AttentionDims d, Tile tile, acc_t<T> kept, T* __restrict__ out,
+                              acc_t<T>* __restrict__ lse) {
   using A = acc_t<T>;
+  const bool drop = d.dropout_p > 0.0;
   extern __shared__ __align__(16) unsigned char smem[];
   const int bq = tile.bq, bk = tile.bk, e = static_cast<int>(d.e), ev = static_cast<int>(d.ev), lde = e + 1;
   const int64_t tiles = (d.l + bq - 1) / bq;
@@ -111,8 +126,8 @@ __global__ void __launch_bounds__(attention::kThreads)
       A total = 0;
       for (int c = lane; c < bk; c += 32) {
         const A p = m_exp(s[c] - mx);
-        s[c] = p;
-        total += p;
+        total += p;  // undropped: the normaliser and the logsumexp
+        s[c] = drop && c < cols ? p * dropout_factor(d, kept, b, i0 + r, j0 + c) : p;
       }
       total = warp_reduce(total, SumOp{});
       if (lane == 0) {
@@ -155,15 +170,18 @@ __global__ void attention_row_dot(const T* __restrict__ grad_out, const T* __res
   if (lane == 0) dot[row] = sum;
 }
 
-// dS = P * (dP - D) for the (r, c) entry of a tile, P recomputed as exp(q.k - lse) (0 where not
-// visible), dP = dO.v. Shared by the dK/dV and the dQ kernels so both see the same values.
+// dS = P * (f dP - D) for the (r, c) entry of a tile, P recomputed as exp(q.k - lse) (0 where
+// not visible), dP = dO.v, f the entry's dropout factor (1 without dropout); p returns P f, what
+// dV takes. Shared by the dK/dV and the dQ kernels so both see the same values.
 template <class A>
 __device__ __forceinline__ void prob_and_grad(const A* sq, const A* sk, const A* sdo, const A* sv, const A* slse,
-                                              const A* sd, int r, int c, int lde, int ldv, int e, int ev, A& p, A& ds) {
+                                              const A* sd, int r, int c, int lde, int ldv, int e, int ev, A f, A& p,
+                                              A& ds) {
   p = m_exp(score(sq, sk, r, c, lde, e) - slse[r]);
   A dp = 0;
   for (int t = 0; t < ev; ++t) dp += sdo[r * ldv + t] * sv[c * ldv + t];
-  ds = p * (dp - sd[r]);
+  ds = p * (dp * f - sd[r]);
+  p *= f;
 }
 
 // Loads a query tile's operands: sq (scaled), sdo, lse and D.
@@ -192,9 +210,10 @@ template <class T>
 __global__ void __launch_bounds__(attention::kThreads)
     attention_backward_keys(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                             const T* __restrict__ grad_out, const acc_t<T>* __restrict__ lse,
-                            const acc_t<T>* __restrict__ dvec, AttentionDims d, Tile tile, T* __restrict__ grad_k,
-                            T* __restrict__ grad_v) {
+                            const acc_t<T>* __restrict__ dvec, AttentionDims d, Tile tile, acc_t<T> kept,
+                            T* __restrict__ grad_k, T* __restrict__ grad_v) {
   using A = acc_t<T>;
+  const bool drop = d.dropout_p > 0.0;
   extern __shared__ __align__(16) unsigned char smem[];
   const int bq = tile.bq, bk = tile.bk, e = static_cast<int>(d.e), ev = static_cast<int>(d.ev);
   const int lde = e + 1, ldv = ev + 1;
@@ -225,8 +244,10 @@ __global__ void __launch_bounds__(attention::kThreads)
     for (int idx = threadIdx.x; idx < bq * bk; idx += blockDim.x) {
       const int r = idx / bk, c = idx % bk;
       A p = 0, ds = 0;
-      if (visible(r, rows, c, cols, i0, j0, d.causal))
-        prob_and_grad(sq, sk, sdo, sv, slse, sd, r, c, lde, ldv, e, ev, p, ds);
+      if (visible(r, rows, c, cols, i0, j0, d.causal)) {
+        const A f = drop ? dropout_factor(d, kept, b, i0 + r, j0 + c) : A(1);
+        prob_and_grad(sq, sk, sdo, sv, slse, sd, r, c, lde, ldv, e, ev, f, p, ds);
+      }
       sp[idx] = p;
       sds[idx] = ds;
     }
@@ -264,8 +285,10 @@ template <class T>
 __global__ void __launch_bounds__(attention::kThreads)
     attention_backward_queries(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                const T* __restrict__ grad_out, const acc_t<T>* __restrict__ lse,
-                               const acc_t<T>* __restrict__ dvec, AttentionDims d, Tile tile, T* __restrict__ grad_q) {
+                               const acc_t<T>* __restrict__ dvec, AttentionDims d, Tile tile, acc_t<T> kept,
+                               T* __restrict__ grad_q) {
   using A = acc_t<T>;
+  const bool drop = d.dropout_p > 0.0;
   extern __shared__ __align__(16) unsigned char smem[];
   const int bq = tile.bq, bk = tile.bk, e = static_cast<int>(d.e), ev = static_cast<int>(d.ev);
   const int lde = e + 1, ldv = ev + 1;
@@ -293,8 +316,10 @@ __global__ void __launch_bounds__(attention::kThreads)
     for (int idx = threadIdx.x; idx < bq * bk; idx += blockDim.x) {
       const int r = idx / bk, c = idx % bk;
       A p = 0, ds = 0;
-      if (visible(r, rows, c, cols, i0, j0, d.causal))
-        prob_and_grad(sq, sk, sdo, sv, slse, sd, r, c, lde, ldv, e, ev, p, ds);
+      if (visible(r, rows, c, cols, i0, j0, d.causal)) {
+        const A f = drop ? dropout_factor(d, kept, b, i0 + r, j0 + c) : A(1);
+        prob_and_grad(sq, sk, sdo, sv, slse, sd, r, c, lde, ldv, e, ev, f, p, ds);
+      }
       sds[idx] = ds;
     }
     __syncthreads();
@@ -324,6 +349,12 @@ Tile choose_tile(Kernel kernel, const char* name, size_t (*bytes)(const Attentio
   return tile;
 }
 
+// 1 / (1 - p) rounded to T, as the dropout kernels scale (random.cu); 1 without dropout.
+template <class T>
+acc_t<T> kept_factor(const AttentionDims& d) {
+  return d.dropout_p > 0.0 ? static_cast<acc_t<T>>(host_value<T>(1.0 / (1.0 - d.dropout_p))) : acc_t<T>(1);
+}
+
 }  // namespace
 
 void attention_forward(DType dtype, const void* q, const void* k, const void* v, const AttentionDims& d, void* out,
@@ -338,8 +369,8 @@ void attention_forward(DType dtype, const void* q, const void* k, const void* v,
     const int64_t blocks = d.batch * ((d.l + tile.bq - 1) / tile.bq);
     attention::check_grid(blocks, "attention_forward");
     kernel<<<static_cast<unsigned>(blocks), attention::kThreads, tile.smem, stream>>>(
-        static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), d, tile, static_cast<T*>(out),
-        static_cast<A*>(lse));
+        static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), d, tile, kept_factor<T>(d),
+        static_cast<T*>(out), static_cast<A*>(lse));
   });
   check_launch("attention_forward");
 }
@@ -373,7 +404,7 @@ void attention_backward(DType dtype, const void* q, const void* k, const void* v
       const int64_t blocks = d.batch * ((d.s + tile.bk - 1) / tile.bk);
       attention::check_grid(blocks, "attention_backward");
       kernel<<<static_cast<unsigned>(blocks), attention::kThreads, tile.smem, stream>>>(
-          tq, tk, tv, tg, tl, dvec, d, tile, static_cast<T*>(grad_k), static_cast<T*>(grad_v));
+          tq, tk, tv, tg, tl, dvec, d, tile, kept_factor<T>(d), static_cast<T*>(grad_k), static_cast<T*>(grad_v));
       check_launch("attention_backward (dK, dV)");
     }
     if (rows > 0) {
@@ -381,8 +412,8 @@ void attention_backward(DType dtype, const void* q, const void* k, const void* v
       const Tile tile = choose_tile(kernel, "attention_backward (dQ)", query_pass_smem<A>, d);
       const int64_t blocks = d.batch * ((d.l + tile.bq - 1) / tile.bq);
       attention::check_grid(blocks, "attention_backward");
-      kernel<<<static_cast<unsigned>(blocks), attention::kThreads, tile.smem, stream>>>(tq, tk, tv, tg, tl, dvec, d,
-                                                                                        tile, static_cast<T*>(grad_q));
+      kernel<<<static_cast<unsigned>(blocks), attention::kThreads, tile.smem, stream>>>(
+          tq, tk, tv, tg, tl, dvec, d, tile, kept_factor<T>(d), static_cast<T*>(grad_q));
       check_launch("attention_backward (dQ)");
     }
   });

@@ -354,8 +354,11 @@ __global__ void __launch_bounds__(kMmaThreads)
 }
 
 // Whether the tensor-core kernels take this call: fp16/bf16, head dims multiples of 16 up to
-// 128, on sm_80 or later (bf16 wmma).
+// 128, on sm_80 or later (bf16 wmma), no dropout. Dropout calls go to the generic kernels
+// (attention.cu), which apply it: one implementation of the mask to check against the CPU's while
+// these kernels' fragment layouts stay out of it, at the generic kernels' speed for such calls.
 bool applies(DType dtype, const AttentionDims& d) {
+  if (d.dropout_p > 0.0) return false;
   if ((dtype != DType::Float16 && dtype != DType::BFloat16) || d.e % 16 != 0 || d.ev % 16 != 0 || d.e > 128 ||
       d.ev > 128)
     return false;

@@ -63,11 +63,14 @@ void softmax_backward(DType dtype, const void* y, const void* grad_y, void* grad
 
 // ---- attention.cu. Fused attention (backends/attention.h): q [B, L, E], k [B, S, E], v [B, S, Ev],
 // out [B, L, Ev] contiguous in `dtype`; lse [B, L] and the backward's workspace
-// (attention_workspace_bytes) in fp32, fp64 for fp64.
+// (attention_workspace_bytes) in fp32, fp64 for fp64. Dropout as backends::AttentionShape's:
+// probability (b, i, j) kept when dropout_keep(seed, offset + (b * l + i) * s + j, p).
 struct AttentionDims {
   int64_t batch, l, s, e, ev;
   double scale;
   bool causal;
+  double dropout_p;
+  uint64_t seed, offset;
 };
 void attention_forward(DType dtype, const void* q, const void* k, const void* v, const AttentionDims& d, void* out,
                        void* lse, cudaStream_t stream);

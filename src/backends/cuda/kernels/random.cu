@@ -23,7 +23,7 @@ __global__ void dropout_kernel(const T* __restrict__ x, T* __restrict__ out, int
                                acc_t<T> scale, uint64_t seed, uint64_t offset) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const bool keep = static_cast<float>(random_uniform(seed, offset + static_cast<uint64_t>(i))) >= threshold;
+    const bool keep = dropout_keep(seed, offset + static_cast<uint64_t>(i), threshold);
     out[i] = convert<T>(convert<acc_t<T>>(x[i]) * (keep ? scale : acc_t<T>(0)));  // x * 0: NaN stays NaN
   }
 }
