@@ -105,8 +105,10 @@ TEST_F(CudaAttention, KernelsMatchTheFp64CpuKernelIntoPoisonedOutputs) {
   // L != S both ways.
   const std::pair<int64_t, int64_t> lengths[] = {{1, 1},    {37, 37},  {130, 130}, {257, 257},
                                                  {37, 130}, {130, 37}, {1, 257},   {257, 1}};
-  // Tensor cores for fp16/bf16 (multiples of 16 up to 128, E != Ev too), the generic kernels otherwise.
-  const std::pair<int64_t, int64_t> heads[] = {{64, 64}, {128, 128}, {32, 128}, {40, 40}, {24, 40}};
+  // Tensor cores for fp16/bf16 (multiples of 16 up to 128, E != Ev both ways, the smallest 16),
+  // the generic kernels otherwise.
+  const std::pair<int64_t, int64_t> heads[] = {{64, 64}, {128, 128}, {32, 128}, {128, 32},
+                                               {16, 64},  {40, 40},  {24, 40}};
   uint64_t seed = 100;
   for (DType dt : float_types())
     for (const auto& [e, ev] : heads)

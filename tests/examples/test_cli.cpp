@@ -105,9 +105,12 @@ TEST(MixtrainCli, TransformerWarmUpFollowsTheRunsSteps) {
   std::vector<double> lr;
   for (std::string line; std::getline(lines, line);) lr.push_back(nlohmann::json::parse(line)["lr"].get<double>());
   ASSERT_EQ(lr.size(), 20u);
-  EXPECT_NEAR(lr[0], 0.5e-3, 1e-9);  // warm-up of 2 steps: half the rate, then all of it
-  EXPECT_NEAR(lr[1], 1e-3, 1e-9);
-  for (size_t i = 2; i < lr.size(); ++i) EXPECT_LE(lr[i], lr[i - 1]) << "step " << i + 1;
+  // A warm-up of 2 steps (PyTorch's LinearLR from 1/2 to 1 over 2 steps: 1/2, 3/4), then the
+  // cosine from the full rate.
+  EXPECT_NEAR(lr[0], 0.5e-3, 1e-9);
+  EXPECT_NEAR(lr[1], 0.75e-3, 1e-9);
+  EXPECT_NEAR(lr[2], 1e-3, 1e-9);
+  for (size_t i = 3; i < lr.size(); ++i) EXPECT_LE(lr[i], lr[i - 1]) << "step " << i + 1;
   EXPECT_LT(lr.back(), 0.1e-3);  // cosine decay to 0 over the other 18
 }
 

@@ -14,6 +14,8 @@
 // FlashAttention. Every output element is produced by one warp in a fixed order: deterministic.
 #include <mma.h>
 
+#include <atomic>
+
 #include "attention_common.cuh"
 
 namespace mixtrain::kernels::attention {
@@ -357,19 +359,31 @@ __global__ void __launch_bounds__(kMmaThreads)
 // 128, on sm_80 or later (bf16 wmma), no dropout. Dropout calls go to the generic kernels
 // (attention.cu), which apply it: one implementation of the mask to check against the CPU's while
 // these kernels' fragment layouts stay out of it, at the generic kernels' speed for such calls.
+// Whether the current device runs these kernels' tensor-core bodies: the code loaded for it must
+// come from sm_80 or later (a build whose only code for this device is older PTX, JIT-compiled,
+// holds the __trap() bodies). Asked once per device, as the devices of a process may differ.
+bool mma_built_for_current_device() {
+  constexpr int kDevices = 64;
+  static std::atomic<int> known[kDevices] = {};  // 0 not asked yet, 1 yes, -1 no
+  int device = 0;
+  MT_CHECK(cudaGetDevice(&device) == cudaSuccess, "attention: cudaGetDevice failed");
+  const bool cached = device >= 0 && device < kDevices;
+  if (cached)
+    if (const int k = known[device].load(std::memory_order_relaxed)) return k > 0;
+  cudaFuncAttributes attr{};
+  MT_CHECK(cudaFuncGetAttributes(&attr, attention_forward_mma<__half>) == cudaSuccess,
+           "attention: cudaFuncGetAttributes failed");
+  const bool yes = attr.ptxVersion >= 80;
+  if (cached) known[device].store(yes ? 1 : -1, std::memory_order_relaxed);
+  return yes;
+}
+
 bool applies(DType dtype, const AttentionDims& d) {
   if (d.dropout_p > 0.0) return false;
   if ((dtype != DType::Float16 && dtype != DType::BFloat16) || d.e % 16 != 0 || d.ev % 16 != 0 || d.e > 128 ||
       d.ev > 128)
     return false;
-  static const int major = [] {
-    int device = 0, value = 0;
-    MT_CHECK(cudaGetDevice(&device) == cudaSuccess, "attention: cudaGetDevice failed");
-    MT_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess,
-             "attention: cudaDeviceGetAttribute(ComputeCapabilityMajor) failed");
-    return value;
-  }();
-  return major >= 8;
+  return mma_built_for_current_device();
 }
 
 template <class F>
