@@ -13,6 +13,7 @@
 #include "backends/attention.h"
 #include "backends/cuda_test_util.h"
 #include "ops/attention_fused.h"
+#include "ops/attention_testing.h"
 
 namespace mixtrain::testing {
 namespace {
@@ -156,12 +157,6 @@ TEST_F(CudaAttention, ResultsAreTheSameBitsRunToRun) {
     EXPECT_EQ(bytes_of(a.dv), bytes_of(b.dv));
   }
 }
-
-// Runs the op's composite path (fused off) while alive.
-struct CompositeOnly {
-  CompositeOnly() { ops::set_fused_attention_enabled(false); }
-  ~CompositeOnly() { ops::set_fused_attention_enabled(true); }
-};
 
 // The public op on CUDA with autograd, broadcast k batch dims included: the fused path (its
 // node's name tells) against the CPU's fused path in fp64, and against the composite (cuBLASLt

@@ -12,6 +12,7 @@
 
 #include "backends/attention.h"
 #include "ops/attention_fused.h"
+#include "ops/attention_testing.h"
 #include "ops/op_reference.h"
 
 namespace mt = mixtrain;
@@ -19,16 +20,6 @@ namespace F = mixtrain::nn::functional;
 using namespace mixtrain::testing;
 
 namespace {
-
-struct Sizes {
-  int64_t batch, l, s, e, ev;
-  bool causal;
-};
-
-std::string name_of(const Sizes& z, mt::DType dt) {
-  return std::string(mt::dtype_name(dt)) + " B" + std::to_string(z.batch) + " L" + std::to_string(z.l) + " S" +
-         std::to_string(z.s) + (z.causal ? " causal" : "");
-}
 
 struct Reference {
   Values out, dq, dk, dv;
@@ -40,7 +31,7 @@ double kept_factor(double p, mt::DType dt) {
 }
 
 // Attention with dropout on the probabilities and its gradients for grad_out go, fp64 loops.
-Reference reference(const Sizes& z, const mt::backends::AttentionShape& sh, double kept, const Values& q,
+Reference reference(const AttentionSizes& z, const mt::backends::AttentionShape& sh, double kept, const Values& q,
                     const Values& k, const Values& v, const Values& go) {
   Reference r{Values(z.batch * z.l * z.ev), Values(q.size()), Values(k.size()), Values(v.size())};
   const float threshold = static_cast<float>(sh.dropout_p);
@@ -79,39 +70,23 @@ Reference reference(const Sizes& z, const mt::backends::AttentionShape& sh, doub
   return r;
 }
 
-struct Inputs {
-  mt::Tensor q, k, v, go;
-};
-
-Inputs inputs_for(const Sizes& z, mt::DType dt, uint64_t seed) {
-  return {random_tensor({z.batch, z.l, z.e}, dt, seed, -1.5, 1.5),
-          random_tensor({z.batch, z.s, z.e}, dt, seed + 1, -1.5, 1.5),
-          random_tensor({z.batch, z.s, z.ev}, dt, seed + 2), random_tensor({z.batch, z.l, z.ev}, dt, seed + 3)};
-}
-
-// Runs the op's composite path (fused off) while alive.
-struct CompositeOnly {
-  CompositeOnly() { mt::ops::set_fused_attention_enabled(false); }
-  ~CompositeOnly() { mt::ops::set_fused_attention_enabled(true); }
-};
-
 }  // namespace
 
 TEST(AttentionDropout, KernelsMatchReferenceIntoPoisonedOutputs) {
   // Odd lengths, and 130 / 300 across the 64-wide and 256-wide tiles of both passes.
-  const Sizes sizes[] = {{2, 7, 13, 8, 5, false},
-                         {2, 33, 17, 8, 8, true},
-                         {1, 130, 300, 16, 8, false},
-                         {1, 300, 130, 8, 8, true},
-                         {2, 7, 13, 8, 8, true}};
-  for (const Sizes& z : sizes) {
+  const AttentionSizes sizes[] = {{2, 7, 13, 8, 5, false},
+                                  {2, 33, 17, 8, 8, true},
+                                  {1, 130, 300, 16, 8, false},
+                                  {1, 300, 130, 8, 8, true},
+                                  {2, 7, 13, 8, 8, true}};
+  for (const AttentionSizes& z : sizes) {
     for (mt::DType dt : float_types()) {
       SCOPED_TRACE(name_of(z, dt));
       mt::backends::AttentionShape sh{z.batch, z.l, z.s, z.e, z.ev, 0.4, z.causal};
       sh.dropout_p = 0.3;
       sh.seed = 1234;
       sh.offset = 77;  // not 0: the offset must shift every draw
-      const Inputs in = inputs_for(z, dt, 90);
+      const AttentionInputs in = attention_inputs(z, dt, 90);
       const mt::DType lse_dt = dt == mt::kFloat64 ? mt::kFloat64 : mt::kFloat32;
       mt::Tensor out = poisoned({z.batch, z.l, z.ev}, dt), lse = poisoned({z.batch, z.l}, lse_dt),
                  dq = poisoned(in.q.shape(), dt), dk = poisoned(in.k.shape(), dt), dv = poisoned(in.v.shape(), dt);
@@ -209,7 +184,7 @@ TEST(AttentionDropout, DropoutChangesResultsAndZeroTakesNoDraws) {
     EXPECT_EQ(dropped[t], again[t]) << "same seed, same result";
   }
   // p = 0 is the plain fused path: the reference without dropout.
-  const Sizes z{2, 9, 11, 8, 4, false};
+  const AttentionSizes z{2, 9, 11, 8, 4, false};
   mt::backends::AttentionShape sh{2, 9, 11, 8, 4, 1.0 / std::sqrt(8.0), false};
   const Reference ref =
       reference(z, sh, 1.0, to_doubles(in[0]), to_doubles(in[1]), to_doubles(in[2]), to_doubles(in[3]));

@@ -13,6 +13,7 @@
 #include "mixtrain/config.h"
 #include "mixtrain/memory/dry_run.h"
 #include "ops/attention_fused.h"
+#include "ops/attention_testing.h"
 #include "ops/op_reference.h"
 
 namespace mt = mixtrain;
@@ -21,30 +22,21 @@ using namespace mixtrain::testing;
 
 namespace {
 
-struct Sizes {
-  int64_t batch, l, s, e, ev;
-  bool causal;
-};
-
 // L in {1, 7, 33, 130} against 64-wide tiles; L != S only where the mask allows (causal is
 // top-left aligned, so L != S is allowed there too and tested once each way).
-const Sizes kSizes[] = {
-    {2, 1, 1, 8, 8, false},   {3, 7, 33, 8, 5, false},   {2, 33, 130, 16, 16, false}, {1, 130, 7, 8, 12, false},
-    {2, 1, 1, 8, 8, true},    {2, 33, 33, 8, 8, true},   {1, 130, 130, 16, 8, true},  {2, 70, 20, 8, 8, true},
-    {1, 20, 70, 8, 8, true},
+const AttentionSizes kSizes[] = {
+    {2, 1, 1, 8, 8, false},     {3, 7, 33, 8, 5, false}, {2, 33, 130, 16, 16, false},
+    {1, 130, 7, 8, 12, false},  {2, 1, 1, 8, 8, true},   {2, 33, 33, 8, 8, true},
+    {1, 130, 130, 16, 8, true}, {2, 70, 20, 8, 8, true}, {1, 20, 70, 8, 8, true},
 };
-
-std::string name_of(const Sizes& z, mt::DType dt) {
-  return std::string(mt::dtype_name(dt)) + " B" + std::to_string(z.batch) + " L" + std::to_string(z.l) + " S" +
-         std::to_string(z.s) + (z.causal ? " causal" : "");
-}
 
 struct Reference {
   Values out, dq, dk, dv;
 };
 
 // Attention and its gradients for grad_out go, in fp64 with plain loops.
-Reference reference(const Sizes& z, double scale, const Values& q, const Values& k, const Values& v, const Values& go) {
+Reference reference(const AttentionSizes& z, double scale, const Values& q, const Values& k, const Values& v,
+                    const Values& go) {
   Reference r{Values(z.batch * z.l * z.ev), Values(q.size()), Values(k.size()), Values(v.size())};
   for (int64_t b = 0; b < z.batch; ++b) {
     const double *qb = &q[b * z.l * z.e], *kb = &k[b * z.s * z.e], *vb = &v[b * z.s * z.ev], *gb = &go[b * z.l * z.ev];
@@ -85,8 +77,8 @@ struct KernelResult {
   mt::Tensor out, lse, dq, dk, dv;
 };
 
-KernelResult run_kernels(const Sizes& z, double scale, const mt::Tensor& q, const mt::Tensor& k, const mt::Tensor& v,
-                         const mt::Tensor& go) {
+KernelResult run_kernels(const AttentionSizes& z, double scale, const mt::Tensor& q, const mt::Tensor& k,
+                         const mt::Tensor& v, const mt::Tensor& go) {
   const mt::DType dt = q.dtype();
   const mt::backends::AttentionShape sh{z.batch, z.l, z.s, z.e, z.ev, scale, z.causal};
   KernelResult r{poisoned({z.batch, z.l, z.ev}, dt), poisoned({z.batch, z.l}, lse_dtype(dt)),
@@ -96,29 +88,14 @@ KernelResult run_kernels(const Sizes& z, double scale, const mt::Tensor& q, cons
   return r;
 }
 
-struct Inputs {
-  mt::Tensor q, k, v, go;
-};
-
-Inputs inputs_for(const Sizes& z, mt::DType dt, uint64_t seed) {
-  return {random_tensor({z.batch, z.l, z.e}, dt, seed, -1.5, 1.5), random_tensor({z.batch, z.s, z.e}, dt, seed + 1, -1.5, 1.5),
-          random_tensor({z.batch, z.s, z.ev}, dt, seed + 2), random_tensor({z.batch, z.l, z.ev}, dt, seed + 3)};
-}
-
-// Runs the op's composite path (fused off) while alive.
-struct CompositeOnly {
-  CompositeOnly() { mt::ops::set_fused_attention_enabled(false); }
-  ~CompositeOnly() { mt::ops::set_fused_attention_enabled(true); }
-};
-
 }  // namespace
 
 TEST(AttentionFused, KernelsMatchReferenceIntoPoisonedOutputs) {
-  for (const Sizes& z : kSizes) {
+  for (const AttentionSizes& z : kSizes) {
     for (mt::DType dt : float_types()) {
       SCOPED_TRACE(name_of(z, dt));
       const double scale = 1.0 / std::sqrt(static_cast<double>(z.e));
-      const Inputs in = inputs_for(z, dt, 40);
+      const AttentionInputs in = attention_inputs(z, dt, 40);
       const KernelResult r = run_kernels(z, scale, in.q, in.k, in.v, in.go);
       const Reference ref = reference(z, scale, to_doubles(in.q), to_doubles(in.k), to_doubles(in.v), to_doubles(in.go));
       const Tolerance tol = tolerance_for(dt);
@@ -133,8 +110,8 @@ TEST(AttentionFused, KernelsMatchReferenceIntoPoisonedOutputs) {
 
 // lse is the logsumexp of each query's scaled scores, what backward recomputes from.
 TEST(AttentionFused, LogsumexpIsTheRowsLogSumExp) {
-  const Sizes z{1, 5, 70, 4, 4, false};
-  const Inputs in = inputs_for(z, mt::kFloat64, 50);
+  const AttentionSizes z{1, 5, 70, 4, 4, false};
+  const AttentionInputs in = attention_inputs(z, mt::kFloat64, 50);
   const KernelResult r = run_kernels(z, 0.5, in.q, in.k, in.v, in.go);
   const Values q = to_doubles(in.q), k = to_doubles(in.k), lse = to_doubles(r.lse);
   for (int64_t i = 0; i < z.l; ++i) {
@@ -149,10 +126,10 @@ TEST(AttentionFused, LogsumexpIsTheRowsLogSumExp) {
 }
 
 TEST(AttentionFused, OpMatchesCompositeAndReferenceForwardAndBackward) {
-  for (const Sizes& z : kSizes) {
+  for (const AttentionSizes& z : kSizes) {
     for (mt::DType dt : float_types()) {
       SCOPED_TRACE(name_of(z, dt));
-      const Inputs in = inputs_for(z, dt, 60);
+      const AttentionInputs in = attention_inputs(z, dt, 60);
       const double scale = 0.3;
       const Reference ref = reference(z, scale, to_doubles(in.q), to_doubles(in.k), to_doubles(in.v), to_doubles(in.go));
       auto run = [&](bool fused) {
