@@ -33,7 +33,8 @@ Device default_device() { return cuda::is_available() ? parse_device("cuda") : D
 
 Device parse_device(const std::string& name) {
   MT_CHECK(name == "cpu" || name.rfind("cuda", 0) == 0, "unknown device '", name, "' (expected cpu or cuda)");
-  const int rank_index = rank_cuda_index(distributed::read_launch_env());
+  // The launch environment is read only for plain "cuda": a CPU run never depends on it.
+  const int rank_index = name == "cuda" ? rank_cuda_index(distributed::read_launch_env()) : 0;
   const Device d = name == "cuda" ? Device::cuda(rank_index) : Device::parse(name);
   std::string what = "'" + name + "'";
   if (name == "cuda" && rank_index != 0) what += " (" + d.str() + ", this rank's LOCAL_RANK)";

@@ -26,10 +26,10 @@ namespace mixtrain::backends::cuda {
 
 namespace {
 
-enum class Direction { Forward, BackwardData, BackwardFilter };
-
-const char* direction_name(Direction d) {
-  return d == Direction::Forward ? "forward" : d == Direction::BackwardData ? "backward-data" : "backward-filter";
+const char* direction_name(ConvDirection d) {
+  return d == ConvDirection::Forward         ? "forward"
+         : d == ConvDirection::BackwardInput ? "backward-data"
+                                             : "backward-filter";
 }
 
 struct Candidate {
@@ -46,7 +46,7 @@ struct ConvPlan {
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
   cudnnMathType_t wanted = CUDNN_DEFAULT_MATH;
-  std::vector<Candidate> candidates[3];  // empty until the direction is first run
+  std::vector<Candidate> candidates[3];  // by ConvDirection; empty until the direction is first run
   size_t in_use[3] = {0, 0, 0};
 };
 
@@ -108,7 +108,7 @@ ConvPlan make_plan(const Geometry& g) {
 
 // The usable algorithms of a ranked list (heuristic or timed), best first.
 template <class Perf>
-void take_ranked(const Perf* perf, int count, Direction d, ConvPlan& plan) {
+void take_ranked(const Perf* perf, int count, ConvDirection d, ConvPlan& plan) {
   const int dir = static_cast<int>(d);
   for (int i = 0; i < count; ++i)
     if (perf[i].status == CUDNN_STATUS_SUCCESS)
@@ -119,21 +119,21 @@ void take_ranked(const Perf* perf, int count, Direction d, ConvPlan& plan) {
 // Ranks the algorithms of one direction (once per plan); benchmark mode times the candidates
 // on buffers cuDNN allocates itself. The query runs under the dtype's math type, whatever an
 // earlier direction left on the shared descriptor.
-void choose(ConvPlan& plan, Direction d, cudnnHandle_t h) {
+void choose(ConvPlan& plan, ConvDirection d, cudnnHandle_t h) {
   const int dir = static_cast<int>(d);
   if (!plan.candidates[dir].empty()) return;
   MT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, plan.wanted));
   const bool bench = mixtrain::cuda::cudnn_benchmark();
   constexpr int kMax = 16;
   int count = 0;
-  if (d == Direction::Forward) {
+  if (d == ConvDirection::Forward) {
     cudnnConvolutionFwdAlgoPerf_t perf[kMax];
     if (bench)
       MT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(h, plan.x, plan.w, plan.conv, plan.y, kMax, &count, perf));
     else
       MT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, plan.x, plan.w, plan.conv, plan.y, kMax, &count, perf));
     take_ranked(perf, count, d, plan);
-  } else if (d == Direction::BackwardData) {
+  } else if (d == ConvDirection::BackwardInput) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
     if (bench)
       MT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(h, plan.w, plan.y, plan.conv, plan.x, kMax, &count, perf));
@@ -163,7 +163,7 @@ PlanCache& plan_cache() {
 }
 
 // The cached plan of g on ctx's device with direction d ranked; the caller holds the cache's lock.
-ConvPlan& ranked_plan(PlanCache& cache, const Geometry& g, Direction d, DeviceContext& ctx) {
+ConvPlan& ranked_plan(PlanCache& cache, const Geometry& g, ConvDirection d, DeviceContext& ctx) {
   const Conv2dParams& p = g.p;
   const ConvKey key{static_cast<int64_t>(g.dt), ctx.index, g.n, g.c, g.h, g.w, g.cout, g.kh, g.kw, g.ho, g.wo,
                     p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups,
@@ -178,7 +178,7 @@ ConvPlan& ranked_plan(PlanCache& cache, const Geometry& g, Direction d, DeviceCo
 // direction under the cache's lock, with the direction's algorithm in use, moving on to the next
 // candidate while one fails.
 template <class Body>
-void with_plan(const Geometry& g, Direction d, DeviceContext& ctx, Body&& body) {
+void with_plan(const Geometry& g, ConvDirection d, DeviceContext& ctx, Body&& body) {
   PlanCache& cache = plan_cache();
   std::lock_guard<std::mutex> lock(cache.mutex);
   ConvPlan& plan = ranked_plan(cache, g, d, ctx);
@@ -220,7 +220,7 @@ void conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const Co
   const MemoryFormat f = layout_of("conv2d", out, x_in);
   const Tensor x = as_layout(x_in, out.dtype(), f), w = as_layout(w_in, out.dtype(), f);
   if (out.numel() == 0) return;
-  with_plan(geometry(x, w, out, p, f), Direction::Forward, ctx,
+  with_plan(geometry(x, w, out, p, f), ConvDirection::Forward, ctx,
             [&](ConvPlan& plan, int algo, cudnnHandle_t h, void* ws, size_t ws_bytes, const void* alpha,
                 const void* beta) {
               return cudnnConvolutionForward(h, alpha, plan.x, x.raw_data(), plan.w, w.raw_data(), plan.conv,
@@ -241,7 +241,7 @@ void conv2d_backward_input(const Tensor& grad_out, const Tensor& w_in, const Con
   const Tensor dy = as_layout(grad_out, grad_x.dtype(), f), w = as_layout(w_in, grad_x.dtype(), f);
   if (grad_x.numel() == 0) return;
   if (dy.numel() == 0) return backends::fill(DeviceType::CUDA, grad_x, 0.0);
-  with_plan(geometry(grad_x, w, dy, p, f), Direction::BackwardData, ctx,
+  with_plan(geometry(grad_x, w, dy, p, f), ConvDirection::BackwardInput, ctx,
             [&](ConvPlan& plan, int algo, cudnnHandle_t h, void* ws, size_t ws_bytes, const void* alpha,
                 const void* beta) {
               return cudnnConvolutionBackwardData(h, alpha, plan.w, w.raw_data(), plan.y, dy.raw_data(), plan.conv,
@@ -258,7 +258,7 @@ void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x_in, const Co
   const Tensor dy = as_layout(grad_out, grad_w.dtype(), f), x = as_layout(x_in, grad_w.dtype(), f);
   if (grad_w.numel() == 0) return;
   if (dy.numel() == 0) return backends::fill(DeviceType::CUDA, grad_w, 0.0);
-  with_plan(geometry(x, grad_w, dy, p, f), Direction::BackwardFilter, ctx,
+  with_plan(geometry(x, grad_w, dy, p, f), ConvDirection::BackwardWeight, ctx,
             [&](ConvPlan& plan, int algo, cudnnHandle_t h, void* ws, size_t ws_bytes, const void* alpha,
                 const void* beta) {
               return cudnnConvolutionBackwardFilter(h, alpha, plan.x, x.raw_data(), plan.y, dy.raw_data(), plan.conv,
@@ -276,14 +276,11 @@ void conv2d_workspace_bytes(ConvDirection direction, const Tensor& x, const Tens
   const Tensor& out = forward ? y : direction == ConvDirection::BackwardInput ? x : w;
   const Tensor& activation = forward || direction == ConvDirection::BackwardWeight ? x : y;
   if (out.numel() == 0 || (!forward && y.numel() == 0)) return;
-  Direction d = Direction::Forward;
-  if (direction == ConvDirection::BackwardInput) d = Direction::BackwardData;
-  if (direction == ConvDirection::BackwardWeight) d = Direction::BackwardFilter;
   const Geometry g = geometry(x, w, y, p, layout_of("conv2d", out, activation));
   PlanCache& cache = plan_cache();
   std::lock_guard<std::mutex> lock(cache.mutex);
-  const ConvPlan& plan = ranked_plan(cache, g, d, context(device));
-  const int dir = static_cast<int>(d);
+  const ConvPlan& plan = ranked_plan(cache, g, direction, context(device));
+  const int dir = static_cast<int>(direction);
   if (plan.in_use[dir] < plan.candidates[dir].size()) *bytes = plan.candidates[dir][plan.in_use[dir]].workspace;
 }
 
