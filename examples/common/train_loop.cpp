@@ -192,8 +192,18 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
       if (ddp) {
         MT_CHECK(task.last_batch_rows() > 0, "this trainer (", task.describe(), ") does not shard its batches ",
                  "(its next_loss does not call take_shard), so it cannot train data-parallel; run it as one process");
-        ddp->set_local_batch(task.last_batch_rows());
+        // Every rank drew the same global batch, so its size needs no collective.
+        ddp->set_local_batch(task.last_batch_rows(), task.last_global_rows());
       }
+    }
+    // The global batch's loss, each rank's mean weighted by its share, summed while backward
+    // runs: queued before the gradient buckets, it is done when they are.
+    Tensor global_loss;
+    distributed::Work global_loss_work;
+    if (ddp) {
+      NoGradGuard no_grad;
+      global_loss = loss.detach().to(kFloat32) * ddp->gradient_weight();
+      global_loss_work = ddp->group().all_reduce_async(global_loss);
     }
     scaler.scale(loss).backward();
     scaler.unscale_(opt);
@@ -203,10 +213,8 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     scaler.update();
     if (scheduler) scheduler->step(stepped);  // a skipped step leaves the schedule where it was
     if (ddp) {
-      // The global batch's loss: each rank's mean weighted by its share.
-      Tensor global = loss.detach().to(kFloat32) * ddp->gradient_weight();
-      ddp->group().all_reduce(global);
-      v.loss = global.item<double>();
+      global_loss_work.wait();
+      v.loss = global_loss.item<double>();
     } else {
       v.loss = loss.item<double>();  // waits for the device, after the update is queued
     }

@@ -68,6 +68,8 @@ class TrainTask {
   // Rows of the batch the last next_loss computed on (this rank's share when sharded; 0 when
   // next_loss never called take_shard).
   int64_t last_batch_rows() const { return last_rows_; }
+  // Rows of the whole batch that every rank drew for that step (the global batch).
+  int64_t last_global_rows() const { return last_global_rows_; }
   // Planned training (TrainOptions::memory_plan) keys each step's plan by its batch's shapes, so
   // it draws the batch before the step: prepare_batch draws it and returns the key, and the next
   // next_loss computes on that batch. The default keys every step alike: a batch of another
@@ -86,6 +88,7 @@ class TrainTask {
   // every rank drew (all of them when not sharded), and the first one's rows count as the batch's.
   template <class... More>
   void take_shard(Tensor& first, More&... more) {
+    last_global_rows_ = first.size(0);
     first = shard_.rows(first);
     ((more = shard_.rows(more)), ...);
     last_rows_ = first.size(0);
@@ -93,7 +96,7 @@ class TrainTask {
 
  private:
   DataShard shard_;
-  int64_t last_rows_ = 0;
+  int64_t last_rows_ = 0, last_global_rows_ = 0;
 };
 
 // Under a launcher (WORLD_SIZE > 1 in the environment: `mixtrain launch`, torchrun, mpirun,

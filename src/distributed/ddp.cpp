@@ -108,6 +108,18 @@ void DistributedDataParallel::set_local_batch(int64_t local_batch) {
   MT_CHECK(local_batch >= 0, "DistributedDataParallel: negative batch size ", local_batch);
   exchange_batch(local_batch);
   MT_CHECK(global_batch_ > 0, "DistributedDataParallel: every rank's batch is empty");
+  set_weight(local_batch);
+}
+
+void DistributedDataParallel::set_local_batch(int64_t local_batch, int64_t global_batch) {
+  MT_CHECK(local_batch >= 0 && global_batch > 0 && local_batch <= global_batch,
+           "DistributedDataParallel.set_local_batch: this rank's batch of ", local_batch,
+           " rows must be part of a non-empty global batch, got ", global_batch);
+  global_batch_ = global_batch;
+  set_weight(local_batch);
+}
+
+void DistributedDataParallel::set_weight(int64_t local_batch) {
   weight_ = options_.weight_by_batch() ? static_cast<double>(local_batch) / static_cast<double>(global_batch_)
                                        : 1.0 / group_->world_size();
 }

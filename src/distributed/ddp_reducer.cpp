@@ -5,6 +5,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "backends/elementwise.h"
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/core/error.h"
@@ -96,15 +97,8 @@ void DistributedDataParallel::Reducer::prepare() {
              "legitimately unused in a step, construct with DistributedDataParallelOptions().",
              "find_unused_parameters(true)");
   }
-  for (size_t i = 0; i < params.size(); ++i) {
-    Tensor g = params[i].grad();
-    if (g.defined() && g.is_same(views[i])) continue;
-    if (g.defined())
-      views[i].copy_(g);
-    else
-      views[i].zero_();
-    params[i].set_grad(views[i]);
-  }
+  // Gradients are left as they are: mark_ready moves each one into its view, scaled by this
+  // rank's weight, in one pass (no zero-fill beforehand, no separate scaling of the bucket).
   ready.assign(params.size(), false);
   for (Bucket& b : buckets) {
     b.pending = b.params.size();
@@ -133,11 +127,7 @@ void DistributedDataParallel::Reducer::mark_ready(size_t i) {
   if (!ddp.sync_ || ready[i]) return;
   active = true;
   ready[i] = true;
-  Tensor g = params[i].grad();
-  if (g.defined() && !g.is_same(views[i])) {  // grads were reset between forward and backward
-    views[i].copy_(g);
-    params[i].set_grad(views[i]);
-  }
+  move_into_view(i);
   Bucket& b = buckets[bucket_of[i]];
   if (--b.pending > 0) return;
   // Launch in bucket order on every rank, whatever order the buckets became ready in.
@@ -145,18 +135,31 @@ void DistributedDataParallel::Reducer::mark_ready(size_t i) {
   if (next_launch == buckets.size()) finish();
 }
 
-void DistributedDataParallel::Reducer::launch(Bucket& b) {
+void DistributedDataParallel::Reducer::move_into_view(size_t i) {
+  // This rank's share of the sum, taken before the sum (and before narrowing, when compressed, so
+  // that the sum of shares stays in the narrow type's range).
   NoGradGuard no_grad;
   const double w = ddp.weight_;
-  const bool scale = !(w == 1.0);
+  Tensor& view = views[i];
+  const Tensor g = params[i].grad();
+  if (!g.defined()) {
+    view.zero_();  // unused in this backward (find_unused_parameters)
+  } else if (g.is_same(view)) {
+    if (w != 1.0) view.mul_(w);  // accumulated in place: kept by zero_grad(set_to_none=false)
+  } else if (w == 1.0) {
+    view.copy_(g);
+  } else {
+    backends::binary_scalar(g, backends::BinaryOp::Mul, g, w, false, view);
+  }
+  params[i].set_grad(view);
+}
+
+void DistributedDataParallel::Reducer::launch(Bucket& b) {
+  NoGradGuard no_grad;
   if (b.comm.defined()) {
-    // Divide before the sum, in the gradients' precision, then narrow: the sum of shares stays in
-    // the range of the narrow type.
-    if (scale) b.flat.mul_(w);
     b.comm.copy_(b.flat);
     b.work = ddp.group_->all_reduce_async(b.comm);
   } else {
-    if (scale) b.flat.mul_(w);
     b.work = ddp.group_->all_reduce_async(b.flat);
   }
   b.launched = true;

@@ -22,8 +22,8 @@ struct DistributedDataParallel::Reducer {
   Reducer(DistributedDataParallel& ddp, std::vector<std::pair<std::string, Tensor>> named_params);
   ~Reducer();
 
-  // At forward: grads become (zeroed) bucket views unless they already are; Error if the last
-  // backward left a bucket unreduced (a parameter without gradient).
+  // At forward: Error if the last backward left a bucket unreduced (a parameter without
+  // gradient); otherwise a fresh round of readiness.
   void prepare();
   // Marks parameters not reachable from `output` ready (find_unused_parameters).
   void mark_unused(const Tensor& output);
@@ -44,6 +44,9 @@ struct DistributedDataParallel::Reducer {
 
  private:
   void build_buckets();
+  // The parameter's gradient, times this rank's weight, into its bucket view, which becomes
+  // the parameter's grad.
+  void move_into_view(size_t param);
   void launch(Bucket& b);
   void finish();
   std::vector<std::string> unready_names() const;

@@ -97,7 +97,15 @@ MT_SCENARIO(ddp_matches_single) {
       mt::Tensor loss;
       {
         mt::amp::AutocastGuard autocast(mt::DeviceType::CPU, half, amp != nullptr);
-        loss = mt::nn::functional::mse_loss(ddp.forward(rows(mine, X)), rows(mine, Y));
+        if (std::getenv("MT_KNOWN_GLOBAL")) {
+          // The trainers' form: every rank knows the global batch, so no exchange.
+          ddp.prepare_forward();
+          const mt::Tensor out = model->forward(rows(mine, X));
+          ddp.set_local_batch(static_cast<int64_t>(mine.size()), global);
+          loss = mt::nn::functional::mse_loss(out, rows(mine, Y));
+        } else {
+          loss = mt::nn::functional::mse_loss(ddp.forward(rows(mine, X)), rows(mine, Y));
+        }
       }
       loss.backward();
     }
@@ -113,6 +121,16 @@ MT_SCENARIO(ddp_matches_single) {
     }
     ref_opt.step();
     SC_CHECK(ddp.global_batch() == global);
+  }
+  // A share that is not part of its global batch is refused, and nothing is changed.
+  for (const auto& [local, whole] : {std::pair<int64_t, int64_t>{global + 1, global}, {1, 0}, {-1, global}}) {
+    bool refused = false;
+    try {
+      ddp.set_local_batch(local, whole);
+    } catch (const mt::Error&) {
+      refused = true;
+    }
+    SC_CHECK(refused && ddp.global_batch() == global);
   }
   const double diff = max_rel_diff(model->parameters(), reference->parameters());
   std::fprintf(stderr, "rank %d: max relative difference %.3g\n", r, diff);
@@ -143,15 +161,19 @@ TEST(DDP, StepEqualsSingleProcessStepOnTheGlobalBatch) {
     int world;
     const char* weights;
     const char* amp;
+    bool known_global = false;  // set_local_batch(local, global): no batch exchange
   };
   for (const Case& c : {Case{1, "", ""}, Case{2, "", ""}, Case{3, "", ""}, Case{2, "3,1", ""}, Case{3, "1,2,3", ""},
-                        Case{1, "", "fp16"}, Case{2, "3,1", "fp16"}, Case{3, "1,2,3", "bf16"}}) {
+                        Case{1, "", "fp16"}, Case{2, "3,1", "fp16"}, Case{3, "1,2,3", "bf16"},
+                        Case{1, "", "", true}, Case{3, "1,2,3", "", true}}) {
     std::map<int, std::vector<std::string>> env;
     if (*c.weights) env[-1].push_back(std::string("MT_RANK_WEIGHTS=") + c.weights);
     if (*c.amp) env[-1].push_back(std::string("MT_AMP=") + c.amp);
+    if (c.known_global) env[-1].push_back("MT_KNOWN_GLOBAL=1");
     const auto res = run_ranks("ddp_matches_single", c.world, std::chrono::seconds(50), env);
     for (const auto& r : res)
-      ASSERT_EQ(r.exit_code, 0) << "world " << c.world << " weights " << c.weights << " amp " << c.amp << "\n"
+      ASSERT_EQ(r.exit_code, 0) << "world " << c.world << " weights " << c.weights << " amp " << c.amp
+                                << (c.known_global ? " known global batch" : "") << "\n"
                                 << mt_dist_test::describe(res);
   }
 }

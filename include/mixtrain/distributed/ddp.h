@@ -59,6 +59,10 @@ class DistributedDataParallel {
   // with its output (find_unused_parameters walks the graph from it).
   void prepare_forward(int64_t local_batch = -1);
   void set_local_batch(int64_t local_batch);
+  // The same when every rank already knows the global batch (a fixed split of a batch they all
+  // drew): no collective. join() pairs its steps with set_local_batch's exchange, so a job whose
+  // ranks may join uses the one-argument form.
+  void set_local_batch(int64_t local_batch, int64_t global_batch);
   void after_forward(const Tensor& output);
 
   Module& module() { return *module_; }
@@ -102,6 +106,7 @@ class DistributedDataParallel {
   void check_models_match();
   void broadcast_state();
   void exchange_batch(int64_t local_batch);
+  void set_weight(int64_t local_batch);
 
   std::shared_ptr<Module> module_;
   std::shared_ptr<distributed::ProcessGroup> group_;
