@@ -53,18 +53,30 @@ Tensor DataShard::rows(const Tensor& batch) const {
   return batch.narrow(0, begin, sizes[static_cast<size_t>(rank)]).contiguous();
 }
 
+namespace {
+
+// One rule for weights however they came (--rank-weights, TrainOptions, the environment): one
+// positive, finite weight per rank. `source` says where they came from.
+void check_rank_weights(const std::vector<double>& w, int world_size, const std::string& source) {
+  for (const double v : w)
+    MT_CHECK(v > 0 && std::isfinite(v), "rank weights ", source, ": ", v, " is not a positive number");
+  MT_CHECK(static_cast<int>(w.size()) == world_size, "rank weights ", source, " give ", w.size(), " values for ",
+           world_size, " ranks");
+}
+
+}  // namespace
+
 std::vector<double> parse_rank_weights(const std::string& text, int world_size) {
   std::vector<double> w;
   std::stringstream ss(text);
   for (std::string item; std::getline(ss, item, ',');) {
     char* end = nullptr;
     const double v = std::strtod(item.c_str(), &end);
-    MT_CHECK(!item.empty() && end && *end == '\0' && v > 0 && std::isfinite(v), "rank weights \"", text,
-             "\": '", item, "' is not a positive number");
+    MT_CHECK(!item.empty() && end && *end == '\0', "rank weights \"", text, "\": '", item,
+             "' is not a positive number");
     w.push_back(v);
   }
-  MT_CHECK(static_cast<int>(w.size()) == world_size, "rank weights \"", text, "\" give ", w.size(),
-           " values for ", world_size, " ranks");
+  check_rank_weights(w, world_size, "\"" + text + "\"");
   return w;
 }
 
@@ -148,10 +160,7 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     if (!distributed::is_initialized()) distributed::init_process_group();
     std::vector<double> weights(static_cast<size_t>(distributed::world_size()), 1.0);
     if (!options.rank_weights.empty()) {
-      MT_CHECK(static_cast<int>(options.rank_weights.size()) == distributed::world_size(), "train: ",
-               options.rank_weights.size(), " rank weights for ", distributed::world_size(), " ranks");
-      for (const double w : options.rank_weights)
-        MT_CHECK(w > 0 && std::isfinite(w), "train: rank weights must be positive and finite, got ", w);
+      check_rank_weights(options.rank_weights, distributed::world_size(), "(train's options)");
       weights = options.rank_weights;
     } else if (const char* w = std::getenv("MIXTRAIN_RANK_WEIGHTS")) {
       weights = parse_rank_weights(w, distributed::world_size());

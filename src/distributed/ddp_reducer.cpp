@@ -2,6 +2,7 @@
 #include "distributed/ddp_reducer.h"
 
 #include <map>
+#include <set>
 #include <sstream>
 #include <unordered_set>
 
@@ -39,31 +40,34 @@ DistributedDataParallel::Reducer::~Reducer() {
 
 void DistributedDataParallel::Reducer::build_buckets() {
   // Reverse registration order: the last layers' gradients are ready first in backward. One open
-  // bucket per (dtype, device); the first bucket closes early so communication starts soon.
+  // bucket per (dtype, device); the first of each closes early so communication starts soon. As in
+  // PyTorch, a bucket closes once it reaches its cap, the gradient that crosses it included: a
+  // large gradient then ends the bucket it arrives in instead of opening the next one, where it
+  // would wait for the earlier layers (a small model would reduce nearly everything after backward).
   const auto cap = static_cast<size_t>(ddp.options_.bucket_cap_mb() * 1024 * 1024);
   const auto first_cap = static_cast<size_t>(ddp.options_.first_bucket_mb() * 1024 * 1024);
-  std::map<std::tuple<int, int, int>, size_t> open;  // key -> index into buckets
-  std::vector<size_t> bytes;
+  using Key = std::tuple<int, int, int>;
+  std::map<Key, size_t> open;  // key -> index into buckets
+  std::set<Key> started;       // keys that have had a bucket
+  std::vector<size_t> bytes, limit;
   bucket_of.assign(params.size(), 0);
   for (size_t k = params.size(); k-- > 0;) {
     const Tensor& p = params[k];
-    const std::tuple<int, int, int> key{static_cast<int>(p.dtype()), static_cast<int>(p.device().type),
-                                        p.device().index};
+    const Key key{static_cast<int>(p.dtype()), static_cast<int>(p.device().type), p.device().index};
     auto it = open.find(key);
-    if (it != open.end()) {
-      const size_t limit = it->second == 0 ? first_cap : cap;
-      if (bytes[it->second] > 0 && bytes[it->second] + p.nbytes() > limit) open.erase(it), it = open.end();
-    }
     if (it == open.end()) {
       buckets.emplace_back();
       bytes.push_back(0);
+      limit.push_back(started.insert(key).second ? first_cap : cap);
       it = open.emplace(key, buckets.size() - 1).first;
     }
-    Bucket& b = buckets[it->second];
+    const size_t i = it->second;
+    Bucket& b = buckets[i];
     b.offsets.push_back(b.params.empty() ? 0 : b.offsets.back() + params[b.params.back()].numel());
     b.params.push_back(k);
-    bytes[it->second] += p.nbytes();
-    bucket_of[k] = it->second;
+    bytes[i] += p.nbytes();
+    bucket_of[k] = i;
+    if (bytes[i] >= limit[i]) open.erase(it);
   }
   views.resize(params.size());
   for (Bucket& b : buckets) {

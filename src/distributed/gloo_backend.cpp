@@ -20,6 +20,7 @@
 #endif
 #include <gloo/transport/tcp/device.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -37,9 +38,32 @@ namespace {
 // every get() and wait(), so an absent rank ends the rendezvous with our timeout and message.
 class TimedStore : public gloo::rendezvous::Store, public KeyValueStore {
  public:
-  TimedStore(std::unique_ptr<gloo::rendezvous::Store> inner, std::string spec, std::chrono::milliseconds timeout)
-      : inner_(std::move(inner)), spec_(std::move(spec)), timeout_(timeout) {}
-  void set(const std::string& key, const std::vector<char>& data) override { inner_->set(key, data); }
+  // file: the same store when it is a file store (its keys can be removed), else null. owned_dir:
+  // a directory this store made and removes when it goes.
+  TimedStore(std::unique_ptr<gloo::rendezvous::Store> inner, gloo::rendezvous::FileStore* file, std::string spec,
+             std::chrono::milliseconds timeout, std::string owned_dir = "")
+      : inner_(std::move(inner)), file_(file), spec_(std::move(spec)), timeout_(timeout), owned_dir_(std::move(owned_dir)) {}
+  ~TimedStore() override {
+    if (owned_dir_.empty()) return;
+    forget_own_keys();
+    rmdir(owned_dir_.c_str());  // best effort: a destructor must not throw
+  }
+  void set(const std::string& key, const std::vector<char>& data) override {
+    try {
+      inner_->set(key, data);
+    } catch (const std::exception& e) {
+      MT_ERROR("distributed rendezvous: cannot publish key ", key, " in store ", spec_, ": ", e.what(),
+               file_ ? ". A file store never overwrites a key: one left there by an earlier job that did not end "
+                       "cleanly blocks this one. Empty that directory, or set MIXTRAIN_STORE to a fresh one"
+                     : "");
+    }
+  }
+  void forget_own_keys() override {
+    if (!file_) return;  // Redis keys stay: a Redis store should be fresh (or flushed) for each job
+    const std::vector<std::string> paths = file_->getAllKeyFilePaths();
+    for (size_t i = forgotten_; i < paths.size(); ++i) unlink(paths[i].c_str());
+    forgotten_ = paths.size();
+  }
   std::vector<char> get(const std::string& key) override {
     wait({key}, timeout_);
     return inner_->get(key);
@@ -58,8 +82,11 @@ class TimedStore : public gloo::rendezvous::Store, public KeyValueStore {
 
  private:
   std::unique_ptr<gloo::rendezvous::Store> inner_;
+  gloo::rendezvous::FileStore* file_;
   std::string spec_;
   std::chrono::milliseconds timeout_;
+  std::string owned_dir_;
+  size_t forgotten_ = 0;  // getAllKeyFilePaths() only grows
 };
 
 template <class T>
@@ -134,6 +161,10 @@ class GlooBackend : public ProcessGroup::Backend {
       MT_ERROR("distributed rendezvous: rank ", rank, " of ", size, " could not connect to its peers within ",
                timeout.count(), " ms: ", e.what());
     }
+    // Once every rank is connected, every rank has read every address: the keys can go, so that
+    // the next job in the same store directory starts clean.
+    barrier(timeout);
+    timed->forget_own_keys();
   }
 
   const char* name() const override { return "gloo"; }
@@ -209,7 +240,9 @@ std::shared_ptr<KeyValueStore> make_store(const std::string& spec, std::chrono::
     // Gloo's FileStore needs the directory to exist; every rank may race to create it.
     if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
       MT_ERROR("distributed: cannot create the store directory ", dir, ": ", std::strerror(errno));
-    inner = std::make_unique<gloo::rendezvous::FileStore>(dir);
+    auto file = std::make_unique<gloo::rendezvous::FileStore>(dir);
+    gloo::rendezvous::FileStore* raw = file.get();
+    return std::make_shared<TimedStore>(std::move(file), raw, spec, timeout);
   } else if (spec.rfind("redis:", 0) == 0) {
 #if MT_REDIS_STORE
     const std::string rest = spec.substr(6);
@@ -228,7 +261,16 @@ std::shared_ptr<KeyValueStore> make_store(const std::string& spec, std::chrono::
   } else {
     MT_ERROR("distributed: store \"", spec, "\" is neither file:/dir nor redis:host:port");
   }
-  return std::make_shared<TimedStore>(std::move(inner), spec, timeout);
+  return std::make_shared<TimedStore>(std::move(inner), nullptr, spec, timeout);
+}
+
+std::shared_ptr<KeyValueStore> make_private_store(std::chrono::milliseconds timeout) {
+  char tmpl[] = "/tmp/mixtrain-store-XXXXXX";
+  MT_CHECK(mkdtemp(tmpl) != nullptr, "distributed: cannot create a store directory under /tmp: ", std::strerror(errno));
+  const std::string dir = tmpl;
+  auto file = std::make_unique<gloo::rendezvous::FileStore>(dir);
+  gloo::rendezvous::FileStore* raw = file.get();
+  return std::make_shared<TimedStore>(std::move(file), raw, "file:" + dir, timeout, dir);
 }
 
 std::unique_ptr<ProcessGroup::Backend> make_gloo_backend(const std::shared_ptr<KeyValueStore>& store, int rank,
@@ -242,6 +284,10 @@ std::unique_ptr<ProcessGroup::Backend> make_gloo_backend(const std::shared_ptr<K
 bool gloo_available() { return false; }
 
 std::shared_ptr<KeyValueStore> make_store(const std::string&, std::chrono::milliseconds) {
+  MT_ERROR("distributed: ", unavailable_reason());
+}
+
+std::shared_ptr<KeyValueStore> make_private_store(std::chrono::milliseconds) {
   MT_ERROR("distributed: ", unavailable_reason());
 }
 

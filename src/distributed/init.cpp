@@ -66,9 +66,11 @@ LaunchEnv read_launch_env() {
 
 namespace {
 
+// Empty: a store of the process's own (make_private_store).
 std::string default_store(const LaunchEnv& e) {
   if (const char* s = env("MIXTRAIN_STORE")) return s;
-  MT_CHECK(e.world_size == 1 || e.master_port != 0,
+  if (e.world_size == 1 && e.master_port == 0) return "";
+  MT_CHECK(e.master_port != 0,
            "distributed: no rendezvous store. Set MIXTRAIN_STORE=file:/dir (a directory every rank can reach, ",
            "empty for each new job) or redis:host:port, or MASTER_PORT (one host: a file store under /tmp), or ",
            "start the job with `mixtrain launch`");
@@ -107,7 +109,7 @@ std::shared_ptr<ProcessGroup> new_process_group(const ProcessGroupOptions& optio
   std::shared_ptr<KeyValueStore> store;
   std::unique_ptr<ProcessGroup::Backend> cpu;
   if (gloo_available()) {
-    store = make_store(spec, timeout);
+    store = spec.empty() ? make_private_store(timeout) : make_store(spec, timeout);
     const std::string host = options.hostname().empty() ? default_hostname(e) : options.hostname();
     cpu = make_gloo_backend(store, e.rank, e.world_size, host, timeout);
   } else {

@@ -42,6 +42,10 @@ class KeyValueStore {
   virtual ~KeyValueStore() = default;
   virtual void set(const std::string& key, const std::vector<char>& value) = 0;
   virtual std::vector<char> get(const std::string& key) = 0;
+  // Removes the keys this process set, once every peer has read them. Gloo's file store never
+  // overwrites a key, so keys left behind by a finished job would break the next job that
+  // rendezvouses in the same directory (the same MASTER_PORT).
+  virtual void forget_own_keys() {}
 };
 
 // Blocking collectives of one transport, called on the group's communication thread only.
@@ -58,6 +62,9 @@ class ProcessGroup::Backend {
 
 // Gloo (gloo_backend.cpp; throws the reason when this build has no Gloo).
 std::shared_ptr<KeyValueStore> make_store(const std::string& spec, std::chrono::milliseconds timeout);
+// A file store in a new directory of its own under /tmp, removed with the store: a process alone
+// (world size 1, no launcher) rendezvouses with nobody, so it shares no directory with other jobs.
+std::shared_ptr<KeyValueStore> make_private_store(std::chrono::milliseconds timeout);
 std::unique_ptr<ProcessGroup::Backend> make_gloo_backend(const std::shared_ptr<KeyValueStore>& store, int rank,
                                                          int world_size, const std::string& hostname,
                                                          std::chrono::milliseconds timeout);

@@ -78,6 +78,8 @@ class NcclBackend : public ProcessGroup::Backend {
     config.blocking = 0;
     MT_NCCL_CHECK(ncclCommInitRankConfig(&comm_, env.world_size, id, env.rank, &config));
     wait_comm("ncclCommInitRank", timeout);
+    // Every rank is in the communicator, so every rank has read the id.
+    if (env.rank == 0) store.forget_own_keys();
   }
 
   ~NcclBackend() override {

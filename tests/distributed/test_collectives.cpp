@@ -168,6 +168,72 @@ TEST(Collectives, MissingRankEndsTheRendezvous) {
   ASSERT_EQ(res[0].exit_code, 42) << mt_dist_test::describe(res);
 }
 
+// A lighter job than "collectives": rendezvous, one all-reduce, leave.
+MT_SCENARIO(one_all_reduce) {
+  auto pg = dist::init_process_group();
+  mt::Tensor t = mt::full({4}, static_cast<double>(pg->rank() + 1));
+  pg->all_reduce(t);
+  const float want = static_cast<float>(pg->world_size() * (pg->world_size() + 1) / 2);
+  for (float x : t.to_vector<float>()) SC_CHECK(x == want);
+  dist::destroy_process_group();
+  return 0;
+}
+
+// Gloo's file store never overwrites a key. Jobs one after another in the same store directory
+// (torchrun's fixed MASTER_PORT gives them the same one) must each start clean, and a key left by
+// a job that died in its rendezvous is refused at once, naming the directory.
+TEST(Collectives, JobsOneAfterAnotherShareAStoreDirectory) {
+  if (!have_gloo()) GTEST_SKIP() << dist::unavailable_reason();
+  char tmpl[] = "/tmp/mt-dist-reuse-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string store = "MIXTRAIN_STORE=file:" + dir + "/store";
+  for (int job = 0; job < 2; ++job) {
+    const auto res = run_ranks("one_all_reduce", 2, std::chrono::seconds(50), {{-1, {store}}});
+    for (const auto& r : res) ASSERT_EQ(r.exit_code, 0) << "job " << job << "\n" << mt_dist_test::describe(res);
+    EXPECT_TRUE(std::filesystem::is_empty(dir + "/store")) << "job " << job << " left keys in its store";
+  }
+  // A rank alone in a world of 2 publishes its address, waits 2 s for its peer and gives up.
+  auto res = run_ranks("missing_rank", 1, std::chrono::seconds(30), {{-1, {store, "WORLD_SIZE=2"}}});
+  ASSERT_EQ(res[0].exit_code, 42) << mt_dist_test::describe(res);
+  ASSERT_FALSE(std::filesystem::is_empty(dir + "/store"));
+  // Rank 0 cannot publish over the stale key; rank 1 reads the dead address and times out.
+  res = run_ranks("one_all_reduce", 2, std::chrono::seconds(50), {{-1, {store, "MIXTRAIN_TIMEOUT_S=5"}}});
+  for (const auto& r : res) EXPECT_NE(r.exit_code, 0) << mt_dist_test::describe(res);
+  EXPECT_FALSE(res[0].timed_out || res[1].timed_out) << mt_dist_test::describe(res);
+  EXPECT_NE(res[0].log.find("earlier job"), std::string::npos) << res[0].log;
+  EXPECT_NE(res[0].log.find(dir + "/store"), std::string::npos) << res[0].log;
+  std::filesystem::remove_all(dir);
+}
+
+// Without a launcher a process is a group of one; its store is a directory of its own, removed
+// with the group, so runs one after another never meet each other's keys.
+TEST(Collectives, ProcessAloneRendezvousesInAStoreOfItsOwn) {
+  if (!have_gloo()) GTEST_SKIP() << dist::unavailable_reason();
+  const char* vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                        "MIXTRAIN_STORE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID",
+                        "SLURM_NTASKS"};
+  std::vector<std::pair<std::string, std::string>> saved;
+  for (const char* v : vars)
+    if (const char* x = std::getenv(v)) saved.emplace_back(v, x), unsetenv(v);
+  auto stores = [] {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator("/tmp"))
+      if (e.path().filename().string().rfind("mixtrain-store-", 0) == 0) out.push_back(e.path().string());
+    return out;
+  };
+  const auto before = stores();
+  for (int run = 0; run < 2; ++run) {
+    auto pg = dist::new_process_group();
+    EXPECT_EQ(pg->world_size(), 1);
+    mt::Tensor t = mt::full({2}, 3.0);
+    pg->all_reduce(t);
+    EXPECT_EQ(t.to_vector<float>(), std::vector<float>({3.0f, 3.0f}));
+    EXPECT_GT(stores().size(), before.size()) << "run " << run << ": no store directory of its own";
+  }
+  EXPECT_EQ(stores(), before) << "a private store directory outlived its group";
+  for (const auto& [k, v] : saved) setenv(k.c_str(), v.c_str(), 1);
+}
+
 TEST(LaunchEnv, ReadsTorchrunOpenMpiAndSlurmVariables) {
   const char* vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
                         "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS",

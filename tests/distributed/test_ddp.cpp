@@ -382,3 +382,39 @@ TEST(DDP, BatchNormBuffersAreBroadcastFromRankZero) {
   res = run_ranks("ddp_buffers", 2, std::chrono::seconds(40), {{-1, {"MT_NO_BUFFER_BROADCAST=1"}}});
   for (const auto& r : res) ASSERT_EQ(r.exit_code, 0) << mt_dist_test::describe(res);
 }
+
+// As in PyTorch, a bucket closes once it reaches its cap, the gradient that crosses it included, so
+// a large gradient ends the bucket it arrives in (its all-reduce starts while earlier layers still
+// run backward) instead of opening a bucket that waits for them. One process, gradients unchanged.
+TEST(DDP, BucketsCloseOnceTheyReachTheirCap) {
+  if (!dist::gloo_available()) GTEST_SKIP() << dist::unavailable_reason();
+  auto pg = dist::new_process_group(dist::ProcessGroupOptions().rank(0).world_size(1));
+  const double kib = 1.0 / 1024;
+  // In reverse registration order the gradients take 4 B (bias 2), 4000 B (weight 2), 4000 B
+  // (bias 1) and 4000 B (weight 1).
+  auto make = [] {
+    mt::manual_seed(3);
+    return mt::nn::Sequential(mt::nn::Linear(1, 1000), mt::nn::Linear(1000, 1));
+  };
+  const mt::Tensor x = mt::randn({5, 1}), y = mt::randn({5, 1});
+  struct Case {
+    double first_kib, cap_kib;
+    int64_t buckets;
+  };
+  // {4, 4000} crosses 1 KiB, {4000, 4000} crosses 4.1 KiB (closing before the crossing gradient
+  // would give 4 buckets); a cap above everything leaves one bucket after the first; a first cap
+  // above everything, one bucket.
+  for (const Case c : {Case{1, 4.1, 2}, Case{1, 100, 2}, Case{100, 100, 1}}) {
+    SCOPED_TRACE(std::to_string(c.first_kib) + " / " + std::to_string(c.cap_kib) + " KiB");
+    auto model = make(), plain = make();
+    nn::DistributedDataParallel ddp(
+        model, pg, nn::DistributedDataParallelOptions().first_bucket_mb(c.first_kib * kib).bucket_cap_mb(c.cap_kib * kib));
+    EXPECT_EQ(ddp.num_buckets(), c.buckets);
+    mt::nn::functional::mse_loss(ddp.forward(x), y).backward();
+    mt::nn::functional::mse_loss(plain->forward(x), y).backward();
+    std::vector<mt::Tensor> got, want;
+    for (const auto& p : model->parameters()) got.push_back(p.grad());
+    for (const auto& p : plain->parameters()) want.push_back(p.grad());
+    EXPECT_TRUE(bit_equal(got, want));  // world size 1: each gradient moved into its view, unchanged
+  }
+}

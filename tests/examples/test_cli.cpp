@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <regex>
@@ -202,6 +203,8 @@ TEST(MixtrainCli, TrainWithMemoryPlanLogsTheSameLosses) {
     EXPECT_EQ(steps, 4);
     EXPECT_FALSE(std::getline(b, lb));
   }
+  std::remove((base + "_plain.jsonl").c_str());
+  std::remove((base + "_planned.jsonl").c_str());
   if (threads)
     ::setenv("OMP_NUM_THREADS", saved_threads.c_str(), 1);
   else

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -39,6 +40,7 @@ LaunchRun launch(const std::string& args, const std::string& env = "") {
   std::stringstream ss;
   ss << in.rdbuf();
   r.out = ss.str();
+  std::remove(out.c_str());
   return r;
 }
 
@@ -137,6 +139,7 @@ TEST(MixtrainLaunch, ForwardsSigtermToEveryRank) {
   std::ifstream in(out);
   std::stringstream ss;
   ss << in.rdbuf();
+  std::remove(out.c_str());
   EXPECT_NE(ss.str().find("exit=143"), std::string::npos) << ss.str();  // 128 + SIGTERM
   EXPECT_NE(std::system(("pgrep -f '[s]leep " + nap + "' >/dev/null").c_str()), 0);
 }

@@ -39,7 +39,9 @@ class ProcessGroupOptions {
   MT_ARG(int, rank) = -1;
   MT_ARG(int, world_size) = -1;
   // Rendezvous: "file:/dir" (one host or a shared file system) or "redis:host:port". Empty:
-  // $MIXTRAIN_STORE, else a file store under /tmp keyed by MASTER_ADDR/MASTER_PORT (one host).
+  // $MIXTRAIN_STORE, else a file store under /tmp keyed by MASTER_ADDR/MASTER_PORT (one host), or
+  // at world size 1 without MASTER_PORT a directory of the process's own, removed with the group.
+  // Each rank removes its keys once all ranks have connected, so a job that ends leaves none.
   MT_ARG(std::string, store);
   // Bounds the rendezvous and every collective; default 5 minutes ($MIXTRAIN_TIMEOUT_S overrides).
   MT_ARG(std::chrono::milliseconds, timeout) = std::chrono::minutes(5);
