@@ -92,20 +92,20 @@ class NcclBackend : public ProcessGroup::Backend {
     auto& ctx = backends::cuda::context(t);
     MT_NCCL_CHECK(
         ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()), nccl_op(op),
-                      comm_, ctx.stream));
+                      live("ncclAllReduce"), ctx.stream));
     finish(ctx.stream, "ncclAllReduce", timeout);
   }
 
   void broadcast(Tensor& t, int root, std::chrono::milliseconds timeout) override {
     auto& ctx = backends::cuda::context(t);
-    MT_NCCL_CHECK(ncclBroadcast(t.raw_data(), t.raw_data(), t.nbytes(), ncclChar, root, comm_, ctx.stream));
+    MT_NCCL_CHECK(ncclBroadcast(t.raw_data(), t.raw_data(), t.nbytes(), ncclChar, root, live("ncclBroadcast"), ctx.stream));
     finish(ctx.stream, "ncclBroadcast", timeout);
   }
 
   void all_gather(const Tensor& t, std::vector<Tensor>& out, std::chrono::milliseconds timeout) override {
     auto& ctx = backends::cuda::context(t);
     Tensor flat = Tensor::empty({static_cast<int64_t>(size_) * t.numel()}, t.options());
-    MT_NCCL_CHECK(ncclAllGather(t.raw_data(), flat.raw_data(), t.nbytes(), ncclChar, comm_, ctx.stream));
+    MT_NCCL_CHECK(ncclAllGather(t.raw_data(), flat.raw_data(), t.nbytes(), ncclChar, live("ncclAllGather"), ctx.stream));
     for (int r = 0; r < size_; ++r)
       MT_CUDA_CHECK(cudaMemcpyAsync(out[static_cast<size_t>(r)].raw_data(),
                                     static_cast<char*>(flat.raw_data()) + t.nbytes() * r, t.nbytes(),
@@ -135,7 +135,8 @@ class NcclBackend : public ProcessGroup::Backend {
         MT_CUDA_CHECK(q);
       }
       ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
+      const ncclResult_t asked = ncclCommGetAsyncError(comm_, &async);
+      if (asked != ncclSuccess) async = asked;  // the query itself failed: as fatal as what it reports
       if (async != ncclSuccess && async != ncclInProgress) {
         cudaEventDestroy(ev);
         abort_comm();
@@ -169,6 +170,13 @@ class NcclBackend : public ProcessGroup::Backend {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
+  }
+
+  // After an abort the communicator is gone; NCCL would answer a null one with "invalid argument".
+  ncclComm_t live(const char* what) const {
+    MT_CHECK(comm_ != nullptr, "distributed NCCL: ", what, ": the communicator was aborted after an earlier ",
+             "failure or timeout, so this group can no longer communicate CUDA tensors");
+    return comm_;
   }
 
   void abort_comm() {
