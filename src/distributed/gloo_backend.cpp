@@ -38,11 +38,14 @@ namespace {
 // every get() and wait(), so an absent rank ends the rendezvous with our timeout and message.
 class TimedStore : public gloo::rendezvous::Store, public KeyValueStore {
  public:
-  // file: the same store when it is a file store (its keys can be removed), else null. owned_dir:
-  // a directory this store made and removes when it goes.
-  TimedStore(std::unique_ptr<gloo::rendezvous::Store> inner, gloo::rendezvous::FileStore* file, std::string spec,
-             std::chrono::milliseconds timeout, std::string owned_dir = "")
-      : inner_(std::move(inner)), file_(file), spec_(std::move(spec)), timeout_(timeout), owned_dir_(std::move(owned_dir)) {}
+  // owned_dir: a directory this store made and removes when it goes.
+  TimedStore(std::unique_ptr<gloo::rendezvous::Store> inner, std::string spec, std::chrono::milliseconds timeout,
+             std::string owned_dir = "")
+      : inner_(std::move(inner)),
+        file_(dynamic_cast<gloo::rendezvous::FileStore*>(inner_.get())),
+        spec_(std::move(spec)),
+        timeout_(timeout),
+        owned_dir_(std::move(owned_dir)) {}
   ~TimedStore() override {
     if (owned_dir_.empty()) return;
     forget_own_keys();
@@ -82,7 +85,7 @@ class TimedStore : public gloo::rendezvous::Store, public KeyValueStore {
 
  private:
   std::unique_ptr<gloo::rendezvous::Store> inner_;
-  gloo::rendezvous::FileStore* file_;
+  gloo::rendezvous::FileStore* file_;  // inner_ when it is a file store (its keys can be removed)
   std::string spec_;
   std::chrono::milliseconds timeout_;
   std::string owned_dir_;
@@ -240,9 +243,7 @@ std::shared_ptr<KeyValueStore> make_store(const std::string& spec, std::chrono::
     // Gloo's FileStore needs the directory to exist; every rank may race to create it.
     if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
       MT_ERROR("distributed: cannot create the store directory ", dir, ": ", std::strerror(errno));
-    auto file = std::make_unique<gloo::rendezvous::FileStore>(dir);
-    gloo::rendezvous::FileStore* raw = file.get();
-    return std::make_shared<TimedStore>(std::move(file), raw, spec, timeout);
+    inner = std::make_unique<gloo::rendezvous::FileStore>(dir);
   } else if (spec.rfind("redis:", 0) == 0) {
 #if MT_REDIS_STORE
     const std::string rest = spec.substr(6);
@@ -261,16 +262,14 @@ std::shared_ptr<KeyValueStore> make_store(const std::string& spec, std::chrono::
   } else {
     MT_ERROR("distributed: store \"", spec, "\" is neither file:/dir nor redis:host:port");
   }
-  return std::make_shared<TimedStore>(std::move(inner), nullptr, spec, timeout);
+  return std::make_shared<TimedStore>(std::move(inner), spec, timeout);
 }
 
 std::shared_ptr<KeyValueStore> make_private_store(std::chrono::milliseconds timeout) {
   char tmpl[] = "/tmp/mixtrain-store-XXXXXX";
   MT_CHECK(mkdtemp(tmpl) != nullptr, "distributed: cannot create a store directory under /tmp: ", std::strerror(errno));
   const std::string dir = tmpl;
-  auto file = std::make_unique<gloo::rendezvous::FileStore>(dir);
-  gloo::rendezvous::FileStore* raw = file.get();
-  return std::make_shared<TimedStore>(std::move(file), raw, "file:" + dir, timeout, dir);
+  return std::make_shared<TimedStore>(std::make_unique<gloo::rendezvous::FileStore>(dir), "file:" + dir, timeout, dir);
 }
 
 std::unique_ptr<ProcessGroup::Backend> make_gloo_backend(const std::shared_ptr<KeyValueStore>& store, int rank,

@@ -20,6 +20,11 @@ namespace {
 
 bool have_gloo() { return dist::gloo_available(); }
 
+// Every variable read_launch_env reads: tests that set their own, or need none, unset them all.
+const char* const kLaunchVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+                                   "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID",
+                                   "SLURM_NTASKS", "SLURM_LOCALID", "MASTER_ADDR", "MASTER_PORT"};
+
 }  // namespace
 
 MT_SCENARIO(collectives) {
@@ -209,10 +214,9 @@ TEST(Collectives, JobsOneAfterAnotherShareAStoreDirectory) {
 // with the group, so runs one after another never meet each other's keys.
 TEST(Collectives, ProcessAloneRendezvousesInAStoreOfItsOwn) {
   if (!have_gloo()) GTEST_SKIP() << dist::unavailable_reason();
-  const char* vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                        "MIXTRAIN_STORE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID",
-                        "SLURM_NTASKS"};
   std::vector<std::pair<std::string, std::string>> saved;
+  std::vector<const char*> vars(std::begin(kLaunchVars), std::end(kLaunchVars));
+  vars.push_back("MIXTRAIN_STORE");
   for (const char* v : vars)
     if (const char* x = std::getenv(v)) saved.emplace_back(v, x), unsetenv(v);
   auto stores = [] {
@@ -235,9 +239,7 @@ TEST(Collectives, ProcessAloneRendezvousesInAStoreOfItsOwn) {
 }
 
 TEST(LaunchEnv, ReadsTorchrunOpenMpiAndSlurmVariables) {
-  const char* vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
-                        "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS",
-                        "SLURM_LOCALID", "MASTER_ADDR", "MASTER_PORT"};
+  const auto& vars = kLaunchVars;
   for (const char* v : vars) unsetenv(v);
   EXPECT_EQ(dist::read_launch_env().source, "none");
   EXPECT_EQ(dist::read_launch_env().world_size, 1);
