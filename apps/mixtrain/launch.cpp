@@ -1,9 +1,9 @@
-// `mixtrain launch --nproc N [--rank-weights w0,w1,... | --rank-batches auto [--rank-memory S0,...]]
-// -- PROGRAM ARGS...`: starts N local
-// ranks of PROGRAM with the launch contract in their environment (RANK, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, a fresh file store in MIXTRAIN_STORE, and
-// OMP_NUM_THREADS = this host's cores / N unless set), prefixes each output line with its rank,
-// forwards SIGINT/SIGTERM, and when one rank fails stops the others and returns its exit code.
+// `mixtrain launch --nproc N [--rank-weights w0,w1,...|adaptive | --rank-batches auto
+// [--rank-memory S0,...]] -- PROGRAM ARGS...`: starts N local ranks of PROGRAM with the launch
+// contract in their environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT, a fresh file store in MIXTRAIN_STORE, and OMP_NUM_THREADS = this host's cores / N
+// unless set), prefixes each output line with its rank, forwards SIGINT/SIGTERM, and when one
+// rank fails stops the others and returns its exit code.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -78,7 +78,9 @@ int run_launch(const std::vector<std::string>& argv) {
   const auto app = flags::make_app("mixtrain launch", "Runs PROGRAM as N data-parallel ranks on this host: "
                                                       "mixtrain launch --nproc N [flags] -- PROGRAM [ARGS...]");
   app->add_option("--nproc", nproc, "ranks to start")->required()->check(flags::integer_in(1, 1024))->type_name("N");
-  app->add_option("--rank-weights", weights, "each rank's share of every batch, one weight per rank")
+  app->add_option("--rank-weights", weights,
+                  "each rank's share of every batch, one weight per rank; adaptive: start even and follow each "
+                  "rank's measured speed (mixtrain train)")
       ->type_name("W0,W1,...")
       ->default_str("even");
   std::string rank_batches, rank_memory;
@@ -114,7 +116,7 @@ int run_launch(const std::vector<std::string>& argv) {
   if (split == argv.end() || split + 1 == argv.end())
     throw std::runtime_error("launch: expected -- PROGRAM [ARGS...]");
   const std::vector<std::string> program(split + 1, argv.end());
-  if (!weights.empty()) {
+  if (!weights.empty() && weights != "adaptive") {
     size_t count = 1;
     for (char c : weights) count += c == ',';
     if (count != static_cast<size_t>(nproc))

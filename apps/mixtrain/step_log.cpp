@@ -20,20 +20,23 @@ std::string iso8601_utc(std::chrono::system_clock::time_point t) {
 
 nlohmann::json step_log_line(const examples::StepRecord& r, int64_t batch_size, const memory::Stats& memory,
                              std::chrono::system_clock::time_point now) {
-  return {{"step", r.step},
-          {"loss", r.loss},
-          {"lr", r.lr},
-          {"scale", r.scale},
-          {"skipped", r.skipped},
-          {"grad_norm", std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json(nullptr)},
-          {"seconds", r.seconds},
-          {"samples_per_s", static_cast<double>(batch_size) / std::max(r.seconds, 1e-9)},
-          {"allocated_bytes", memory.allocated_bytes},
-          {"peak_allocated_bytes", memory.peak_allocated_bytes},
-          {"peak_reserved_bytes", memory.peak_reserved_bytes},
-          {"plan_hits", memory.num_plan_hits},
-          {"plan_misses", memory.num_plan_misses},
-          {"time", iso8601_utc(now)}};
+  nlohmann::json line = {
+      {"step", r.step},
+      {"loss", r.loss},
+      {"lr", r.lr},
+      {"scale", r.scale},
+      {"skipped", r.skipped},
+      {"grad_norm", std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json(nullptr)},
+      {"seconds", r.seconds},
+      {"samples_per_s", static_cast<double>(batch_size) / std::max(r.seconds, 1e-9)},
+      {"allocated_bytes", memory.allocated_bytes},
+      {"peak_allocated_bytes", memory.peak_allocated_bytes},
+      {"peak_reserved_bytes", memory.peak_reserved_bytes},
+      {"plan_hits", memory.num_plan_hits},
+      {"plan_misses", memory.num_plan_misses},
+      {"time", iso8601_utc(now)}};
+  if (!r.rank_rows.empty()) line["rank_rows"] = r.rank_rows;  // data parallel: every rank's share
+  return line;
 }
 
 }  // namespace mixtrain::cli

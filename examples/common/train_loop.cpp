@@ -53,19 +53,6 @@ Tensor DataShard::rows(const Tensor& batch) const {
   return batch.narrow(0, begin, sizes[static_cast<size_t>(rank)]).contiguous();
 }
 
-namespace {
-
-// One rule for weights however they came (--rank-weights, TrainOptions, the environment): one
-// positive, finite weight per rank. `source` says where they came from.
-void check_rank_weights(const std::vector<double>& w, int world_size, const std::string& source) {
-  for (const double v : w)
-    MT_CHECK(v > 0 && std::isfinite(v), "rank weights ", source, ": ", v, " is not a positive number");
-  MT_CHECK(static_cast<int>(w.size()) == world_size, "rank weights ", source, " give ", w.size(), " values for ",
-           world_size, " ranks");
-}
-
-}  // namespace
-
 std::vector<double> parse_rank_weights(const std::string& text, int world_size) {
   std::vector<double> w;
   std::stringstream ss(text);
@@ -76,7 +63,7 @@ std::vector<double> parse_rank_weights(const std::string& text, int world_size) 
              "' is not a positive number");
     w.push_back(v);
   }
-  check_rank_weights(w, world_size, "\"" + text + "\"");
+  distributed::check_rank_weights(w, world_size, "rank weights \"" + text + "\"");
   return w;
 }
 
@@ -137,6 +124,19 @@ std::unique_ptr<optim::LRScheduler> make_scheduler(optim::Optimizer& opt, const 
 }
 }  // namespace
 
+namespace {
+// The logged loss's all-reduce for adaptive shares also carries this rank's rows and compute time
+// of the previous step: [loss, seconds of each rank, rows of each rank]. Each slot but the first
+// is a sum with one non-zero term, so every rank reads the same numbers (exact in fp32 up to 2^24
+// rows).
+Tensor with_step_timing(const Tensor& weighted_loss, int rank, int world, int64_t rows, double seconds) {
+  std::vector<float> mine(static_cast<size_t>(2 * world), 0.0f);
+  mine[static_cast<size_t>(rank)] = static_cast<float>(seconds);
+  mine[static_cast<size_t>(world + rank)] = static_cast<float>(rows);
+  return cat({weighted_loss.reshape({1}), from_vector(mine, {2 * world}).to(weighted_loss.device())}, 0);
+}
+}  // namespace
+
 TrainResult train(TrainTask& task, const TrainOptions& options, const std::function<void(const StepRecord&)>& on_step) {
   using clock = std::chrono::steady_clock;
   MT_CHECK(options.save_every >= 0, "save_every must be >= 0, got ", options.save_every);
@@ -156,15 +156,29 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
 
   // Data parallel under a launcher: rank 0's parameters everywhere, each rank its share.
   std::unique_ptr<nn::DistributedDataParallel> ddp;
+  std::vector<double> weights;  // the ranks' shares of the current step (data parallel)
+  std::unique_ptr<distributed::RankBalancer> balancer;
   if (distributed::read_launch_env().world_size > 1) {
     if (!distributed::is_initialized()) distributed::init_process_group();
-    std::vector<double> weights(static_cast<size_t>(distributed::world_size()), 1.0);
+    weights.assign(static_cast<size_t>(distributed::world_size()), 1.0);
+    bool adaptive = options.adaptive_rank_weights;
     if (!options.rank_weights.empty()) {
-      check_rank_weights(options.rank_weights, distributed::world_size(), "(train's options)");
+      distributed::check_rank_weights(options.rank_weights, distributed::world_size(),
+                                      "rank weights (train's options)");
       weights = options.rank_weights;
     } else if (const char* w = std::getenv("MIXTRAIN_RANK_WEIGHTS")) {
-      weights = parse_rank_weights(w, distributed::world_size());
+      if (std::string(w) == "adaptive") {
+        adaptive = true;
+      } else {
+        weights = parse_rank_weights(w, distributed::world_size());
+      }
     }
+    // On CUDA the host runs ahead of the device, and NCCL shares the compute stream, so host
+    // time to the end of backward is not the device's compute time (that needs CUDA events).
+    MT_CHECK(!adaptive || !options.device.is_cuda(), "--rank-weights adaptive (MIXTRAIN_RANK_WEIGHTS=adaptive) ",
+             "times each rank's compute on the host, which measures CPU ranks only, not ", options.device.str(),
+             "; give fixed shares with --rank-weights W0,W1,... or size them by memory with --rank-batches auto");
+    if (adaptive) balancer = std::make_unique<distributed::RankBalancer>(weights);
     // The launcher's --rank-batches auto needs each rank's fit found by dry run, which only
     // `mixtrain train` does (before the task exists); refuse rather than split evenly.
     MT_CHECK(!options.rank_weights.empty() || !std::getenv("MIXTRAIN_RANK_BATCHES"),
@@ -189,9 +203,15 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
   struct StepValues {
     double loss = 0, grad_norm = 0;
     bool skipped = false;
+    std::vector<int64_t> rank_rows;
   };
+  // Adaptive shares: this rank's rows and compute time (the step to the end of backward, less
+  // the time spent waiting for other ranks) of the last step, sent with the next step's loss.
+  int64_t measured_rows = 0;
+  double measured_seconds = 0;
   auto run_step = [&]() -> StepValues {
     StepValues v;
+    const auto t0 = clock::now();
     opt.zero_grad();
     Tensor loss;
     {
@@ -209,12 +229,20 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     // runs: queued before the gradient buckets, it is done when they are.
     Tensor global_loss;
     distributed::Work global_loss_work;
+    const int world = ddp ? ddp->group().world_size() : 1;
     if (ddp) {
       NoGradGuard no_grad;
       global_loss = loss.detach().to(kFloat32) * ddp->gradient_weight();
+      if (balancer)
+        global_loss = with_step_timing(global_loss, ddp->group().rank(), world, measured_rows, measured_seconds);
       global_loss_work = ddp->group().all_reduce_async(global_loss);
     }
     scaler.scale(loss).backward();
+    if (ddp) v.rank_rows = distributed::DistributedSampler::split(task.last_global_rows(), weights);
+    if (balancer) {
+      measured_seconds = std::chrono::duration<double>(clock::now() - t0).count() - ddp->step_wait_seconds();
+      measured_rows = task.last_batch_rows();
+    }
     scaler.unscale_(opt);
     Tensor grad_norm;
     if (options.clip_norm > 0) grad_norm = nn::utils::clip_grad_norm_(model.parameters(), options.clip_norm);
@@ -223,7 +251,22 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     if (scheduler) scheduler->step(stepped);  // a skipped step leaves the schedule where it was
     if (ddp) {
       global_loss_work.wait();
-      v.loss = global_loss.item<double>();
+      if (!balancer) {
+        v.loss = global_loss.item<double>();
+      } else {
+        const std::vector<float> sums = global_loss.to(Device::cpu()).to_vector<float>();
+        v.loss = sums[0];
+        std::vector<int64_t> rows(static_cast<size_t>(world));
+        std::vector<double> seconds(static_cast<size_t>(world));
+        for (size_t r = 0; r < rows.size(); ++r) {
+          seconds[r] = sums[1 + r];
+          rows[r] = static_cast<int64_t>(sums[1 + rows.size() + r]);
+        }
+        if (balancer->observe(rows, seconds)) {
+          weights = balancer->weights();
+          task.set_data_shard(ddp->group().rank(), weights);
+        }
+      }
     } else {
       v.loss = loss.item<double>();  // waits for the device, after the update is queued
     }
@@ -246,10 +289,19 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     rec.step = step;
     rec.scale = scaler.get_scale();
     rec.lr = opt.param_groups()[0].options().get_lr();
-    const StepValues v = plans ? plans->run(task.prepare_batch(), run_step) : run_step();
+    StepValues v;
+    if (plans) {
+      std::vector<int64_t> key = task.prepare_batch();
+      // The batch's shapes are the global batch's: a new split changes this rank's share of it.
+      if (balancer) key.push_back(balancer->changes());
+      v = plans->run(key, run_step);
+    } else {
+      v = run_step();
+    }
     rec.loss = v.loss;
     rec.grad_norm = v.grad_norm;
     rec.skipped = v.skipped;
+    rec.rank_rows = v.rank_rows;
     rec.seconds = std::chrono::duration<double>(clock::now() - t0).count();
     result.skipped_steps += rec.skipped;
     result.records.push_back(rec);

@@ -125,6 +125,10 @@ struct TrainOptions {
   // $MIXTRAIN_RANK_WEIGHTS. `mixtrain train` fills it for $MIXTRAIN_RANK_BATCHES=auto (each
   // rank's largest fitting batch, docs/DISTRIBUTED.md); empty: the environment's or even.
   std::vector<double> rank_weights;
+  // Data parallel: start from rank_weights (or even) and move each rank's share toward equal
+  // compute times as the step goes (distributed::RankBalancer); $MIXTRAIN_RANK_WEIGHTS=adaptive
+  // sets it too. The steps stay those of one process over the global batch, whatever the split.
+  bool adaptive_rank_weights = false;
 };
 
 struct StepRecord {
@@ -135,6 +139,7 @@ struct StepRecord {
   bool skipped = false;  // the scaler skipped the optimizer step (inf/NaN gradients)
   double grad_norm = 0;  // total gradient norm after unscaling
   double seconds = 0;    // wall time of the step
+  std::vector<int64_t> rank_rows;  // data parallel: every rank's rows of this step's batch
 };
 
 struct TrainResult {

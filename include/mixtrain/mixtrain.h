@@ -28,4 +28,5 @@
 #include "mixtrain/optim/optim.h"
 #include "mixtrain/distributed/process_group.h"
 #include "mixtrain/distributed/sampler.h"
+#include "mixtrain/distributed/rank_balancer.h"
 #include "mixtrain/distributed/ddp.h"

@@ -1,5 +1,6 @@
 // DistributedDataParallel: construction (model check, rank 0's state to everyone), the per-step
 // batch exchange that weights each rank's gradient, buffer broadcast, AMP agreement and join.
+#include <chrono>
 #include <sstream>
 
 #include "mixtrain/amp/grad_scaler.h"
@@ -87,18 +88,23 @@ void DistributedDataParallel::broadcast_state() {
 
 void DistributedDataParallel::exchange_batch(int64_t local_batch) {
   Tensor n = full({1}, static_cast<double>(local_batch), TensorOptions(kInt64));
+  const auto t0 = std::chrono::steady_clock::now();
   if (group_->world_size() > 1) group_->all_reduce(n);
+  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   global_batch_ = n.to_vector<int64_t>()[0];
 }
 
 void DistributedDataParallel::prepare_forward(int64_t local_batch) {
   if (!autograd::is_grad_enabled()) return;  // evaluation: no backward, nothing to reduce
   reducer_->prepare();
+  wait_seconds_ = 0;
   if (options_.broadcast_buffers() && group_->world_size() > 1) {
     NoGradGuard no_grad;
     std::vector<distributed::Work> works;
     for (Tensor t : module_->buffers()) works.push_back(group_->broadcast_async(t, 0));
+    const auto t0 = std::chrono::steady_clock::now();
     for (auto& w : works) w.wait();
+    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   ++steps_;
   if (local_batch >= 0) set_local_batch(local_batch);

@@ -1,6 +1,7 @@
 // DistributedDataParallel's gradient buckets and their reduction during backward.
 #include "distributed/ddp_reducer.h"
 
+#include <chrono>
 #include <map>
 #include <set>
 #include <sstream>
@@ -172,7 +173,9 @@ void DistributedDataParallel::Reducer::launch(Bucket& b) {
 void DistributedDataParallel::Reducer::finish() {
   // The end of backward: every bucket is in flight; wait and widen the compressed ones.
   for (Bucket& b : buckets) {
+    const auto t0 = std::chrono::steady_clock::now();
     b.work.wait();
+    ddp.wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (b.comm.defined()) {
       NoGradGuard no_grad;
       b.flat.copy_(b.comm);

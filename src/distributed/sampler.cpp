@@ -18,6 +18,13 @@ uint64_t splitmix64(uint64_t& s) {
 }
 }  // namespace
 
+void check_rank_weights(const std::vector<double>& weights, int world_size, const std::string& source) {
+  for (const double w : weights)
+    MT_CHECK(w > 0 && std::isfinite(w), source, ": ", w, " is not a positive number");
+  MT_CHECK(static_cast<int>(weights.size()) == world_size, source, " give ", weights.size(), " values for ",
+           world_size, " ranks");
+}
+
 DistributedSampler::DistributedSampler(int64_t dataset_size, int64_t global_batch, int rank, int world_size,
                                        std::vector<double> rank_weights, bool shuffle, uint64_t seed, bool drop_last)
     : size_(dataset_size),
@@ -33,10 +40,7 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int64_t global_batc
   MT_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "DistributedSampler: rank ", rank,
            " is not in a group of ", world_size);
   if (weights_.empty()) weights_.assign(static_cast<size_t>(world_size), 1.0);
-  MT_CHECK(static_cast<int>(weights_.size()) == world_size, "DistributedSampler: ", weights_.size(),
-           " rank weights for a world of ", world_size);
-  for (double w : weights_)
-    MT_CHECK(std::isfinite(w) && w > 0, "DistributedSampler: rank weights must be positive, got ", w);
+  check_rank_weights(weights_, world_size, "DistributedSampler: rank weights");
   MT_CHECK(global_batch >= world_size, "DistributedSampler: a global batch of ", global_batch,
            " cannot give each of ", world_size, " ranks a sample");
   set_epoch(0);

@@ -1,6 +1,7 @@
 // `mixtrain launch`: the launch contract in each rank's environment, rank-prefixed output, a
 // failing rank stopping the others with its exit code, and `mixtrain train` under it following
-// the single-process loss curve, with shares by weight or sized to each rank's memory.
+// the single-process loss curve, with shares by weight, sized to each rank's memory or following
+// each rank's speed.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -123,8 +124,50 @@ TEST(MixtrainLaunch, TrainUnderTheLauncherFollowsTheSingleProcessLossCurve) {
       ASSERT_EQ(b.size(), 4u) << "(both ranks wrote the log?)";
       for (size_t k = 0; k < a.size(); ++k)
         EXPECT_NEAR(b[k], a[k], 1e-4 * std::max(1.0, std::abs(a[k]))) << common << " " << weights;
+      std::remove(multi.c_str());
     }
+    std::remove(single.c_str());
   }
+}
+
+// --rank-weights adaptive: both ranks share core 0 and rank 1 runs at nice 10, so it computes
+// its share several times slower; its rows move to rank 0 within the run, and every step still
+// follows the single process's loss up to summation order, whatever the split. Under
+// --memory-plan each new split is planned afresh instead of missing the old split's plan.
+TEST(MixtrainLaunch, AdaptiveRankWeightsMoveRowsToTheFasterRankAndKeepTheLossCurve) {
+  if (std::system("command -v taskset >/dev/null && command -v nice >/dev/null") != 0)
+    GTEST_SKIP() << "needs taskset and nice to make one rank slower than the other";
+  const std::string dir = ::testing::TempDir(), id = std::to_string(::getpid());
+  const std::string single = dir + "mt_adaptive_single_" + id + ".jsonl";
+  const std::string multi = dir + "mt_adaptive_multi_" + id + ".jsonl";
+  const std::string common = "train mlp --synthetic --device cpu --precision fp32 --steps 16 --batch-size 256";
+  const LaunchRun one = launch(common + " --log " + single);
+  ASSERT_EQ(one.code, 0) << one.out;
+  const std::string exe = MIXTRAIN_EXE;
+  const LaunchRun two = launch("launch --nproc 2 --rank-weights adaptive -- sh -c 'if [ $RANK = 1 ]; then "
+                               "slow=\"nice -n 10\"; fi; exec taskset -c 0 $slow " +
+                                   exe + " " + common + " --memory-plan --log " + multi + "'",
+                               "OMP_NUM_THREADS=1");
+  ASSERT_EQ(two.code, 0) << two.out;
+  const auto a = losses(single), b = losses(multi);
+  ASSERT_EQ(a.size(), 16u);
+  ASSERT_EQ(b.size(), 16u) << "(both ranks wrote the log?)";
+  for (size_t k = 0; k < a.size(); ++k)
+    EXPECT_NEAR(b[k], a[k], 1e-4 * std::max(1.0, std::abs(a[k]))) << "step " << k + 1;
+  std::ifstream in(multi);
+  int64_t most_moved = 0;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json step = nlohmann::json::parse(line);
+    EXPECT_EQ(step.at("plan_misses").get<int64_t>(), 0) << line;
+    const auto rows = step.at("rank_rows").get<std::vector<int64_t>>();
+    ASSERT_EQ(rows.size(), 2u) << line;
+    EXPECT_EQ(rows[0] + rows[1], 256) << line;
+    EXPECT_GE(rows[1], 1) << line;
+    most_moved = std::max(most_moved, rows[0] - rows[1]);
+  }
+  EXPECT_GE(most_moved, 20) << "rank 0 never took more rows than rank 1 at nice 10 on the same core: " << two.out;
+  std::remove(single.c_str());
+  std::remove(multi.c_str());
 }
 
 TEST(MixtrainLaunch, ForwardsSigtermToEveryRank) {
@@ -241,6 +284,8 @@ TEST(MixtrainLaunch, RankBatchesAutoSizesEachRanksShareToItsMemory) {
   ASSERT_EQ(a.size(), 3u);
   ASSERT_EQ(b.size(), 3u);
   for (size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(b[k], a[k], 1e-4 * std::max(1.0, std::abs(a[k])));
+  std::remove(single.c_str());
+  std::remove(multi.c_str());
 
   const LaunchRun none = launch("launch --nproc 2 --rank-batches auto --rank-memory " + std::to_string(cap0) +
                                 ",1KiB -- " + MIXTRAIN_EXE + " " + common);

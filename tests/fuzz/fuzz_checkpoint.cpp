@@ -17,10 +17,20 @@ namespace fs = std::filesystem;
 namespace mt = mixtrain;
 
 namespace {
+// A directory of this process's own, removed when the fuzzer exits. Its name is kept on the heap,
+// never freed, because the exit handler may run after static objects are destroyed.
+const std::string* g_work_dir = nullptr;
+void remove_work_dir() {
+  std::error_code ignored;
+  fs::remove_all(*g_work_dir, ignored);
+}
 const fs::path& work_dir() {
   static const fs::path dir = [] {
     std::string t = (fs::temp_directory_path() / "mt_fuzz_ckpt_XXXXXX").string();
-    return fs::path(::mkdtemp(t.data()));
+    if (!::mkdtemp(t.data())) std::abort();
+    g_work_dir = new std::string(t);
+    std::atexit(remove_work_dir);
+    return fs::path(t);
   }();
   return dir;
 }

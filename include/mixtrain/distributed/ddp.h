@@ -97,6 +97,12 @@ class DistributedDataParallel {
   // This step's global batch (sum over ranks) and this rank's weight in it.
   int64_t global_batch() const { return global_batch_; }
   double gradient_weight() const { return weight_; }
+  // Seconds this step (since prepare_forward) has spent waiting for the other ranks: the buffer
+  // broadcast at forward, and the all-reduces still running once backward's own work was done.
+  // The step's time less this is what the rank's share cost it (RankBalancer's input) on CPU
+  // ranks. On CUDA it also holds the device work queued before the collectives, which the host
+  // waits for with them.
+  double step_wait_seconds() const { return wait_seconds_; }
   int64_t num_buckets() const;
   // Parameter indices (registration order) per bucket, in reduction order.
   std::vector<std::vector<size_t>> bucket_assignment() const;
@@ -116,6 +122,7 @@ class DistributedDataParallel {
   bool scaler_synced_ = false;
   int64_t global_batch_ = 0;
   double weight_ = 1.0;
+  double wait_seconds_ = 0;
   int64_t steps_ = 0;
 };
 

@@ -4,9 +4,14 @@
 // same (optionally shuffled) order of the dataset, and rank r takes its slice of global batch k,
 // so the ranks together draw exactly the samples one process would draw for that step.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace mixtrain::distributed {
+
+// The one rule for per-rank weights, wherever they come from: one positive, finite number per
+// rank. An Error otherwise, its message starting with `source` (what gave the weights).
+void check_rank_weights(const std::vector<double>& weights, int world_size, const std::string& source);
 
 class DistributedSampler {
  public:
