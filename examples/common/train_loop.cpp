@@ -125,15 +125,14 @@ std::unique_ptr<optim::LRScheduler> make_scheduler(optim::Optimizer& opt, const 
 }  // namespace
 
 namespace {
-// The logged loss's all-reduce for adaptive shares also carries this rank's rows and compute time
-// of the previous step: [loss, seconds of each rank, rows of each rank]. Each slot but the first
-// is a sum with one non-zero term, so every rank reads the same numbers (exact in fp32 up to 2^24
-// rows).
-Tensor with_step_timing(const Tensor& weighted_loss, int rank, int world, int64_t rows, double seconds) {
-  std::vector<float> mine(static_cast<size_t>(2 * world), 0.0f);
+// The logged loss's all-reduce for adaptive shares also carries this rank's compute time of the
+// previous step: [loss, seconds of each rank]. Each slot but the first is a sum with one non-zero
+// term, so every rank reads the same numbers. (The rows need no exchange: every rank knows the
+// split.)
+Tensor with_step_timing(const Tensor& weighted_loss, int rank, int world, double seconds) {
+  std::vector<float> mine(static_cast<size_t>(world), 0.0f);
   mine[static_cast<size_t>(rank)] = static_cast<float>(seconds);
-  mine[static_cast<size_t>(world + rank)] = static_cast<float>(rows);
-  return cat({weighted_loss.reshape({1}), from_vector(mine, {2 * world}).to(weighted_loss.device())}, 0);
+  return cat({weighted_loss.reshape({1}), from_vector(mine, {world}).to(weighted_loss.device())}, 0);
 }
 }  // namespace
 
@@ -205,9 +204,10 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     bool skipped = false;
     std::vector<int64_t> rank_rows;
   };
-  // Adaptive shares: this rank's rows and compute time (the step to the end of backward, less
-  // the time spent waiting for other ranks) of the last step, sent with the next step's loss.
-  int64_t measured_rows = 0;
+  // Adaptive shares: every rank's rows of the last step, and this rank's compute time of it (the
+  // step to the end of backward, less the time spent waiting for other ranks), which is sent with
+  // the next step's loss.
+  std::vector<int64_t> measured_rows;
   double measured_seconds = 0;
   auto run_step = [&]() -> StepValues {
     StepValues v;
@@ -234,15 +234,13 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
       NoGradGuard no_grad;
       global_loss = loss.detach().to(kFloat32) * ddp->gradient_weight();
       if (balancer)
-        global_loss = with_step_timing(global_loss, ddp->group().rank(), world, measured_rows, measured_seconds);
+        global_loss = with_step_timing(global_loss, ddp->group().rank(), world, measured_seconds);
       global_loss_work = ddp->group().all_reduce_async(global_loss);
     }
     scaler.scale(loss).backward();
     if (ddp) v.rank_rows = distributed::DistributedSampler::split(task.last_global_rows(), weights);
-    if (balancer) {
+    if (balancer)
       measured_seconds = std::chrono::duration<double>(clock::now() - t0).count() - ddp->step_wait_seconds();
-      measured_rows = task.last_batch_rows();
-    }
     scaler.unscale_(opt);
     Tensor grad_norm;
     if (options.clip_norm > 0) grad_norm = nn::utils::clip_grad_norm_(model.parameters(), options.clip_norm);
@@ -256,16 +254,13 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
       } else {
         const std::vector<float> sums = global_loss.to(Device::cpu()).to_vector<float>();
         v.loss = sums[0];
-        std::vector<int64_t> rows(static_cast<size_t>(world));
-        std::vector<double> seconds(static_cast<size_t>(world));
-        for (size_t r = 0; r < rows.size(); ++r) {
-          seconds[r] = sums[1 + r];
-          rows[r] = static_cast<int64_t>(sums[1 + rows.size() + r]);
-        }
-        if (balancer->observe(rows, seconds)) {
+        // The first step has no earlier one: nothing to observe yet.
+        if (!measured_rows.empty() &&
+            balancer->observe(measured_rows, std::vector<double>(sums.begin() + 1, sums.end()))) {
           weights = balancer->weights();
           task.set_data_shard(ddp->group().rank(), weights);
         }
+        measured_rows = v.rank_rows;
       }
     } else {
       v.loss = loss.item<double>();  // waits for the device, after the update is queued
