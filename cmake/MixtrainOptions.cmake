@@ -71,10 +71,12 @@ endif()
 
 # ccache, unless the user chose a launcher of their own (-DCMAKE_CXX_COMPILER_LAUNCHER=... or the
 # environment variable of that name, which CMake reads into the cache).
+# ccache caches files that use a precompiled header only when told that the header's defines and
+# time macros may be sloppy (ccache's manual, "Precompiled headers").
 find_program(MT_CCACHE ccache)
 if(MT_CCACHE)
   if(NOT CMAKE_CXX_COMPILER_LAUNCHER)
-    set(CMAKE_CXX_COMPILER_LAUNCHER ${MT_CCACHE})
+    set(CMAKE_CXX_COMPILER_LAUNCHER ${CMAKE_COMMAND} -E env CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime ${MT_CCACHE})
   endif()
   if(NOT CMAKE_CUDA_COMPILER_LAUNCHER AND NOT DEFINED ENV{CMAKE_CUDA_COMPILER_LAUNCHER})
     set(CMAKE_CUDA_COMPILER_LAUNCHER ${MT_CCACHE})

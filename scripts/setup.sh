@@ -1,13 +1,26 @@
 #!/usr/bin/env bash
-# Sets up a fresh Debian machine and builds mixtrain into build/ (or $MT_BUILD_DIR):
-# installs the Debian packages it needs (when missing), configures with CMake and builds.
-# Extra arguments go to the CMake configure step (e.g. -DMIXTRAIN_SANITIZE=address,undefined).
-# MT_BUILD_DIR, MT_JOBS and MT_TARGETS choose the build directory, parallel jobs and targets.
+# Sets up a fresh Debian machine and builds mixtrain into build/ (or $MT_BUILD_DIR): installs the
+# Debian packages it needs (when missing), configures with CMake (Ninja when installed) and builds.
+#   scripts/setup.sh                 everything: the library, programs, tests and benchmarks
+#   scripts/setup.sh mlp mixtrain_cli   only these targets and what they need (the README's
+#                                    first line builds just the MLP trainer)
+#   scripts/setup.sh -DMIXTRAIN_SANITIZE=address,undefined   -D... arguments go to CMake
+# MT_BUILD_DIR, MT_JOBS and MT_TARGETS (space-separated targets) work as before.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${MT_BUILD_DIR:-$root/build}
 
-packages=(build-essential cmake libeigen3-dev nlohmann-json3-dev libgtest-dev libgmock-dev
+cmake_args=()
+targets=()
+for t in ${MT_TARGETS:-}; do targets+=(--target "$t"); done
+for a in "$@"; do
+  case "$a" in
+    -*) cmake_args+=("$a") ;;
+    *) targets+=(--target "$a") ;;
+  esac
+done
+
+packages=(build-essential cmake ninja-build libeigen3-dev nlohmann-json3-dev libgtest-dev libgmock-dev
           libbenchmark-dev zlib1g-dev dataset-fashion-mnist fortunes ccache libgloo-dev libcli11-dev)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -19,9 +32,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# A build directory keeps the generator it was made with; a new one gets Ninja.
+generator=()
+if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null; then generator=(-G Ninja); fi
 jobs=${MT_JOBS:-$(nproc)}
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
-# MT_TARGETS (space-separated) builds only those targets (CI's thread-sanitizer stage).
-targets=()
-for t in ${MT_TARGETS:-}; do targets+=(--target "$t"); done
+cmake "${generator[@]}" -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}" >/dev/null
 cmake --build "$build" -j "$jobs" "${targets[@]}"

@@ -1,6 +1,10 @@
 #pragma once
 // The umbrella header: everything a mixtrain user needs.
 #include "mixtrain/config.h"
+// The public headers declare what takes or returns JSON with <nlohmann/json_fwd.hpp> only; a
+// user of the umbrella header also gets the whole of nlohmann::json, to use what state_dict()
+// and friends return.
+#include <nlohmann/json.hpp>
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/amp/cast_policy.h"
 #include "mixtrain/amp/custom_op.h"

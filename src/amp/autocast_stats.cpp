@@ -1,6 +1,8 @@
 // The autocast counters: relaxed atomics bumped by the hook, read as a snapshot.
 #include "amp/autocast_internal.h"
 
+#include <nlohmann/json.hpp>
+
 namespace mixtrain::amp {
 
 namespace detail {

@@ -7,6 +7,8 @@
 
 #include <iostream>
 
+#include <nlohmann/json.hpp>
+
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/memory/allocator.h"

@@ -3,6 +3,8 @@
 // named-tensor overloads does not pull in nn::Module.
 #include "mixtrain/io/checkpoint.h"
 
+#include <nlohmann/json.hpp>
+
 namespace mixtrain::io {
 
 namespace {
@@ -17,6 +19,16 @@ void save_checkpoint(const std::string& dir, const nn::Module& model, const opti
                      const amp::GradScaler& scaler, int64_t step, const nlohmann::json& extra,
                      const CheckpointParts& parts) {
   save_checkpoint(dir, module_tensors(model), optimizer, scaler, step, extra, parts);
+}
+
+void save_checkpoint(const std::string& dir, const NamedTensors& model, const optim::Optimizer& optimizer,
+                     const amp::GradScaler& scaler, int64_t step) {
+  save_checkpoint(dir, model, optimizer, scaler, step, nlohmann::json::object());
+}
+
+void save_checkpoint(const std::string& dir, const nn::Module& model, const optim::Optimizer& optimizer,
+                     const amp::GradScaler& scaler, int64_t step) {
+  save_checkpoint(dir, module_tensors(model), optimizer, scaler, step, nlohmann::json::object());
 }
 
 int64_t load_checkpoint(const std::string& dir, nn::Module& model, optim::Optimizer& optimizer,

@@ -175,4 +175,7 @@ std::vector<double> OneCycleLR::lrs_at(int64_t epoch) {
   return std::vector<double>(optimizer_.param_groups().size(), lr);
 }
 
+nlohmann::json LRScheduler::settings() const { return nlohmann::json::object(); }
+nlohmann::json CosineAnnealingLR::settings() const { return {{"T_max", T_max_}, {"eta_min", eta_min_}}; }
+
 }  // namespace mixtrain::optim

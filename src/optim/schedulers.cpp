@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include <nlohmann/json.hpp>
+
 #include "mixtrain/core/error.h"
 
 namespace mixtrain::optim {
@@ -34,6 +36,10 @@ std::vector<double> LinearLR::lrs_at(int64_t epoch) {
   const double t = static_cast<double>(std::min(epoch, total_iters_));
   return scaled(base_lrs_, start_factor_ + (end_factor_ - start_factor_) * t / static_cast<double>(total_iters_));
 }
+
+nlohmann::json StepLR::settings() const { return {{"step_size", step_size_}, {"gamma", gamma_}}; }
+nlohmann::json MultiStepLR::settings() const { return {{"milestones", milestones_}, {"gamma", gamma_}}; }
+nlohmann::json ExponentialLR::settings() const { return {{"gamma", gamma_}}; }
 
 nlohmann::json LinearLR::settings() const {
   return {{"start_factor", start_factor_}, {"end_factor", end_factor_}, {"total_iters", total_iters_}};

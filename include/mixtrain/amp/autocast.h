@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "mixtrain/amp/cast_policy.h"
 #include "mixtrain/core/device.h"

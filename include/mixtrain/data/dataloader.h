@@ -32,7 +32,7 @@
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "mixtrain/core/arg.h"
 #include "mixtrain/core/device.h"

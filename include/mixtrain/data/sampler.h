@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 namespace mixtrain::data {
 

@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/data/dataloader.h"
@@ -45,8 +45,12 @@ struct CheckpointParts {
 // `model`: named_parameters() followed by named_buffers() of a model (what the nn::Module
 // overloads pass), or any named tensors.
 void save_checkpoint(const std::string& dir, const NamedTensors& model, const optim::Optimizer& optimizer,
-                     const amp::GradScaler& scaler, int64_t step,
-                     const nlohmann::json& extra = nlohmann::json::object(), const CheckpointParts& parts = {});
+                     const amp::GradScaler& scaler, int64_t step, const nlohmann::json& extra,
+                     const CheckpointParts& parts = {});
+// Without `extra` (saved as an empty object). An overload rather than a default argument, so that
+// this header needs only <nlohmann/json_fwd.hpp>.
+void save_checkpoint(const std::string& dir, const NamedTensors& model, const optim::Optimizer& optimizer,
+                     const amp::GradScaler& scaler, int64_t step);
 // Returns the saved step. `extra`, when given, receives the saved "extra" JSON (e.g. a
 // scheduler's state_dict()).
 int64_t load_checkpoint(const std::string& dir, const NamedTensors& model, optim::Optimizer& optimizer,
@@ -58,8 +62,10 @@ int64_t load_checkpoint(const std::string& dir, const NamedTensors& model, optim
 void check_checkpoint_destination(const std::string& dir);
 
 void save_checkpoint(const std::string& dir, const nn::Module& model, const optim::Optimizer& optimizer,
-                     const amp::GradScaler& scaler, int64_t step,
-                     const nlohmann::json& extra = nlohmann::json::object(), const CheckpointParts& parts = {});
+                     const amp::GradScaler& scaler, int64_t step, const nlohmann::json& extra,
+                     const CheckpointParts& parts = {});
+void save_checkpoint(const std::string& dir, const nn::Module& model, const optim::Optimizer& optimizer,
+                     const amp::GradScaler& scaler, int64_t step);
 int64_t load_checkpoint(const std::string& dir, nn::Module& model, optim::Optimizer& optimizer,
                         amp::GradScaler& scaler, nlohmann::json* extra = nullptr, const CheckpointParts& parts = {});
 

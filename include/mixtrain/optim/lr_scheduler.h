@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "mixtrain/core/arg.h"
 #include "mixtrain/optim/optimizer.h"
@@ -53,7 +53,7 @@ class LRScheduler {
   // The last epoch the schedule is defined for (OneCycleLR: total_steps).
   virtual int64_t max_epoch() const;
   // The settings that decide the schedule, saved in state_dict() (an object; none by default).
-  virtual nlohmann::json settings() const { return nlohmann::json::object(); }
+  virtual nlohmann::json settings() const;
 
   Optimizer& optimizer_;
   std::vector<double> base_lrs_;
@@ -75,7 +75,7 @@ class CosineAnnealingLR : public LRScheduler {
  protected:
   std::vector<double> lrs_at(int64_t epoch) override;
   const char* name() const override { return "CosineAnnealingLR"; }
-  nlohmann::json settings() const override { return {{"T_max", T_max_}, {"eta_min", eta_min_}}; }
+  nlohmann::json settings() const override;
 
  private:
   int64_t T_max_;

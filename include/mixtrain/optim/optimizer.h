@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "mixtrain/core/arg.h"
 #include "mixtrain/core/tensor.h"

@@ -34,7 +34,7 @@ class StepLR : public LRScheduler {
  protected:
   std::vector<double> lrs_at(int64_t epoch) override;
   const char* name() const override { return "StepLR"; }
-  nlohmann::json settings() const override { return {{"step_size", step_size_}, {"gamma", gamma_}}; }
+  nlohmann::json settings() const override;
 
  private:
   int64_t step_size_;
@@ -49,7 +49,7 @@ class MultiStepLR : public LRScheduler {
  protected:
   std::vector<double> lrs_at(int64_t epoch) override;
   const char* name() const override { return "MultiStepLR"; }
-  nlohmann::json settings() const override { return {{"milestones", milestones_}, {"gamma", gamma_}}; }
+  nlohmann::json settings() const override;
 
  private:
   std::vector<int64_t> milestones_;  // sorted
@@ -64,7 +64,7 @@ class ExponentialLR : public LRScheduler {
  protected:
   std::vector<double> lrs_at(int64_t epoch) override;
   const char* name() const override { return "ExponentialLR"; }
-  nlohmann::json settings() const override { return {{"gamma", gamma_}}; }
+  nlohmann::json settings() const override;
 
  private:
   double gamma_;
