@@ -173,7 +173,9 @@ int64_t DistributedDataParallel::join() {
     if (global_batch_ == 0) break;  // every rank has joined
     reducer_->shadow_backward();
     if (scaler_synced_) {
-      Tensor f = zeros({});
+      // The scaler's flag: a float32 scalar on the parameters' device (the same collective).
+      const auto params = module_->parameters();
+      Tensor f = zeros({}, TensorOptions(kFloat32).device(params.empty() ? Device::cpu() : params[0].device()));
       group_->all_reduce(f, distributed::ReduceOp::Max);
     }
     ++shadowed;

@@ -149,14 +149,14 @@ pid_t spawn_process(const std::vector<std::string>& argv, const std::vector<std:
   a.push_back(nullptr);
   for (auto& s : env) e.push_back(s.data());
   e.push_back(nullptr);
+  const std::string ns_path = "/run/netns/" + netns;
   const pid_t pid = fork();
   if (pid != 0) return pid;
-  // The child: only async-signal-safe calls from here to exec.
+  // The child: only async-signal-safe calls from here to exec (no allocation).
   dup2(log_fd, 1);
   dup2(log_fd, 2);
   if (!netns.empty()) {
-    const std::string path = "/run/netns/" + netns;
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = open(ns_path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
       dprintf(2, "spawn_process: cannot enter network namespace %s: %s\n", netns.c_str(), strerror(errno));
       _exit(126);
