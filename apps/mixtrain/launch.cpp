@@ -103,7 +103,8 @@ int run_launch(const std::vector<std::string>& argv) {
       ->default_str("29500 across hosts");
   app->add_option("--run-id", run_id, "an id of this job, the same on every host (MIXTRAIN_RUN_ID): a host "
                                       "started for another job is refused")
-      ->type_name("ID");
+      ->type_name("ID")
+      ->default_str("none");
   app->add_option("--rank-weights", weights,
                   "each rank's share of every batch, one weight per rank of the job; adaptive: start even and "
                   "follow each rank's measured speed (mixtrain train)")

@@ -80,6 +80,11 @@ class KeyValueStore {
   // overwrites a key, so keys left behind by a finished job would break the next job that
   // rendezvouses in the same directory. (The TCP store goes with rank 0's group.)
   virtual void forget_own_keys() {}
+  // Whether the keys end with the job (the TCP store rank 0 serves): then a rank whose rendezvous
+  // fails may leave a note for the others there, which a store outliving the job must not keep.
+  virtual bool ends_with_job() const { return false; }
+  // This process serves the store to the others (rank 0 of a TCP store).
+  virtual bool serves_others() const { return false; }
 
   // Every key exists, or an Error naming what was waited for, who has not published, where,
   // and the time spent.

@@ -9,7 +9,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <map>
+#include <thread>
 #include <sstream>
 
 #include "distributed/rendezvous.h"
@@ -122,7 +124,12 @@ JoinResult join(KeyValueStore& store, const LaunchEnv& e, const GlooAddress& add
   result.hosts.assign(static_cast<size_t>(e.world_size), "");
   std::vector<bool> seen(keys.size(), false);
   const Fields own = parse_fields(std::vector<char>(mine.begin(), mine.end()));
+  const std::string abort_key = "mixtrain/abort";
   why.on_poll = [&](const std::vector<bool>& have) {
+    if (store.ends_with_job() && store.present({abort_key}, deadline)[0]) {
+      const std::vector<char> note = store.get_now(abort_key, deadline);
+      MT_ERROR("distributed rendezvous: ", std::string(note.begin(), note.end()));
+    }
     for (size_t r = 0; r < keys.size(); ++r) {
       if (!have[r] || seen[r]) continue;
       seen[r] = true;
@@ -142,7 +149,22 @@ JoinResult join(KeyValueStore& store, const LaunchEnv& e, const GlooAddress& add
       result.hosts[r] = field(f, "addr");
     }
   };
-  store.wait(keys, deadline, why);
+  try {
+    store.wait(keys, deadline, why);
+  } catch (const Error& err) {
+    if (!store.ends_with_job()) throw;
+    // Tell the ranks still waiting why this one stops (the first note stays), and when this rank
+    // serves the store keep it up a moment so that they can read it before the store goes.
+    try {
+      if (!store.present({abort_key}, deadline)[0]) {
+        const std::string note = "rank " + std::to_string(e.rank) + " stopped the rendezvous: " + err.what();
+        store.set(abort_key, std::vector<char>(note.begin(), note.end()), deadline);
+      }
+    } catch (const Error&) {  // the store is gone too: nothing to tell anyone
+    }
+    if (store.serves_others()) std::this_thread::sleep_for(std::min(deadline.left(), std::chrono::milliseconds(1000)));
+    throw;
+  }
   return result;
 }
 

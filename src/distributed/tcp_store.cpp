@@ -242,6 +242,9 @@ class TcpStore : public KeyValueStore {
     server_.reset();  // after our own connection: the server thread sees it close first
   }
 
+  bool ends_with_job() const override { return true; }
+  bool serves_others() const override { return serving_; }
+
   std::string describe() const override {
     return "tcp://" + host_ + ":" + std::to_string(port_) + (serving_ ? " (served by this rank)" : " (served by rank 0)");
   }
