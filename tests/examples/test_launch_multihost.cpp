@@ -112,7 +112,15 @@ TEST(MixtrainLaunchMultiHost, TwoHostsTrainBitIdenticalToOneHost) {
 TEST(MixtrainLaunch, KilledOutrightItTakesItsRanksAndDirectoryWithIt) {
   char tmpl[] = "/tmp/mt-launch-kill-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
+  struct Cleanup {
+    std::string dir, nap;
+    ~Cleanup() {
+      std::system(("pkill -KILL -f '[s]leep " + nap + "'").c_str());
+      std::filesystem::remove_all(dir);
+    }
+  };
   const std::string nap = "43." + std::to_string(::getpid() % 1000);  // names this test's sleeps
+  const Cleanup cleanup{dir, nap};
   // Each rank records its store directory, then waits on a child of its own (a grandchild of the
   // launcher, in the rank's process group).
   {
@@ -138,8 +146,6 @@ TEST(MixtrainLaunch, KilledOutrightItTakesItsRanksAndDirectoryWithIt) {
     gone = std::system(("pgrep -f '[s]leep " + nap + "' >/dev/null").c_str()) != 0 && !std::filesystem::exists(launch_dir);
   }
   EXPECT_TRUE(gone) << "ranks or " << launch_dir << " outlived the launcher by 3 s";
-  std::system(("pkill -KILL -f '[s]leep " + nap + "'").c_str());
-  std::filesystem::remove_all(dir);
 }
 
 TEST(MixtrainLaunch, WeightsBeyondADoubleAndBatchesSmallerThanTheRanksAreClearErrors) {
