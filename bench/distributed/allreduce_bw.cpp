@@ -1,7 +1,8 @@
-// All-reduce bus bandwidth of one 25 MiB fp32 bucket over loopback: mixtrain's process group
-// (communication thread, Work handles) beside Gloo's allreduce called directly on the same
-// data, to show the wrapper's overhead. Run under the launcher:
+// All-reduce bus bandwidth of one 25 MiB fp32 bucket: mixtrain's process group (communication
+// thread, Work handles, the cross-rank check) beside Gloo's allreduce called directly on the same
+// data, to show the wrapper's overhead. On one host, under the launcher:
 //   mixtrain launch --nproc 2 -- build/bench/bench_dist_allreduce [MiB] [iterations]
+// Between two hosts (network namespaces: bench/distributed/netns_allreduce.sh does the setup).
 // Bus bandwidth = bytes / time * 2 (n - 1) / n (what a ring moves per rank, comparable to a link).
 #include <gloo/allreduce.h>
 #include <gloo/math.h>
@@ -13,8 +14,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
-#include <sys/stat.h>
 
 #include "mixtrain/mixtrain.h"
 
@@ -32,16 +33,30 @@ int main(int argc, char** argv) {
     return static_cast<double>(n) * 4 / seconds * 2.0 * (world - 1) / world / 1e9;
   };
 
-  // Gloo directly: its own context over a store next to ours.
-  std::string dir = std::getenv("MIXTRAIN_STORE") ? std::getenv("MIXTRAIN_STORE") : "file:/tmp/mt-bench";
-  dir = dir.substr(5) + "-direct";
-  mkdir(dir.c_str(), 0700);
+  // Gloo directly: its own context, rendezvousing through a file store in a directory every rank
+  // sees (one host, or `ip netns exec` hosts sharing the file system), emptied by rank 0 first,
+  // on the interface our group uses (GLOO_SOCKET_IFNAME or MIXTRAIN_GLOO_HOST; else loopback).
+  const char* port = std::getenv("MASTER_PORT");
+  const char* store_env = std::getenv("MIXTRAIN_STORE");
+  std::string dir = store_env && std::string(store_env).rfind("file:", 0) == 0
+                        ? std::string(store_env).substr(5) + "-direct"
+                        : std::string("/tmp/mt-bench-direct-") + (port ? port : "0");
+  if (rank == 0) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  pg->barrier();
   gloo::rendezvous::FileStore store(dir);
   gloo::transport::tcp::attr attr;
-  attr.hostname = "127.0.0.1";
+  const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
+  const char* host = std::getenv("MIXTRAIN_GLOO_HOST");
+  if (iface && *iface) attr.iface = iface;
+  else attr.hostname = host && *host ? host : "127.0.0.1";
   auto dev = gloo::transport::tcp::CreateDevice(attr);
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, world);
   ctx->connectFullMesh(store, dev);
+  pg->barrier();  // everyone connected: the addresses can go
+  if (rank == 0) std::filesystem::remove_all(dir);
   std::vector<float> buf(static_cast<size_t>(n), 1.0f);
   auto direct = [&] {
     gloo::AllreduceOptions opts(ctx);

@@ -48,6 +48,16 @@ Device parse_device(const std::string& name) {
 Tensor DataShard::rows(const Tensor& batch) const {
   if (weights.empty()) return batch;
   const std::vector<int64_t> sizes = distributed::DistributedSampler::split(batch.size(0), weights);
+  // Every rank splits the same batch the same way, so every rank stops here together, before any
+  // rank computes on no rows and the others wait for it.
+  for (size_t r = 0; r < sizes.size(); ++r) {
+    if (sizes[r] > 0) continue;
+    std::ostringstream w;
+    for (size_t k = 0; k < weights.size(); ++k) w << (k ? "," : "") << weights[k];
+    MT_ERROR("data parallel: a global batch of ", batch.size(0), " rows split over ", sizes.size(),
+             " ranks by weights ", w.str(), " gives rank ", r, " no rows; use a global batch of at least one row ",
+             "per rank (", sizes.size(), "), or weights closer together");
+  }
   int64_t begin = 0;
   for (int r = 0; r < rank; ++r) begin += sizes[static_cast<size_t>(r)];
   return batch.narrow(0, begin, sizes[static_cast<size_t>(rank)]).contiguous();
@@ -237,7 +247,9 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
         global_loss = with_step_timing(global_loss, ddp->group().rank(), world, measured_seconds);
       global_loss_work = ddp->group().all_reduce_async(global_loss);
     }
-    scaler.scale(loss).backward();
+    // Data parallel: this rank's rows' part of the global mean (loss times n_r/N) is what goes
+    // back, so the gradients have one process's magnitude and fp16 overflows where it would.
+    scaler.scale(ddp ? ddp->scale_loss(loss) : loss).backward();
     if (ddp) v.rank_rows = distributed::DistributedSampler::split(task.last_global_rows(), weights);
     if (balancer)
       measured_seconds = std::chrono::duration<double>(clock::now() - t0).count() - ddp->step_wait_seconds();

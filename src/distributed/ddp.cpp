@@ -9,6 +9,7 @@
 #include "mixtrain/core/factories.h"
 #include "mixtrain/distributed/ddp.h"
 #include "distributed/ddp_reducer.h"
+#include "distributed/internal.h"
 
 namespace mixtrain::nn {
 
@@ -98,10 +99,12 @@ void DistributedDataParallel::prepare_forward(int64_t local_batch) {
   if (!autograd::is_grad_enabled()) return;  // evaluation: no backward, nothing to reduce
   reducer_->prepare();
   wait_seconds_ = 0;
+  loss_scaled_ = false;
   if (options_.broadcast_buffers() && group_->world_size() > 1) {
     NoGradGuard no_grad;
     std::vector<distributed::Work> works;
-    for (Tensor t : module_->buffers()) works.push_back(group_->broadcast_async(t, 0));
+    for (Tensor t : module_->buffers())
+      works.push_back(distributed::UncheckedCollectives::broadcast_async(*group_, t, 0));
     const auto t0 = std::chrono::steady_clock::now();
     for (auto& w : works) w.wait();
     wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -134,6 +137,15 @@ void DistributedDataParallel::after_forward(const Tensor& output) {
   if (autograd::is_grad_enabled() && options_.find_unused_parameters()) reducer_->mark_unused(output);
 }
 
+Tensor DistributedDataParallel::scale_loss(const Tensor& loss) {
+  MT_CHECK(loss.defined(), "DistributedDataParallel.scale_loss: undefined loss");
+  loss_scaled_ = true;
+  // At world size 1 the share is exactly 1: no arithmetic, so training stays bit-identical to
+  // training without DDP.
+  if (weight_ == 1.0) return loss;
+  return loss * weight_;
+}
+
 Tensor DistributedDataParallel::forward(const Tensor& input) {
   prepare_forward(input.dim() > 0 ? input.size(0) : 1);
   Tensor out = module_->forward(input);
@@ -155,13 +167,15 @@ int64_t DistributedDataParallel::join() {
   for (;;) {
     if (options_.broadcast_buffers() && group_->world_size() > 1) {
       NoGradGuard no_grad;
-      for (Tensor t : module_->buffers()) group_->broadcast(t, 0);
+      for (Tensor t : module_->buffers()) distributed::UncheckedCollectives::broadcast_async(*group_, t, 0).wait();
     }
     exchange_batch(0);
     if (global_batch_ == 0) break;  // every rank has joined
     reducer_->shadow_backward();
     if (scaler_synced_) {
-      Tensor f = zeros({});
+      // The scaler's flag: a float32 scalar on the parameters' device (the same collective).
+      const auto params = module_->parameters();
+      Tensor f = zeros({}, TensorOptions(kFloat32).device(params.empty() ? Device::cpu() : params[0].device()));
       group_->all_reduce(f, distributed::ReduceOp::Max);
     }
     ++shadowed;

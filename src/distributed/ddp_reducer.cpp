@@ -1,5 +1,6 @@
 // DistributedDataParallel's gradient buckets and their reduction during backward.
 #include "distributed/ddp_reducer.h"
+#include "distributed/internal.h"
 
 #include <chrono>
 #include <map>
@@ -142,9 +143,10 @@ void DistributedDataParallel::Reducer::mark_ready(size_t i) {
 
 void DistributedDataParallel::Reducer::move_into_view(size_t i) {
   // This rank's share of the sum, taken before the sum (and before narrowing, when compressed, so
-  // that the sum of shares stays in the narrow type's range).
+  // that the sum of shares stays in the narrow type's range); nothing to take when the loss was
+  // already scaled by it before backward (scale_loss).
   NoGradGuard no_grad;
-  const double w = ddp.weight_;
+  const double w = ddp.loss_scaled_ ? 1.0 : ddp.weight_;
   Tensor& view = views[i];
   const Tensor g = params[i].grad();
   if (!g.defined()) {
@@ -163,9 +165,9 @@ void DistributedDataParallel::Reducer::launch(Bucket& b) {
   NoGradGuard no_grad;
   if (b.comm.defined()) {
     b.comm.copy_(b.flat);
-    b.work = ddp.group_->all_reduce_async(b.comm);
+    b.work = distributed::UncheckedCollectives::all_reduce_async(*ddp.group_, b.comm);
   } else {
-    b.work = ddp.group_->all_reduce_async(b.flat);
+    b.work = distributed::UncheckedCollectives::all_reduce_async(*ddp.group_, b.flat);
   }
   b.launched = true;
 }
@@ -190,7 +192,7 @@ void DistributedDataParallel::Reducer::shadow_backward() {
   for (Bucket& b : buckets) {
     const Tensor& like = b.comm.defined() ? b.comm : b.flat;
     keep.push_back(zeros(like.shape(), like.options()));
-    works.push_back(ddp.group_->all_reduce_async(keep.back()));
+    works.push_back(distributed::UncheckedCollectives::all_reduce_async(*ddp.group_, keep.back()));
   }
   for (auto& w : works) w.wait();
 }

@@ -1,4 +1,4 @@
-// The Gloo backend: rendezvous through Gloo's file or Redis store, a full mesh of TCP pairs, and
+// The Gloo backend: rendezvous through our store (the adapter below), a full mesh of TCP pairs, and
 // Gloo's ring all-reduce, broadcast, all-gather and barrier on CPU tensors. Built only when
 // libgloo was found (MIXTRAIN_HAVE_GLOO); otherwise every entry point explains what is missing.
 #include "distributed/internal.h"
@@ -12,17 +12,10 @@
 #include <gloo/broadcast.h>
 #include <gloo/config.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/file_store.h>
-#include <gloo/rendezvous/prefix_store.h>
-#if GLOO_USE_REDIS && defined(MIXTRAIN_GLOO_REDIS)
-#define MT_REDIS_STORE 1
-#include <gloo/rendezvous/redis_store.h>
-#endif
+#include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
+#include <algorithm>
 #include <cstring>
 #endif
 
@@ -34,62 +27,36 @@ bool gloo_available() { return true; }
 
 namespace {
 
-// Gloo's stores wait 30 s by default whatever the context's timeout; this one applies ours to
-// every get() and wait(), so an absent rank ends the rendezvous with our timeout and message.
-class TimedStore : public gloo::rendezvous::Store, public KeyValueStore {
+// Gloo's rendezvous on our store: its keys under a prefix, and every wait ending at the
+// rendezvous's deadline (Gloo's own stores wait 30 s whatever the context's timeout), with our
+// messages: which rank's address is missing, and for how long it was awaited.
+class GlooStoreAdapter : public gloo::rendezvous::Store {
  public:
-  // owned_dir: a directory this store made and removes when it goes.
-  TimedStore(std::unique_ptr<gloo::rendezvous::Store> inner, std::string spec, std::chrono::milliseconds timeout,
-             std::string owned_dir = "")
-      : inner_(std::move(inner)),
-        file_(dynamic_cast<gloo::rendezvous::FileStore*>(inner_.get())),
-        spec_(std::move(spec)),
-        timeout_(timeout),
-        owned_dir_(std::move(owned_dir)) {}
-  ~TimedStore() override {
-    if (owned_dir_.empty()) return;
-    forget_own_keys();
-    rmdir(owned_dir_.c_str());  // best effort: a destructor must not throw
-  }
+  GlooStoreAdapter(KeyValueStore& store, const Deadline& deadline) : store_(store), deadline_(deadline) {}
   void set(const std::string& key, const std::vector<char>& data) override {
-    try {
-      inner_->set(key, data);
-    } catch (const std::exception& e) {
-      MT_ERROR("distributed rendezvous: cannot publish key ", key, " in store ", spec_, ": ", e.what(),
-               file_ ? ". A file store never overwrites a key: one left there by an earlier job that did not end "
-                       "cleanly blocks this one. Empty that directory, or set MIXTRAIN_STORE to a fresh one"
-                     : "");
-    }
-  }
-  void forget_own_keys() override {
-    if (!file_) return;  // Redis keys stay: a Redis store should be fresh (or flushed) for each job
-    const std::vector<std::string> paths = file_->getAllKeyFilePaths();
-    for (size_t i = forgotten_; i < paths.size(); ++i) unlink(paths[i].c_str());
-    forgotten_ = paths.size();
+    store_.set(kPrefix + key, data, deadline_);
   }
   std::vector<char> get(const std::string& key) override {
-    wait({key}, timeout_);
-    return inner_->get(key);
+    return store_.get(kPrefix + key, deadline_, why({key}));
   }
-  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
-    try {
-      inner_->wait(keys, timeout);
-    } catch (const std::exception& e) {
-      MT_ERROR("distributed rendezvous: waited ", timeout.count(), " ms in store ", spec_, " for key ",
-               keys.empty() ? std::string("?") : keys.front(),
-               " that another rank publishes; not every rank joined (a rank did not start, crashed, or uses ",
-               "another store or world size): ", e.what());
-    }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, deadline_.timeout); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override {
+    std::vector<std::string> full;
+    for (const auto& k : keys) full.push_back(kPrefix + k);
+    store_.wait(full, deadline_, why(keys));
   }
 
  private:
-  std::unique_ptr<gloo::rendezvous::Store> inner_;
-  gloo::rendezvous::FileStore* file_;  // inner_ when it is a file store (its keys can be removed)
-  std::string spec_;
-  std::chrono::milliseconds timeout_;
-  std::string owned_dir_;
-  size_t forgotten_ = 0;  // getAllKeyFilePaths() only grows
+  static constexpr const char* kPrefix = "mixtrain/gloo/";
+  // connectFullMesh's keys are the ranks that publish them.
+  static WaitFor why(const std::vector<std::string>& keys) {
+    WaitFor w;
+    w.what = "the Gloo address of every peer";
+    for (const auto& k : keys) w.owners.push_back("rank " + k);
+    return w;
+  }
+  KeyValueStore& store_;
+  const Deadline& deadline_;
 };
 
 template <class T>
@@ -140,34 +107,39 @@ void visit_dtype(DType dtype, const char* op, F&& f) {
 
 class GlooBackend : public ProcessGroup::Backend {
  public:
-  GlooBackend(const std::shared_ptr<KeyValueStore>& store, int rank, int size, const std::string& host,
-              std::chrono::milliseconds timeout)
+  GlooBackend(KeyValueStore& store, int rank, int size, const GlooAddress& address, const Deadline& deadline)
       : rank_(rank), size_(size) {
-    auto* timed = dynamic_cast<TimedStore*>(store.get());
-    MT_CHECK(timed != nullptr, "distributed: the Gloo backend needs a store made by make_store");
     gloo::transport::tcp::attr attr;
-    attr.hostname = host;
+    attr.hostname = address.hostname;
+    attr.iface = address.iface;
     try {
       device_ = gloo::transport::tcp::CreateDevice(attr);
     } catch (const std::exception& e) {
-      MT_ERROR("distributed: cannot open a Gloo TCP device on host \"", host, "\" (set MIXTRAIN_GLOO_HOST to ",
-               "an address of this machine the other ranks can reach): ", e.what());
+      MT_ERROR("distributed: cannot open a Gloo TCP device on ", address.describe(), " (set GLOO_SOCKET_IFNAME to ",
+               "the interface, or MIXTRAIN_GLOO_HOST to the address of this host, that the other ranks reach): ",
+               e.what());
     }
-    gloo::rendezvous::PrefixStore prefixed("mixtrain/gloo", *timed);
+    GlooStoreAdapter adapter(store, deadline);
     context_ = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    context_->setTimeout(timeout);
     try {
-      context_->connectFullMesh(prefixed, device_);
+      context_->setTimeout(std::max(deadline.left(), std::chrono::milliseconds(1)));
+      context_->connectFullMesh(adapter, device_);
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
-      MT_ERROR("distributed rendezvous: rank ", rank, " of ", size, " could not connect to its peers within ",
-               timeout.count(), " ms: ", e.what());
+      MT_ERROR("distributed rendezvous: rank ", rank, " of ", size, " (Gloo on ", address.describe(),
+               ") could not connect to its peers: ", deadline.waited(), ": ", e.what(),
+               ". A peer's address is not reachable from here: set GLOO_SOCKET_IFNAME or MIXTRAIN_GLOO_HOST");
     }
     // Once every rank is connected, every rank has read every address: the keys can go, so that
-    // the next job in the same store directory starts clean.
-    barrier(timeout);
-    timed->forget_own_keys();
+    // the next job in the same store starts clean.
+    try {
+      barrier(std::max(deadline.left(), std::chrono::milliseconds(1)));
+    } catch (const std::exception& e) {
+      MT_ERROR("distributed rendezvous: rank ", rank, " of ", size, ": the barrier after connecting failed, ",
+               deadline.waited(), ": ", e.what());
+    }
+    store.forget_own_keys();
   }
 
   const char* name() const override { return "gloo"; }
@@ -235,63 +207,17 @@ class GlooBackend : public ProcessGroup::Backend {
 
 }  // namespace
 
-std::shared_ptr<KeyValueStore> make_store(const std::string& spec, std::chrono::milliseconds timeout) {
-  std::unique_ptr<gloo::rendezvous::Store> inner;
-  if (spec.rfind("file:", 0) == 0) {
-    const std::string dir = spec.substr(5);
-    MT_CHECK(!dir.empty(), "distributed: store \"", spec, "\" names no directory");
-    // Gloo's FileStore needs the directory to exist; every rank may race to create it.
-    if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
-      MT_ERROR("distributed: cannot create the store directory ", dir, ": ", std::strerror(errno));
-    inner = std::make_unique<gloo::rendezvous::FileStore>(dir);
-  } else if (spec.rfind("redis:", 0) == 0) {
-#if MT_REDIS_STORE
-    const std::string rest = spec.substr(6);
-    const auto colon = rest.rfind(':');
-    const std::string host = colon == std::string::npos ? rest : rest.substr(0, colon);
-    const int port = colon == std::string::npos ? 6379 : std::atoi(rest.c_str() + colon + 1);
-    MT_CHECK(!host.empty() && port > 0, "distributed: store \"", spec, "\" is not redis:host:port");
-    try {
-      inner = std::make_unique<gloo::rendezvous::RedisStore>(host, port);
-    } catch (const std::exception& e) {
-      MT_ERROR("distributed: cannot reach the Redis store at ", host, ":", port, ": ", e.what());
-    }
-#else
-    MT_ERROR("distributed: store \"", spec, "\": this libgloo was built without Redis support");
-#endif
-  } else {
-    MT_ERROR("distributed: store \"", spec, "\" is neither file:/dir nor redis:host:port");
-  }
-  return std::make_shared<TimedStore>(std::move(inner), spec, timeout);
-}
-
-std::shared_ptr<KeyValueStore> make_private_store(std::chrono::milliseconds timeout) {
-  char tmpl[] = "/tmp/mixtrain-store-XXXXXX";
-  MT_CHECK(mkdtemp(tmpl) != nullptr, "distributed: cannot create a store directory under /tmp: ", std::strerror(errno));
-  const std::string dir = tmpl;
-  return std::make_shared<TimedStore>(std::make_unique<gloo::rendezvous::FileStore>(dir), "file:" + dir, timeout, dir);
-}
-
-std::unique_ptr<ProcessGroup::Backend> make_gloo_backend(const std::shared_ptr<KeyValueStore>& store, int rank,
-                                                         int world_size, const std::string& hostname,
-                                                         std::chrono::milliseconds timeout) {
-  return std::make_unique<GlooBackend>(store, rank, world_size, hostname, timeout);
+std::unique_ptr<ProcessGroup::Backend> make_gloo_backend(KeyValueStore& store, int rank, int world_size,
+                                                         const GlooAddress& address, const Deadline& deadline) {
+  return std::make_unique<GlooBackend>(store, rank, world_size, address, deadline);
 }
 
 #else  // no Gloo in this build
 
 bool gloo_available() { return false; }
 
-std::shared_ptr<KeyValueStore> make_store(const std::string&, std::chrono::milliseconds) {
-  MT_ERROR("distributed: ", unavailable_reason());
-}
-
-std::shared_ptr<KeyValueStore> make_private_store(std::chrono::milliseconds) {
-  MT_ERROR("distributed: ", unavailable_reason());
-}
-
-std::unique_ptr<ProcessGroup::Backend> make_gloo_backend(const std::shared_ptr<KeyValueStore>&, int, int,
-                                                         const std::string&, std::chrono::milliseconds) {
+std::unique_ptr<ProcessGroup::Backend> make_gloo_backend(KeyValueStore&, int, int, const GlooAddress&,
+                                                         const Deadline&) {
   MT_ERROR("distributed: ", unavailable_reason());
 }
 

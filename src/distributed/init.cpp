@@ -4,7 +4,8 @@
 #include <mutex>
 #include <unistd.h>
 
-#include "distributed/internal.h"
+#include "distributed/rendezvous.h"
+#include "distributed/tcp_store.h"
 #include "mixtrain/core/error.h"
 
 namespace mixtrain::distributed {
@@ -70,20 +71,48 @@ namespace {
 std::string default_store(const LaunchEnv& e) {
   if (const char* s = env("MIXTRAIN_STORE")) return s;
   if (e.world_size == 1 && e.master_port == 0) return "";
-  MT_CHECK(e.master_port != 0,
-           "distributed: no rendezvous store. Set MIXTRAIN_STORE=file:/dir (a directory every rank can reach, ",
-           "empty for each new job) or redis:host:port, or MASTER_PORT (one host: a file store under /tmp), or ",
-           "start the job with `mixtrain launch`");
-  return "file:/tmp/mixtrain-store-" + (e.master_addr.empty() ? std::string("local") : e.master_addr) + "-" +
-         std::to_string(e.master_port);
+  MT_CHECK(e.master_port != 0, "distributed: no rendezvous store. Set MASTER_ADDR and MASTER_PORT (rank 0 serves ",
+           "the store there, as under torchrun), or MIXTRAIN_STORE=tcp://host:port, file:/dir (a directory every ",
+           "rank reaches) or redis://host:port, or start the job with `mixtrain launch`");
+  MT_CHECK(!e.master_addr.empty() || e.local_world_size == e.world_size, "distributed: MASTER_PORT=", e.master_port,
+           " is set but not MASTER_ADDR, and the ranks are on several hosts (LOCAL_WORLD_SIZE=", e.local_world_size,
+           " of WORLD_SIZE=", e.world_size, "): set MASTER_ADDR to the address of rank 0's host");
+  int port = e.master_port;
+  // torchrun's agent serves its own store (PyTorch's protocol) on MASTER_PORT when it tells its
+  // workers to use it; mixtrain's store takes the next port.
+  if (const char* agent = env("TORCHELASTIC_USE_AGENT_STORE"))
+    if (std::string(agent) == "True" || std::string(agent) == "1") port += 1;
+  return "tcp://" + (e.master_addr.empty() ? std::string("127.0.0.1") : e.master_addr) + ":" + std::to_string(port);
 }
 
-std::string default_hostname(const LaunchEnv& e) {
-  if (const char* h = env("MIXTRAIN_GLOO_HOST")) return h;
-  if (e.local_world_size == e.world_size) return "127.0.0.1";  // every rank on this host
-  char name[256] = {0};
-  MT_CHECK(gethostname(name, sizeof(name) - 1) == 0, "distributed: gethostname failed");
-  return name;
+std::shared_ptr<KeyValueStore> open_store(const std::string& spec, const LaunchEnv& e, const Deadline& deadline) {
+  std::shared_ptr<KeyValueStore> store;
+  if (spec.rfind("tcp://", 0) == 0) {
+    const std::string rest = spec.substr(6);
+    const auto colon = rest.rfind(':');
+    std::string host = colon == std::string::npos ? "" : rest.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    char* end = nullptr;
+    const long port = colon == std::string::npos ? 0 : std::strtol(rest.c_str() + colon + 1, &end, 10);
+    MT_CHECK(!host.empty() && port > 0 && port < 65536 && end && *end == '\0', "distributed: store \"", spec,
+             "\" is not tcp://host:port");
+    store = make_tcp_store(host, static_cast<int>(port), e.rank == 0, deadline, e.rank, e.world_size);
+  } else if (spec.empty()) {
+    store = make_private_store();
+  } else {
+    const std::string run = run_id();
+    store = make_gloo_store(spec, run.empty() ? "" : "mixtrain-run/" + run + "/");
+  }
+  store->who = "rank " + std::to_string(e.rank) + " of " + std::to_string(e.world_size);
+  return store;
+}
+
+bool check_collectives(const ProcessGroupOptions& options) {
+  const char* v = env("MIXTRAIN_CHECK_COLLECTIVES");
+  if (!v) return options.check_collectives();
+  const std::string s = v;
+  MT_CHECK(s == "0" || s == "1", "distributed: MIXTRAIN_CHECK_COLLECTIVES=\"", s, "\" is neither 0 nor 1");
+  return s == "1";
 }
 
 }  // namespace
@@ -105,19 +134,20 @@ std::shared_ptr<ProcessGroup> new_process_group(const ProcessGroupOptions& optio
   std::chrono::milliseconds timeout = options.timeout();
   if (env("MIXTRAIN_TIMEOUT_S")) timeout = std::chrono::seconds(env_int("MIXTRAIN_TIMEOUT_S", 300));
   MT_CHECK(timeout.count() > 0, "init_process_group: the timeout must be positive");
-  const std::string spec = options.store().empty() ? default_store(e) : options.store();
-  std::shared_ptr<KeyValueStore> store;
-  std::unique_ptr<ProcessGroup::Backend> cpu;
-  if (gloo_available()) {
-    store = spec.empty() ? make_private_store(timeout) : make_store(spec, timeout);
-    const std::string host = options.hostname().empty() ? default_hostname(e) : options.hostname();
-    cpu = make_gloo_backend(store, e.rank, e.world_size, host, timeout);
-  } else {
+  if (!gloo_available()) {
     MT_CHECK(nccl_available(), "init_process_group: ", unavailable_reason());
     MT_ERROR("init_process_group: this build has NCCL but no Gloo, and NCCL's rendezvous goes through Gloo's ",
              "store. ", unavailable_reason());
   }
-  return std::make_shared<ProcessGroup>(e, timeout, std::move(cpu), std::move(store));
+  // One deadline for every phase: the store, the join, Gloo's connections and the last barrier.
+  const Deadline deadline(timeout);
+  const bool check = check_collectives(options);
+  std::shared_ptr<KeyValueStore> store =
+      open_store(options.store().empty() ? default_store(e) : options.store(), e, deadline);
+  const GlooAddress address = advertised_address(e, options.hostname());
+  const JoinResult joined = join(*store, e, address, check, deadline);
+  std::unique_ptr<ProcessGroup::Backend> cpu = make_gloo_backend(*store, e.rank, e.world_size, address, deadline);
+  return std::make_shared<ProcessGroup>(e, timeout, std::move(cpu), std::move(store), check, joined.hosts);
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(const ProcessGroupOptions& options) {

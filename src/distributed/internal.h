@@ -10,11 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/core/error.h"
 #include "mixtrain/distributed/process_group.h"
 
 namespace mixtrain::distributed {
 
 struct Work::State {
+  std::string what;  // the collective, for progress lines
   std::mutex mutex;
   std::condition_variable cv;
   bool done = false;
@@ -28,24 +30,69 @@ class CommThread {
  public:
   CommThread();
   ~CommThread();  // finishes what is queued
-  Work enqueue(std::function<void()> fn);
+  Work enqueue(std::function<void()> fn, std::string what);
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-// The rendezvous key-value store (Gloo's file or Redis store underneath). get() waits for the key
-// up to the timeout.
+// One operation's time limit: every wait inside it ends at the same point, so a rendezvous of
+// several phases is bounded by its timeout in all, and messages can give the real time spent.
+struct Deadline {
+  explicit Deadline(std::chrono::milliseconds timeout);
+  std::chrono::milliseconds timeout;
+  std::chrono::steady_clock::time_point start, end;
+  std::chrono::milliseconds left() const;  // 0 once passed
+  bool passed() const { return std::chrono::steady_clock::now() >= end; }
+  double elapsed_seconds() const;
+  // "waited 3.01 s (timeout 3 s)"
+  std::string waited() const;
+};
+
+// Seconds between the progress lines of a long wait ($MIXTRAIN_WAIT_REPORT_S, default 10).
+double wait_report_seconds();
+
+// What a wait is for, in the words of its messages.
+struct WaitFor {
+  std::string what;                 // "every rank to join"
+  std::vector<std::string> owners;  // per key: who publishes it ("rank 3")
+  // Called with the keys present at each poll (may throw: a peer that joined with another world
+  // size ends the wait at once instead of at the timeout).
+  std::function<void(const std::vector<bool>&)> on_poll;
+};
+
+// The rendezvous key-value store: served by rank 0 over TCP (tcp_store.h), Gloo's file store (one
+// host, or a shared file system) or Gloo's Redis store. The waiting is done here, once for all
+// of them: polls until the keys exist or the deadline, with progress lines on stderr.
 class KeyValueStore {
  public:
   virtual ~KeyValueStore() = default;
-  virtual void set(const std::string& key, const std::vector<char>& value) = 0;
-  virtual std::vector<char> get(const std::string& key) = 0;
+  // The deadline bounds the store's own I/O (a TCP store whose server stopped answering).
+  virtual void set(const std::string& key, const std::vector<char>& value, const Deadline& deadline) = 0;
+  // Which of the keys exist now; does not wait for them.
+  virtual std::vector<bool> present(const std::vector<std::string>& keys, const Deadline& deadline) = 0;
+  // The value of a key that exists.
+  virtual std::vector<char> get_now(const std::string& key, const Deadline& deadline) = 0;
+  // "tcp://10.0.0.1:29500 (served by rank 0)", "file:/dir", ...
+  virtual std::string describe() const = 0;
   // Removes the keys this process set, once every peer has read them. Gloo's file store never
   // overwrites a key, so keys left behind by a finished job would break the next job that
-  // rendezvouses in the same directory (the same MASTER_PORT).
+  // rendezvouses in the same directory. (The TCP store goes with rank 0's group.)
   virtual void forget_own_keys() {}
+  // Whether the keys end with the job (the TCP store rank 0 serves): then a rank whose rendezvous
+  // fails may leave a note for the others there, which a store outliving the job must not keep.
+  virtual bool ends_with_job() const { return false; }
+  // This process serves the store to the others (rank 0 of a TCP store).
+  virtual bool serves_others() const { return false; }
+
+  // Every key exists, or an Error naming what was waited for, who has not published, where,
+  // and the time spent.
+  void wait(const std::vector<std::string>& keys, const Deadline& deadline, const WaitFor& why);
+  std::vector<char> get(const std::string& key, const Deadline& deadline, const WaitFor& why);
+
+  // "rank 1 of 4", for messages.
+  std::string who;
 };
 
 // Blocking collectives of one transport, called on the group's communication thread only.
@@ -60,17 +107,38 @@ class ProcessGroup::Backend {
   virtual void barrier(std::chrono::milliseconds timeout) = 0;
 };
 
-// Gloo (gloo_backend.cpp; throws the reason when this build has no Gloo).
-std::shared_ptr<KeyValueStore> make_store(const std::string& spec, std::chrono::milliseconds timeout);
-// A file store in a new directory of its own under /tmp, removed with the store: a process alone
-// (world size 1, no launcher) rendezvouses with nobody, so it shares no directory with other jobs.
-std::shared_ptr<KeyValueStore> make_private_store(std::chrono::milliseconds timeout);
-std::unique_ptr<ProcessGroup::Backend> make_gloo_backend(const std::shared_ptr<KeyValueStore>& store, int rank,
-                                                         int world_size, const std::string& hostname,
-                                                         std::chrono::milliseconds timeout);
+// Gloo's file and Redis stores (gloo_store.cpp; throw the reason when this build has no Gloo):
+// spec "file:/dir" or "redis://host:port" ("redis:host:port"); prefix goes before every key.
+std::shared_ptr<KeyValueStore> make_gloo_store(const std::string& spec, const std::string& prefix);
+// A file store in a new directory of its own under $TMPDIR (or /tmp), removed with the store: a
+// process alone (world size 1, no launcher) rendezvouses with nobody, so it shares no directory.
+std::shared_ptr<KeyValueStore> make_private_store();
+// Where this rank's Gloo transport listens and what its peers connect to.
+struct GlooAddress {
+  std::string hostname;  // an address of this host (empty with iface)
+  std::string iface;     // an interface name (GLOO_SOCKET_IFNAME)
+  std::string describe() const { return iface.empty() ? hostname : "interface " + iface; }
+};
+// Connects the full mesh through the store, within the deadline (gloo_backend.cpp).
+std::unique_ptr<ProcessGroup::Backend> make_gloo_backend(KeyValueStore& store, int rank, int world_size,
+                                                         const GlooAddress& address, const Deadline& deadline);
 // NCCL (nccl_backend.cpp; throws the reason when this build has no CUDA/NCCL).
 std::unique_ptr<ProcessGroup::Backend> make_nccl_backend(KeyValueStore& store, const LaunchEnv& env,
                                                          std::chrono::milliseconds timeout);
+
+// Ranks about to call different collectives (the check of ProcessGroupOptions::check_collectives).
+struct CollectiveMismatch : Error {
+  using Error::Error;
+};
+
+// Collectives whose layout every rank already shares, so the cross-rank check is skipped: DDP's
+// gradient buckets and buffer broadcasts (the model was compared across ranks at construction).
+struct UncheckedCollectives {
+  static Work all_reduce_async(ProcessGroup& g, const Tensor& t, ReduceOp op = ReduceOp::Sum) {
+    return g.all_reduce_impl(t, op, false);
+  }
+  static Work broadcast_async(ProcessGroup& g, const Tensor& t, int root) { return g.broadcast_impl(t, root, false); }
+};
 
 // "all_reduce(float32 [10]) on rank 0 of 2" style description for error messages.
 std::string describe(const char* op, const Tensor* t, int rank, int world_size);

@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -64,11 +65,16 @@ class NcclBackend : public ProcessGroup::Backend {
              " visible); run one rank per GPU");
     MT_CUDA_CHECK(cudaSetDevice(device_));
     ncclUniqueId id;
+    // The id exchange and the communicator's creation share one deadline.
+    const Deadline deadline(timeout);
     if (env.rank == 0) {
       MT_NCCL_CHECK(ncclGetUniqueId(&id));
-      store.set("mixtrain/nccl/id", std::vector<char>(id.internal, id.internal + sizeof(id.internal)));
+      store.set("mixtrain/nccl/id", std::vector<char>(id.internal, id.internal + sizeof(id.internal)), deadline);
     } else {
-      const std::vector<char> v = store.get("mixtrain/nccl/id");
+      WaitFor why;
+      why.what = "NCCL's unique id";
+      why.owners = {"rank 0"};
+      const std::vector<char> v = store.get("mixtrain/nccl/id", deadline, why);
       MT_CHECK(v.size() == sizeof(id.internal), "distributed NCCL: the unique id in the store has ", v.size(),
                " bytes, expected ", sizeof(id.internal));
       std::memcpy(id.internal, v.data(), v.size());
@@ -77,7 +83,7 @@ class NcclBackend : public ProcessGroup::Backend {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     MT_NCCL_CHECK(ncclCommInitRankConfig(&comm_, env.world_size, id, env.rank, &config));
-    wait_comm("ncclCommInitRank", timeout);
+    wait_comm("ncclCommInitRank", std::max(deadline.left(), std::chrono::milliseconds(1)));
     // Every rank is in the communicator, so every rank has read the id.
     if (env.rank == 0) store.forget_own_keys();
   }

@@ -1,6 +1,8 @@
 // ProcessGroup: routes each collective to the Gloo (CPU) or NCCL (CUDA) backend and runs it on
 // the group's communication thread; failures become Errors that name the collective, the ranks
 // and the timeout, and leave the group refusing further calls (its peers are out of step).
+#include <algorithm>
+#include <cstdio>
 #include <sstream>
 #include <thread>
 
@@ -32,7 +34,14 @@ void Work::State::finish(std::exception_ptr e) {
 void Work::wait() const {
   MT_CHECK(state_ != nullptr, "Work.wait: an empty work handle");
   std::unique_lock<std::mutex> lock(state_->mutex);
-  state_->cv.wait(lock, [&] { return state_->done; });
+  // The collective itself is bounded by the group's timeout; meanwhile a long wait says so.
+  const auto every = std::chrono::duration<double>(wait_report_seconds());
+  const auto start = std::chrono::steady_clock::now();
+  while (!state_->cv.wait_for(lock, every, [&] { return state_->done; })) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, "mixtrain: still waiting for distributed %s after %.0f s\n", state_->what.c_str(), s);
+    std::fflush(stderr);
+  }
   if (state_->error) std::rethrow_exception(state_->error);
 }
 
@@ -83,8 +92,9 @@ CommThread::~CommThread() {
   impl_->thread.join();
 }
 
-Work CommThread::enqueue(std::function<void()> fn) {
+Work CommThread::enqueue(std::function<void()> fn, std::string what) {
   auto state = std::make_shared<Work::State>();
+  state->what = std::move(what);
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     impl_->queue.emplace_back(std::move(fn), state);
@@ -115,13 +125,16 @@ void check_dense(const Tensor& t, const char* op) {
 }
 
 ProcessGroup::ProcessGroup(const LaunchEnv& env, std::chrono::milliseconds timeout, std::unique_ptr<Backend> cpu,
-                           std::shared_ptr<KeyValueStore> store)
+                           std::shared_ptr<KeyValueStore> store, bool check_collectives,
+                           std::vector<std::string> rank_addresses)
     : env_(env),
       timeout_(timeout),
       store_(std::move(store)),
       cpu_(std::move(cpu)),
       comm_(std::make_unique<CommThread>()),
-      failure_(std::make_shared<std::string>()) {}
+      failure_(std::make_shared<std::string>()),
+      check_collectives_(check_collectives),
+      rank_addresses_(std::move(rank_addresses)) {}
 
 ProcessGroup::~ProcessGroup() {
   comm_.reset();  // drains the queue before the backends go
@@ -145,40 +158,141 @@ ProcessGroup::Backend& ProcessGroup::backend_for(const Tensor& t, const char* op
   return *cpu_;
 }
 
-Work ProcessGroup::submit(std::string what, std::function<void()> fn) {
+namespace {
+
+std::string with_op(const char* name, ReduceOp op) { return std::string(name) + "[" + reduce_op_name(op) + "]"; }
+
+// What a rank is about to call, as numbers every rank can compare: kind, reduce op or root, and
+// the tensor's dtype, device type, element count, rank and first four sizes.
+enum Kind : int64_t { kAllReduce = 1, kBroadcast, kAllGather, kBarrier };
+constexpr size_t kSignatureSize = 11;
+
+std::vector<int64_t> signature(Kind kind, int64_t op_or_root, const Tensor* t) {
+  std::vector<int64_t> s(kSignatureSize, -1);
+  s[0] = kind;
+  s[1] = op_or_root;
+  if (t) {
+    s[2] = static_cast<int64_t>(t->dtype());
+    s[3] = static_cast<int64_t>(t->device().type);
+    s[4] = t->numel();
+    s[5] = t->dim();
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t d = 0; d < t->dim(); ++d) {
+      if (d < 4) s[static_cast<size_t>(6 + d)] = t->size(d);
+      h = (h ^ static_cast<uint64_t>(t->size(d))) * 1099511628211ull;
+    }
+    s[10] = static_cast<int64_t>(h >> 1);
+  }
+  return s;
+}
+
+std::string describe_signature(const std::vector<int64_t>& s) {
+  std::ostringstream os;
+  switch (s[0]) {
+    case kAllReduce: os << "all_reduce[" << reduce_op_name(static_cast<ReduceOp>(s[1])) << "]"; break;
+    case kBroadcast: os << "broadcast(root " << s[1] << ")"; break;
+    case kAllGather: os << "all_gather"; break;
+    case kBarrier: return "barrier";
+    default: return "an unknown collective";
+  }
+  os << "(" << static_cast<DType>(s[2]) << " [";
+  for (int64_t d = 0; d < std::min<int64_t>(s[5], 4); ++d) os << (d ? ", " : "") << s[static_cast<size_t>(6 + d)];
+  if (s[5] > 4) os << ", ...";
+  os << "], " << s[4] << " elements, on " << (s[3] == static_cast<int64_t>(DeviceType::CUDA) ? "cuda" : "cpu") << ")";
+  return os.str();
+}
+
+// Every rank's signature, compared: a rank that is about to call something else stops every
+// rank here, before the transport sees buffers of different sizes or types.
+void check_signatures(ProcessGroup::Backend& cpu, const std::vector<int64_t>& mine, int rank, int world,
+                      std::chrono::milliseconds timeout) {
+  const int64_t n = static_cast<int64_t>(mine.size());
+  const Tensor t = from_vector(mine, {n}, TensorOptions(kInt64));
+  std::vector<Tensor> all;
+  for (int r = 0; r < world; ++r) all.push_back(Tensor::empty({n}, TensorOptions(kInt64)));
+  cpu.all_gather(t, all, timeout);
+  for (int r = 0; r < world; ++r) {
+    const std::vector<int64_t> theirs = all[static_cast<size_t>(r)].to_vector<int64_t>();
+    if (theirs == mine) continue;
+    throw CollectiveMismatch("rank " + std::to_string(r) + " called " + describe_signature(theirs) + " where rank " +
+                             std::to_string(rank) + " called " + describe_signature(mine) +
+                             ". Every rank must issue the same collectives, with the same dtypes and shapes, in the "
+                             "same order");
+  }
+}
+
+}  // namespace
+
+std::string ProcessGroup::ranks_behind(const std::string& message) const {
+  // Gloo names a pair by its address ("[10.0.0.2]:41234"): say which ranks advertised it.
+  std::ostringstream os;
+  std::vector<std::string> done;
+  for (const auto& addr : rank_addresses_) {
+    if (addr.empty() || std::find(done.begin(), done.end(), addr) != done.end()) continue;
+    done.push_back(addr);
+    if (message.find("[" + addr + "]") == std::string::npos) continue;
+    os << " (" << addr << " is rank";
+    for (size_t r = 0; r < rank_addresses_.size(); ++r)
+      if (rank_addresses_[r] == addr && static_cast<int>(r) != rank()) os << " " << r;
+    os << ")";
+  }
+  return os.str();
+}
+
+Work ProcessGroup::submit(std::string what, std::vector<int64_t> sig, std::function<void()> fn) {
   MT_CHECK(failure_->empty(), "distributed ", what, ": the process group is unusable after an earlier failure (",
            *failure_, "); the ranks are out of step, so the job has to stop");
   const auto timeout = timeout_;
   auto failure = failure_;
-  return comm_->enqueue([what = std::move(what), fn = std::move(fn), timeout, failure] {
-    try {
-      fn();
-    } catch (const std::exception& e) {
-      std::ostringstream os;
-      os << "distributed " << what << " failed (timeout " << timeout.count() << " ms): " << e.what()
-         << ". A peer rank died, or stopped calling collectives, or called them in another order";
-      *failure = what;
-      throw Error(os.str());
-    }
-  });
+  Backend* cpu = check_collectives_ && !sig.empty() && world_size() > 1 ? cpu_.get() : nullptr;
+  const int rank = this->rank(), world = world_size();
+  std::string label = what;
+  return comm_->enqueue(
+      [this, what = std::move(what), sig = std::move(sig), fn = std::move(fn), timeout, failure, cpu, rank, world] {
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          if (cpu) check_signatures(*cpu, sig, rank, world, timeout);
+          fn();
+        } catch (const CollectiveMismatch& e) {
+          *failure = what;
+          throw Error("distributed " + what + ": " + e.what());
+        } catch (...) {
+          std::string reason = "unknown exception";
+          try {
+            throw;
+          } catch (const std::exception& e) {
+            reason = e.what();
+          } catch (...) {
+          }
+          char took[64];
+          std::snprintf(took, sizeof(took), "%.2f s",
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+          std::ostringstream os;
+          os << "distributed " << what << " failed after " << took << " (timeout " << timeout.count()
+             << " ms): " << reason << ranks_behind(reason)
+             << ". A peer rank died, or stopped calling collectives, or called them in another order";
+          *failure = what;
+          throw Error(os.str());
+        }
+      },
+      std::move(label));
 }
 
-namespace {
-std::string with_op(const char* name, ReduceOp op) { return std::string(name) + "[" + reduce_op_name(op) + "]"; }
-}  // namespace
-
-Work ProcessGroup::all_reduce_async(const Tensor& tensor, ReduceOp op) {
+Work ProcessGroup::all_reduce_impl(const Tensor& tensor, ReduceOp op, bool check) {
   check_dense(tensor, "all_reduce");
   Backend& b = backend_for(tensor, "all_reduce");
   const auto timeout = timeout_;
   Tensor t = tensor;
   return submit(describe(with_op("all_reduce", op).c_str(), &tensor, rank(), world_size()),
+                check ? signature(kAllReduce, static_cast<int64_t>(op), &tensor) : std::vector<int64_t>{},
                 [&b, t, op, timeout]() mutable { b.all_reduce(t, op, timeout); });
 }
 
+Work ProcessGroup::all_reduce_async(const Tensor& tensor, ReduceOp op) { return all_reduce_impl(tensor, op, true); }
+
 void ProcessGroup::all_reduce(Tensor& tensor, ReduceOp op) { all_reduce_async(tensor, op).wait(); }
 
-Work ProcessGroup::broadcast_async(const Tensor& tensor, int root) {
+Work ProcessGroup::broadcast_impl(const Tensor& tensor, int root, bool check) {
   check_dense(tensor, "broadcast");
   MT_CHECK(root >= 0 && root < world_size(), "distributed broadcast: root ", root, " is not a rank of a group of ",
            world_size());
@@ -186,8 +300,11 @@ Work ProcessGroup::broadcast_async(const Tensor& tensor, int root) {
   const auto timeout = timeout_;
   Tensor t = tensor;
   return submit(describe("broadcast", &tensor, rank(), world_size()),
+                check ? signature(kBroadcast, root, &tensor) : std::vector<int64_t>{},
                 [&b, t, root, timeout]() mutable { b.broadcast(t, root, timeout); });
 }
+
+Work ProcessGroup::broadcast_async(const Tensor& tensor, int root) { return broadcast_impl(tensor, root, true); }
 
 void ProcessGroup::broadcast(Tensor& tensor, int root) { broadcast_async(tensor, root).wait(); }
 
@@ -199,7 +316,7 @@ Work ProcessGroup::all_gather_async(const Tensor& tensor, std::shared_ptr<std::v
   for (int r = 0; r < world_size(); ++r) out->push_back(Tensor::empty(tensor.shape(), tensor.options()));
   const auto timeout = timeout_;
   Tensor t = tensor.contiguous();
-  return submit(describe("all_gather", &tensor, rank(), world_size()),
+  return submit(describe("all_gather", &tensor, rank(), world_size()), signature(kAllGather, 0, &tensor),
                 [&b, t, out, timeout] { b.all_gather(t, *out, timeout); });
 }
 
@@ -213,7 +330,8 @@ Work ProcessGroup::barrier_async() {
   MT_CHECK(cpu_ != nullptr || cuda_ != nullptr, "distributed barrier: no backend. ", unavailable_reason());
   Backend& b = cpu_ ? *cpu_ : *cuda_;
   const auto timeout = timeout_;
-  return submit(describe("barrier", nullptr, rank(), world_size()), [&b, timeout] { b.barrier(timeout); });
+  return submit(describe("barrier", nullptr, rank(), world_size()), signature(kBarrier, 0, nullptr),
+                [&b, timeout] { b.barrier(timeout); });
 }
 
 void ProcessGroup::barrier() { barrier_async().wait(); }

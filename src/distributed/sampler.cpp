@@ -23,6 +23,10 @@ void check_rank_weights(const std::vector<double>& weights, int world_size, cons
     MT_CHECK(w > 0 && std::isfinite(w), source, ": ", w, " is not a positive number");
   MT_CHECK(static_cast<int>(weights.size()) == world_size, source, " give ", weights.size(), " values for ",
            world_size, " ranks");
+  // Each share is n * w / total: the total must be a finite number too (1e308,1e308 is not).
+  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  MT_CHECK(std::isfinite(total), source, ": the weights add up to ", total,
+           ", beyond a double; scale them down (only their ratios matter)");
 }
 
 DistributedSampler::DistributedSampler(int64_t dataset_size, int64_t global_batch, int rank, int world_size,

@@ -1,6 +1,8 @@
 // The multi-process harness of tests/distributed (ranks.h).
 #include "ranks.h"
 
+#include "support/netns.h"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -38,7 +40,8 @@ bool register_scenario(const std::string& name, Scenario fn) {
 }
 
 std::vector<RankResult> run_ranks(const std::string& scenario, int world, std::chrono::seconds deadline,
-                                  const std::map<int, std::vector<std::string>>& extra_env) {
+                                  const std::map<int, std::vector<std::string>>& extra_env,
+                                  const std::vector<RankPlacement>& placement) {
   char tmpl[] = "/tmp/mt-dist-test-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   std::vector<pid_t> pids(static_cast<size_t>(world), -1);
@@ -53,11 +56,12 @@ std::vector<RankResult> run_ranks(const std::string& scenario, int world, std::c
                                     "MIXTRAIN_STORE=file:" + dir + "/store",
                                     "MT_DIST_TMP=" + dir,
                                     "OMP_NUM_THREADS=1"};
-    // Extra entries first: the first of a name is the one getenv finds.
-    auto it = extra_env.find(r);
-    if (it != extra_env.end()) env.insert(env.begin(), it->second.begin(), it->second.end());
+    // Extra entries first: the first of a name is the one getenv finds (a rank's own before those
+    // of every rank).
     auto all = extra_env.find(-1);
     if (all != extra_env.end()) env.insert(env.begin(), all->second.begin(), all->second.end());
+    auto it = extra_env.find(r);
+    if (it != extra_env.end()) env.insert(env.begin(), it->second.begin(), it->second.end());
     for (char** e = environ; *e; ++e) {
       const std::string s = *e;
       const std::string key = s.substr(0, s.find('='));
@@ -65,26 +69,18 @@ std::vector<RankResult> run_ranks(const std::string& scenario, int world, std::c
       for (const auto& x : env) overridden = overridden || x.substr(0, x.find('=')) == key;
       if (!overridden) env.push_back(s);
     }
-    std::vector<char*> envp;
-    for (auto& s : env) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
-    std::string filter = "--gtest_filter=DistWorker.DISABLED_Run";
-    std::string also = "--gtest_also_run_disabled_tests";
-    std::string quiet = "--gtest_brief=1";
-    char* argv[] = {exe.data(), filter.data(), also.data(), quiet.data(), nullptr};
-    const pid_t pid = fork();
-    if (pid == 0) {
-      const int fd = open(logs.back().c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      execve(exe.c_str(), argv, envp.data());
-      _exit(127);
-    }
+    const std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
+    const std::vector<std::string> argv = {exe, "--gtest_filter=DistWorker.DISABLED_Run",
+                                           "--gtest_also_run_disabled_tests", "--gtest_brief=1"};
+    const int fd = open(logs.back().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    const RankPlacement where = placement.empty() ? RankPlacement{} : placement.at(static_cast<size_t>(r));
+    const pid_t pid = mt_test::spawn_process(argv, env, fd, where.netns, where.private_tmp);
+    close(fd);
     pids[static_cast<size_t>(r)] = pid;
   }
   std::vector<RankResult> results(static_cast<size_t>(world));
-  const auto end = std::chrono::steady_clock::now() + deadline;
+  const auto start = std::chrono::steady_clock::now();
+  const auto end = start + deadline;
   int left = world;
   while (left > 0) {
     for (int r = 0; r < world; ++r) {
@@ -93,6 +89,8 @@ std::vector<RankResult> run_ranks(const std::string& scenario, int world, std::c
       int status = 0;
       if (waitpid(pid, &status, WNOHANG) == pid) {
         results[static_cast<size_t>(r)].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        results[static_cast<size_t>(r)].seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         pid = -1;
         --left;
       }

@@ -14,12 +14,21 @@ namespace mt_dist_test {
 struct RankResult {
   int exit_code = -1;  // -1: killed by a signal (the watchdog's included)
   bool timed_out = false;
+  double seconds = 0;  // from the start of every rank to this one's exit
   std::string log;
 };
 
-// Runs `scenario` in `world` processes; extra_env entries are "NAME=value" (per rank: the map key).
+// Where a rank runs: a network namespace (support/netns.h) and a private /tmp; empty: here.
+struct RankPlacement {
+  std::string netns;
+  std::string private_tmp;
+};
+
+// Runs `scenario` in `world` processes; extra_env entries are "NAME=value" (per rank: the map key;
+// -1: every rank), placement one entry per rank (or none).
 std::vector<RankResult> run_ranks(const std::string& scenario, int world, std::chrono::seconds deadline,
-                                  const std::map<int, std::vector<std::string>>& extra_env = {});
+                                  const std::map<int, std::vector<std::string>>& extra_env = {},
+                                  const std::vector<RankPlacement>& placement = {});
 std::string describe(const std::vector<RankResult>& results);
 
 // Scenario registry: a scenario returns the process's exit code (0: passed).

@@ -315,3 +315,36 @@ TEST(Nccl, AllReduceAndBroadcastOnCudaAtWorldSizeOne) {
   pg.reset();
   std::filesystem::remove_all(dir);
 }
+
+// Ranks that call different collectives: every rank stops with an Error naming both calls,
+// before Gloo sees buffers of different sizes (it used to abort the process from its own thread)
+// or of different types (it used to reduce the bytes as they came).
+MT_SCENARIO(mismatched_collectives) {
+  auto pg = dist::init_process_group();
+  const int r = pg->rank();
+  const char* which = std::getenv("MT_MISMATCH");
+  SC_CHECK(which != nullptr);
+  mt::Tensor t = std::string(which) == "shape" ? mt::ones({r == 0 ? 4 : 100000})
+                                               : (r == 0 ? mt::ones({8}) : mt::ones({4}, mt::TensorOptions(mt::kFloat64)));
+  try {
+    pg->all_reduce(t);
+  } catch (const mt::Error& e) {
+    std::fprintf(stderr, "caught: %s\n", e.what());
+    const std::string what = e.what();
+    SC_CHECK(what.find(std::string("rank ") + (r == 0 ? "1" : "0") + " called all_reduce[sum]") != std::string::npos);
+    if (std::string(which) == "shape") SC_CHECK(what.find("100000 elements") != std::string::npos);
+    if (std::string(which) == "dtype") SC_CHECK(what.find("float64 [4]") != std::string::npos);
+    SC_CHECK(what.find("same collectives") != std::string::npos);
+    return 42;
+  }
+  return 1;
+}
+
+TEST(Collectives, MismatchedShapesOrDtypesAreAnErrorOnEveryRank) {
+  if (!have_gloo()) GTEST_SKIP() << dist::unavailable_reason();
+  for (const char* which : {"shape", "dtype"}) {
+    const auto res = run_ranks("mismatched_collectives", 2, std::chrono::seconds(30),
+                               {{-1, {std::string("MT_MISMATCH=") + which}}});
+    for (const auto& r : res) EXPECT_EQ(r.exit_code, 42) << which << "\n" << mt_dist_test::describe(res);
+  }
+}

@@ -151,3 +151,67 @@ TEST(DDPCheckpoint, RankZeroSavesEveryRankLoadsResumeIsBitExact) {
   const auto res = run_ranks("ddp_checkpoint_resume", 2, std::chrono::seconds(50));
   for (const auto& r : res) ASSERT_EQ(r.exit_code, 0) << mt_dist_test::describe(res);
 }
+
+// fp16 with an uneven split (2,1,1 over 8 rows): each rank back-propagates its rows' part of the
+// global mean (ddp.scale_loss), so the activation gradients have the single process's magnitude
+// and the steps that overflow are the single process's. The scale starts where the single process
+// overflows and halves into range; with growth every step it keeps crossing back. The control
+// (MT_WEIGHT_AFTER_BACKWARD: each rank's own mean back-propagated, weighted afterwards) gives the
+// ranks with a quarter of the rows four times the gradients, and they skip steps the single
+// process takes.
+MT_SCENARIO(amp_uneven_overflow) {
+  dist::init_process_group();
+  const int r = dist::rank();
+  const bool scale_loss = std::getenv("MT_WEIGHT_AFTER_BACKWARD") == nullptr;
+  auto make = [] {
+    nn::Linear lin(nn::LinearOptions(2, 1).bias(false));
+    mt::NoGradGuard no_grad;
+    lin->weight.fill_(0.5);
+    return lin;
+  };
+  auto model = make(), reference = make();
+  nn::DistributedDataParallel ddp(model);
+  mt::optim::SGD opt(model->parameters(), mt::optim::SGDOptions(1e-3));
+  mt::optim::SGD ref_opt(reference->parameters(), mt::optim::SGDOptions(1e-3));
+  auto options = mt::amp::GradScalerOptions().init_scale(524288).growth_interval(1);
+  mt::amp::GradScaler scaler(options), ref_scaler(options);
+  ddp.sync_grad_scaler(scaler);
+  const int64_t rows[] = {4, 2, 2};
+  const mt::Tensor x = mt::full({8, 2}, 0.01), y = mt::full({8, 1}, -1.0);
+  std::string mine, single;
+  for (int step = 0; step < 6; ++step) {
+    opt.zero_grad();
+    ref_opt.zero_grad();
+    mt::Tensor loss, ref_loss;
+    {
+      mt::amp::AutocastGuard autocast(mt::DeviceType::CPU, mt::kFloat16);
+      ddp.prepare_forward();
+      ddp.set_local_batch(rows[r], 8);
+      const int64_t begin = r == 0 ? 0 : (r == 1 ? 4 : 6);
+      loss = mt::nn::functional::mse_loss(model->forward(x.narrow(0, begin, rows[r])), y.narrow(0, begin, rows[r]));
+      ref_loss = mt::nn::functional::mse_loss(reference->forward(x), y);
+    }
+    scaler.scale(scale_loss ? ddp.scale_loss(loss) : loss).backward();
+    ref_scaler.scale(ref_loss).backward();
+    mine += scaler.step(opt) ? "." : "S";
+    single += ref_scaler.step(ref_opt) ? "." : "S";
+    scaler.update();
+    ref_scaler.update();
+  }
+  std::fprintf(stderr, "rank %d steps %s, single process %s\n", r, mine.c_str(), single.c_str());
+  SC_CHECK(single.find('S') != std::string::npos && single.find('.') != std::string::npos);
+  if (!scale_loss) return mine == single ? 1 : 43;
+  SC_CHECK(mine == single);
+  SC_CHECK(scaler.get_scale() == ref_scaler.get_scale());
+  return 0;
+}
+
+TEST(DDPAmp, UnevenSplitSkipsTheStepsOneProcessSkipsInFp16) {
+  if (!dist::gloo_available()) GTEST_SKIP() << dist::unavailable_reason();
+  auto res = run_ranks("amp_uneven_overflow", 3, std::chrono::seconds(50));
+  for (const auto& r : res) ASSERT_EQ(r.exit_code, 0) << mt_dist_test::describe(res);
+  res = run_ranks("amp_uneven_overflow", 3, std::chrono::seconds(50), {{-1, {"MT_WEIGHT_AFTER_BACKWARD=1"}}});
+  // Rank 0 (half the rows) sees its own gradients doubled only; the overflow of ranks 1 and 2
+  // reaches every rank through the sum.
+  for (const auto& r : res) ASSERT_EQ(r.exit_code, 43) << mt_dist_test::describe(res);
+}

@@ -265,7 +265,8 @@ TEST(MixtrainCli, EachCommandsHelpListsEveryFlagWithItsDefault) {
       {"bench", {"--models", "--precisions", "--device", "--steps", "--warmup", "--size", "--out", "--reference",
                  "--fp32-math", "--channels-last"}},
       {"policy", {"--load", "--json", "--markdown", "--cpu-autocast"}},
-      {"launch", {"--nproc", "--rank-weights", "--rank-batches", "--rank-memory"}},
+      {"launch", {"--nproc,--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port", "--run-id",
+                  "--rank-weights", "--rank-batches", "--rank-memory"}},
       {"plot", {"--out"}},
       {"memory", {"--batch-size", "--precision", "--device", "--size", "--checkpoint-activations", "--json", "--fit",
                   "--measure", "--timeline"}}};

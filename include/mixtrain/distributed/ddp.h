@@ -65,6 +65,16 @@ class DistributedDataParallel {
   void set_local_batch(int64_t local_batch, int64_t global_batch);
   void after_forward(const Tensor& output);
 
+  // This rank's contribution to the global batch's mean loss: `loss` (the mean over this rank's
+  // rows) times this step's gradient_weight(), n_r / N. Back-propagate it instead of `loss`
+  //     scaler.scale(ddp.scale_loss(loss)).backward();
+  // and every activation and weight gradient has the magnitude it has in one process on the
+  // global batch (1/N per row, not 1/n_r), so fp16 overflows on the same steps; DDP then only
+  // sums. Without it DDP weights the gradients after backward instead (the same step in fp32, up
+  // to rounding). Call it after set_local_batch (or prepare_forward/forward), in every backward
+  // of a step (no_sync accumulation included) or in none.
+  Tensor scale_loss(const Tensor& loss);
+
   Module& module() { return *module_; }
   std::vector<Tensor> parameters() const { return module_->parameters(); }
   distributed::ProcessGroup& group() { return *group_; }
@@ -120,6 +130,7 @@ class DistributedDataParallel {
   std::unique_ptr<Reducer> reducer_;
   bool sync_ = true;
   bool scaler_synced_ = false;
+  bool loss_scaled_ = false;  // this step's loss went through scale_loss: gradients are weighted
   int64_t global_batch_ = 0;
   double weight_ = 1.0;
   double wait_seconds_ = 0;

@@ -38,16 +38,25 @@ class ProcessGroupOptions {
   // -1: from the environment. Given values must agree with the environment when it has them.
   MT_ARG(int, rank) = -1;
   MT_ARG(int, world_size) = -1;
-  // Rendezvous: "file:/dir" (one host or a shared file system) or "redis:host:port". Empty:
-  // $MIXTRAIN_STORE, else a file store under /tmp keyed by MASTER_ADDR/MASTER_PORT (one host), or
-  // at world size 1 without MASTER_PORT a directory of the process's own, removed with the group.
-  // Each rank removes its keys once all ranks have connected, so a job that ends leaves none.
+  // Rendezvous: "tcp://host:port" (rank 0 serves the store there; the others connect), "file:/dir"
+  // (one host or a shared file system) or "redis://host:port". Empty: $MIXTRAIN_STORE, else
+  // tcp://MASTER_ADDR:MASTER_PORT (as torchrun's workers do), or at world size 1 without
+  // MASTER_PORT a directory of the process's own, removed with the group. The TCP store ends with
+  // rank 0's group; in the others each rank removes its keys once all ranks have connected.
   MT_ARG(std::string, store);
-  // Bounds the rendezvous and every collective; default 5 minutes ($MIXTRAIN_TIMEOUT_S overrides).
+  // Bounds the whole rendezvous and every collective; default 5 minutes ($MIXTRAIN_TIMEOUT_S
+  // overrides).
   MT_ARG(std::chrono::milliseconds, timeout) = std::chrono::minutes(5);
-  // Address the Gloo TCP transport binds to (empty: $MIXTRAIN_GLOO_HOST, else 127.0.0.1 when the
-  // job is on one host, else this host's name).
+  // Address the Gloo TCP transport binds to and advertises (empty: $MIXTRAIN_GLOO_HOST, else the
+  // interface $GLOO_SOCKET_IFNAME, else this host's address on the route to MASTER_ADDR, else
+  // 127.0.0.1 when the job is on one host, else this host's name).
   MT_ARG(std::string, hostname);
+  // Before each collective the ranks exchange what they are about to call (operation, dtype,
+  // shape, root) and stop with an Error naming both calls when they differ, instead of Gloo
+  // failing (or reducing mismatched bytes) on them. Costs one small all-gather per collective;
+  // DDP's gradient buckets skip it (their layout is checked once, at construction).
+  // $MIXTRAIN_CHECK_COLLECTIVES=0/1 overrides; every rank must agree (checked at rendezvous).
+  MT_ARG(bool, check_collectives) = true;
 };
 
 // A pending collective. wait() rethrows its error (a mixtrain::Error); waiting twice is fine.
@@ -66,12 +75,15 @@ class Work {
 
 class CommThread;
 class KeyValueStore;
+struct UncheckedCollectives;
 
 class ProcessGroup {
  public:
   class Backend;
+  // rank_addresses: the address each rank advertised (error messages name the ranks behind one).
   ProcessGroup(const LaunchEnv& env, std::chrono::milliseconds timeout, std::unique_ptr<Backend> cpu,
-               std::shared_ptr<KeyValueStore> store);
+               std::shared_ptr<KeyValueStore> store, bool check_collectives = false,
+               std::vector<std::string> rank_addresses = {});
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
@@ -97,8 +109,13 @@ class ProcessGroup {
   Work barrier_async();
 
  private:
+  friend struct UncheckedCollectives;  // DDP's buckets (src/distributed/internal.h)
   Backend& backend_for(const Tensor& t, const char* op);
-  Work submit(std::string what, std::function<void()> fn);
+  // signature: what this rank calls, compared across ranks first when checking (empty: no check).
+  Work submit(std::string what, std::vector<int64_t> signature, std::function<void()> fn);
+  Work all_reduce_impl(const Tensor& tensor, ReduceOp op, bool check);
+  Work broadcast_impl(const Tensor& tensor, int root, bool check);
+  std::string ranks_behind(const std::string& message) const;
   LaunchEnv env_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<KeyValueStore> store_;  // keeps the rendezvous store alive for the NCCL id exchange
@@ -106,6 +123,8 @@ class ProcessGroup {
   std::unique_ptr<Backend> cuda_;  // created on the first CUDA tensor
   std::unique_ptr<CommThread> comm_;
   std::shared_ptr<std::string> failure_;  // set by the first failed collective; later calls refuse
+  bool check_collectives_ = false;
+  std::vector<std::string> rank_addresses_;
 };
 
 // Whether this build has a CPU backend (Gloo); when not, the reason and how to get one.

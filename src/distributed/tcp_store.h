@@ -1,0 +1,34 @@
+#pragma once
+// The rendezvous store at MASTER_ADDR:MASTER_PORT, as torchrun's users expect one: rank 0 serves a
+// small key-value store over TCP (like PyTorch's c10d TCPStore, not wire-compatible with it) and
+// every rank, rank 0 included, is its client. The store lives as long as rank 0's process group,
+// so a job that ends, cleanly or not, takes its keys with it and the next job on the same port
+// starts from an empty store.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distributed/internal.h"
+
+namespace mixtrain::distributed {
+
+// Listens on `port` on every interface (IPv6 and IPv4) and answers on a thread of its own until
+// destroyed. Error naming the port when it is taken.
+class TcpStoreServer {
+ public:
+  explicit TcpStoreServer(int port);
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A client of the store at host:port. `server`: this process serves it (rank 0). Connecting
+// retries until the deadline (the server's rank may start later), reporting progress.
+std::shared_ptr<KeyValueStore> make_tcp_store(const std::string& host, int port, bool serve, const Deadline& deadline,
+                                              int rank, int world_size);
+
+}  // namespace mixtrain::distributed
