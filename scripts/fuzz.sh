@@ -4,14 +4,14 @@
 # from its seed corpus in tests/fuzz/corpus/<target>/. New inputs go to build-fuzz/corpus/<target>/,
 # never into the repository; a finding (crash, sanitizer report, leak, timeout) stops the run with
 # the reproducer saved as build-fuzz/artifacts/<target>-crash-* and a non-zero exit.
-#   scripts/fuzz.sh                           the short run CI does (3 x 20 s)
+#   scripts/fuzz.sh                           the short run CI does (9 targets x 20 s)
 #   MT_FUZZ_SECONDS=600 scripts/fuzz.sh       a longer run
 #   MT_FUZZ_TARGETS="safetensors" scripts/fuzz.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${MT_FUZZ_BUILD_DIR:-$root/build-fuzz}
 seconds=${MT_FUZZ_SECONDS:-20}
-targets=${MT_FUZZ_TARGETS:-"safetensors checkpoint json_state"}
+targets=${MT_FUZZ_TARGETS:-"safetensors checkpoint json_state plot_log csv idx loader_state scheduler_state tuning_file"}
 
 packages=(clang libclang-rt-dev libomp-dev cmake libeigen3-dev nlohmann-json3-dev zlib1g-dev ccache)
 missing=()

@@ -37,11 +37,11 @@ double median(std::vector<double> v) {
 }
 
 nlohmann::json load_reference(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("--reference: cannot read " + path);
+  // A report is a few kilobytes; the bounded reader refuses a FIFO or a device at once.
+  const std::string text = read_file(path, "--reference", uint64_t{64} << 20);
   nlohmann::json doc;
   try {
-    in >> doc;
+    doc = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error("--reference: " + path + " is not JSON: " + e.what());
   }

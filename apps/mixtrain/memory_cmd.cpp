@@ -136,8 +136,10 @@ int run_memory(const std::vector<std::string>& argv) {
     if (fit_limit > 0) {
       doc["fit_bytes"] = fit_limit;
       doc["fit_batch_size"] = p.batch_size;
-      doc["fit_over_batch_size"] = fit.over_batch;
-      doc["fit_over_peak_bytes"] = fit.over_peak_bytes;
+      // Capped: every batch up to the search's end fits, so there is no first batch that does not.
+      doc["fit_over_batch_size"] = fit.capped ? nlohmann::json() : nlohmann::json(fit.over_batch);
+      doc["fit_over_peak_bytes"] = fit.capped ? nlohmann::json() : nlohmann::json(fit.over_peak_bytes);
+      doc["fit_search_max_batch_size"] = kMaxFitBatch;
       doc["fit_dry_runs"] = fit.dry_runs;
       doc["fit_ms"] = fit_ms;
     }
@@ -155,7 +157,11 @@ int run_memory(const std::vector<std::string>& argv) {
       << (q.spec.checkpoint_activations ? ", checkpointed activations" : "") << ", one training step on "
       << q.target.str() << ", by dry run (" << std::fixed << std::setprecision(1) << p.dry_run_ms << " ms)\n"
       << std::defaultfloat;
-  if (fit_limit > 0)
+  if (fit_limit > 0 && fit.capped)
+    out << "  --fit " << f.fit << ": batch " << p.batch_size << " fits, and the search goes no further (it stops at "
+        << kMaxFitBatch << " samples; larger batches were not tried) (" << fit.dry_runs << " dry runs, "
+        << static_cast<int64_t>(fit_ms) << " ms)\n";
+  else if (fit_limit > 0)
     out << "  --fit " << f.fit << ": batch " << p.batch_size << " is the largest that fits; batch " << fit.over_batch
         << " would peak at " << format_bytes(fit.over_peak_bytes) << " (" << fit.dry_runs << " dry runs, "
         << static_cast<int64_t>(fit_ms) << " ms)\n";

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "common/cli.h"
+#include "mixtrain/core/checked_int.h"
 #include "mixtrain/memory/plan.h"
 
 namespace mixtrain::cli {
@@ -61,17 +62,18 @@ amp::StepOutcome train_step(Trainer& t, DeviceType autocast_type, examples::Prec
   return outcome;
 }
 
+// Live bytes after event e, checked: a step past 2^63 - 1 bytes is an Error, never a negative figure.
+int64_t live_after(int64_t live, const memory::MemoryEvent& e, const char* what) {
+  const int64_t bytes = checked_int64(e.bytes, what);
+  return e.kind == memory::MemoryEvent::Kind::Alloc ? checked_add(live, bytes, what) : checked_sub(live, bytes, what);
+}
+
 int64_t peak_live_of_role(const memory::MemoryTrace& trace, memory::Role role) {
-  std::unordered_map<int64_t, size_t> live;
   int64_t now = 0, peak = 0;
   for (const memory::MemoryEvent& e : trace.events) {
     if (e.role != role) continue;
-    if (e.kind == memory::MemoryEvent::Kind::Alloc) {
-      now += static_cast<int64_t>(e.bytes);
-      peak = std::max(peak, now);
-    } else {
-      now -= static_cast<int64_t>(e.bytes);
-    }
+    now = live_after(now, e, "mixtrain memory: activation bytes live");
+    peak = std::max(peak, now);
   }
   return peak;
 }
@@ -163,7 +165,7 @@ StepPrediction predict_step(const StepQuery& query) {
   r.batch_size = query.global_batch_size > 0 ? rows : t.task->batch_size();
   r.peak_bytes = r.trace.peak_bytes();
   for (const memory::MemoryEvent& e : r.trace.events)
-    r.persistent_bytes += (e.kind == memory::MemoryEvent::Kind::Alloc ? 1 : -1) * static_cast<int64_t>(e.bytes);
+    r.persistent_bytes = live_after(r.persistent_bytes, e, "mixtrain memory: persistent bytes");
   r.activation_bytes = peak_live_of_role(r.trace, memory::Role::Activation);
   r.lower_bound_bytes = r.trace.in_step_peak_bytes();
   return r;
@@ -299,7 +301,7 @@ FitResult fit_batch(StepQuery query, int64_t limit, int64_t max_batch) {
       }
     }
   }
-  while (hi == 0 && lo < max_batch) probe(std::min(lo * 2, max_batch));
+  while (hi == 0 && lo < max_batch) probe(lo > max_batch / 2 ? max_batch : lo * 2);
   // Interpolate between the peaks at lo and hi (near-linear, so a probe or two), bisecting after
   // any probe that did not halve the interval, so it stays O(log) whatever the curve.
   bool bisect = false;
@@ -315,6 +317,7 @@ FitResult fit_batch(StepQuery query, int64_t limit, int64_t max_batch) {
     bisect = !bisect && 2 * (hi - lo) > width;
   }
   r.over_batch = hi;
+  r.capped = hi == 0;
   return r;
 }
 

@@ -83,11 +83,14 @@ struct FitResult {
   StepPrediction best;             // at the largest batch that fits (or at batch 2 when none does)
   int64_t over_batch = 0;          // the smallest batch tried that does not fit (0: none found)
   int64_t over_peak_bytes = 0;
+  bool capped = false;             // fits: best is max_batch, larger batches were not tried
   int dry_runs = 0;
 };
 // The largest batch whose predicted peak is at most `limit`, from 2 up: a linear guess from the
 // peaks at 2 and 4 and its neighbour, then doubling and interpolating until exact (the peak grows with
-// the batch). Stops at max_batch.
-FitResult fit_batch(StepQuery query, int64_t limit, int64_t max_batch = int64_t{1} << 20);
+// the batch). Goes no further than max_batch (kMaxFitBatch by default: a dry run's cost does not
+// grow with the batch, but a batch of 2^30 samples is past any device); `capped` says it got there.
+constexpr int64_t kMaxFitBatch = int64_t{1} << 30;
+FitResult fit_batch(StepQuery query, int64_t limit, int64_t max_batch = kMaxFitBatch);
 
 }  // namespace mixtrain::cli

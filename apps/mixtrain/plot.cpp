@@ -1,19 +1,16 @@
-// mixtrain plot LOG.jsonl --out FILE.svg
+// The training log behind `mixtrain plot`: read strictly and drawn as an SVG.
 #include "plot.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
-#include <fstream>
-#include <iostream>
 #include <limits>
 #include <sstream>
-#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
-#include "commands.h"
-#include "common/cli.h"
+#include <mixtrain/core/error.h>
+#include <mixtrain/core/file_reader.h>
+
 #include "svg_chart.h"
 
 namespace mixtrain::cli {
@@ -24,11 +21,11 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 double number_or_nan(const nlohmann::json& j, const char* key, const std::string& where) {
   if (!j.contains(key) || j[key].is_null()) return kNaN;
-  if (!j[key].is_number()) throw std::runtime_error(where + ": \"" + key + "\" is not a number");
+  MT_CHECK(j[key].is_number(), where, ": \"", key, "\" is not a number");
   return j[key].get<double>();
 }
 
-// The finite range of v (lo == hi widened), or [0, 1] when nothing is finite.
+// The finite range of v, [0, 1] when nothing is finite (positive_only: of the positive values).
 std::pair<double, double> range_of(const std::vector<double>& v, bool positive_only = false) {
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
   for (double x : v)
@@ -36,59 +33,58 @@ std::pair<double, double> range_of(const std::vector<double>& v, bool positive_o
       lo = std::min(lo, x);
       hi = std::max(hi, x);
     }
-  if (lo > hi) return {0, 1};
-  if (lo == hi) {
-    const double pad = lo == 0 ? 1 : std::abs(lo) * 0.1;
-    return {lo - pad, hi + pad};
-  }
-  return {lo, hi};
+  return lo > hi ? std::pair<double, double>{0, 1} : std::pair<double, double>{lo, hi};
 }
 
-// The mean of the finite values among the last `window` (a gap where there are none).
+// The mean of the finite values among the last `window` (a gap where there are none). Each value
+// is divided before the sum, so losses near the largest double do not overflow it.
 std::vector<double> running_mean(const std::vector<double>& v, size_t window) {
   std::vector<double> out(v.size(), kNaN);
   for (size_t i = 0; i < v.size(); ++i) {
-    double sum = 0;
+    const size_t from = i + 1 > window ? i + 1 - window : 0;
     size_t count = 0;
-    for (size_t j = i + 1 > window ? i + 1 - window : 0; j <= i; ++j)
-      if (std::isfinite(v[j])) {
-        sum += v[j];
-        ++count;
-      }
-    if (count) out[i] = sum / static_cast<double>(count);
+    for (size_t j = from; j <= i; ++j) count += std::isfinite(v[j]);
+    if (count == 0) continue;
+    double mean = 0;
+    for (size_t j = from; j <= i; ++j)
+      if (std::isfinite(v[j])) mean += v[j] / static_cast<double>(count);
+    out[i] = mean;
   }
   return out;
 }
 
 }  // namespace
 
-TrainLog read_train_log(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read " + path);
-  TrainLog log;
-  std::string line;
-  for (int64_t n = 1; std::getline(in, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(n);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      throw std::runtime_error(where + ": not JSON (" + e.what() + ")");
-    }
-    if (!j.is_object()) throw std::runtime_error(where + ": not a JSON object");
-    if (!j.contains("step") || !j["step"].is_number_integer())
-      throw std::runtime_error(where + ": no integer \"step\"");
-    if (!j.contains("loss")) throw std::runtime_error(where + ": no \"loss\"");
-    log.step.push_back(j["step"].get<double>());
-    log.loss.push_back(number_or_nan(j, "loss", where));
-    log.scale.push_back(number_or_nan(j, "scale", where));
-    log.lr.push_back(number_or_nan(j, "lr", where));
-    log.has_scale = log.has_scale || std::isfinite(log.scale.back());
-    log.has_lr = log.has_lr || std::isfinite(log.lr.back());
-    if (j.contains("skipped") && j["skipped"].is_boolean() && j["skipped"].get<bool>()) log.skipped.push_back(log.step.back());
+void add_train_log_line(TrainLog& log, const std::string& line, const std::string& where) {
+  if (line.find_first_not_of(" \t\r") == std::string::npos) return;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception& e) {
+    MT_ERROR(where, ": not JSON (", e.what(), ")");
   }
-  if (log.step.empty()) throw std::runtime_error(path + ": no steps in the log");
+  MT_CHECK(j.is_object(), where, ": not a JSON object");
+  MT_CHECK(j.contains("step") && j["step"].is_number_integer(), where, ": no integer \"step\"");
+  MT_CHECK(j.contains("loss"), where, ": no \"loss\"");
+  const double step = j["step"].get<double>(), loss = number_or_nan(j, "loss", where);
+  const double scale = number_or_nan(j, "scale", where), lr = number_or_nan(j, "lr", where);
+  // A loss scale is positive: anything else has no place on its log2 axis.
+  MT_CHECK(std::isnan(scale) || (scale > 0 && std::isfinite(scale)), where, ": \"scale\" is ", scale,
+           ", not a finite value > 0");
+  log.step.push_back(step);
+  log.loss.push_back(loss);
+  log.scale.push_back(scale);
+  log.lr.push_back(lr);
+  log.has_scale = log.has_scale || std::isfinite(scale);
+  log.has_lr = log.has_lr || std::isfinite(lr);
+  if (j.contains("skipped") && j["skipped"].is_boolean() && j["skipped"].get<bool>()) log.skipped.push_back(step);
+}
+
+TrainLog read_train_log(const std::string& path) {
+  LineReader in(path, "mixtrain plot");
+  TrainLog log;
+  for (std::string line; in.next(line);) add_train_log_line(log, line, path + ":" + std::to_string(in.line_number()));
+  MT_CHECK(!log.step.empty(), path, ": no steps in the log");
   return log;
 }
 
@@ -96,7 +92,8 @@ std::string train_log_svg(const TrainLog& log, const std::string& title) {
   const double width = 820, left = 80, plot_w = 700, panel_h = 170, gap = 70, top = 60;
   const int panels = 1 + log.has_scale + log.has_lr;
   const double height = top + panels * (panel_h + gap);
-  const auto [x_lo, x_hi] = range_of(log.step);
+  const auto [step_lo, step_hi] = range_of(log.step);
+  const auto [x_lo, x_hi] = svg::padded(step_lo, step_hi, 0);
   std::ostringstream s;
   s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
     << "\" viewBox=\"0 0 " << width << " " << height << "\" font-family=\"sans-serif\" font-size=\"11\">\n"
@@ -105,9 +102,9 @@ std::string train_log_svg(const TrainLog& log, const std::string& title) {
   double y = top;
   // Loss: every step's (light) and the 20-step mean (dark); skipped steps as red ticks.
   {
-    const auto [lo, hi] = range_of(log.loss);
-    const double pad = (hi - lo) * 0.05;  // the curve off the frame
-    const svg::Frame f{left, y, plot_w, panel_h, x_lo, x_hi, lo - pad, hi + pad};
+    const auto [data_lo, data_hi] = range_of(log.loss);
+    const auto [lo, hi] = svg::padded(data_lo, data_hi, 0.05);  // the curve off the frame
+    const svg::Frame f{left, y, plot_w, panel_h, x_lo, x_hi, lo, hi};
     svg::axes(s, f, "training loss (light: each step; dark: mean of the last 20)", "step");
     svg::line(s, f, log.step, log.loss, "#9ab3d5", 1, "loss");
     svg::line(s, f, log.step, running_mean(log.loss, 20), "#1f4e8c", 1.8, "loss-mean");
@@ -120,6 +117,7 @@ std::string train_log_svg(const TrainLog& log, const std::string& title) {
     y += panel_h + gap;
   }
   if (log.has_scale) {
+    // Positive finite scales only (the reader refuses others): their log2 lies in [-1074, 1024].
     auto [lo, hi] = range_of(log.scale, true);
     lo = std::floor(std::log2(lo));
     hi = std::ceil(std::log2(hi));
@@ -131,44 +129,14 @@ std::string train_log_svg(const TrainLog& log, const std::string& title) {
     y += panel_h + gap;
   }
   if (log.has_lr) {
-    auto [lo, hi] = range_of(log.lr);
-    lo = std::min(lo, 0.0);
+    const auto [data_lo, data_hi] = range_of(log.lr);
+    const auto [lo, hi] = svg::padded(std::min(data_lo, 0.0), data_hi, 0);
     const svg::Frame f{left, y, plot_w, panel_h, x_lo, x_hi, lo, hi};
     svg::axes(s, f, "learning rate", "step");
     svg::line(s, f, log.step, log.lr, "#55a868", 1.5, "lr");
   }
   s << "</svg>\n";
   return s.str();
-}
-
-int run_plot(const std::vector<std::string>& argv) {
-  namespace flags = examples::cli;
-  std::string log_path, out_path;
-  const auto app = flags::make_app("mixtrain plot", "Draws a training log (mixtrain train --log) as an SVG: the loss "
-                                                    "with skipped steps marked, the loss scale and the learning rate.");
-  app->add_option("log", log_path, "the JSONL log")->required()->type_name("LOG.jsonl");
-  app->add_option("--out", out_path, "the SVG to write")->type_name("FILE.svg")->default_str("LOG.svg");
-  if (!flags::parse(*app, argv, std::cout)) return 0;
-  if (out_path.empty()) {
-    const size_t dot = log_path.rfind('.');
-    out_path = (dot == std::string::npos || log_path.find('/', dot) != std::string::npos ? log_path
-                                                                                         : log_path.substr(0, dot)) +
-               ".svg";
-  }
-  const TrainLog log = read_train_log(log_path);
-  const std::string svg = train_log_svg(log, "training log " + log_path);
-  // Written beside and renamed, so a failed write never leaves half a picture.
-  const std::string tmp = out_path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!(out << svg) || !(out.flush())) throw std::runtime_error("--out: cannot write " + out_path);
-  }
-  if (std::rename(tmp.c_str(), out_path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error("--out: cannot write " + out_path);
-  }
-  std::cout << "wrote " << out_path << " (" << log.step.size() << " steps, " << log.skipped.size() << " skipped)\n";
-  return 0;
 }
 
 }  // namespace mixtrain::cli

@@ -40,10 +40,12 @@ std::vector<double> rank_weights_from_fits(const std::vector<RankFit>& fits, int
 
 std::vector<double> auto_rank_weights(StepQuery query, int64_t global_batch, std::string* report) {
   const char* mode = std::getenv(kRankBatchesEnv);
-  const distributed::LaunchEnv env = distributed::read_launch_env();
-  if (!mode || env.world_size <= 1) return {};
+  if (!mode) return {};
+  // Checked with or without a launcher: a typo is an error, not a setting silently ignored.
   if (std::string(mode) != "auto")
     throw examples::cli::UsageError(std::string(kRankBatchesEnv) + " (--rank-batches) expects auto, got '" + mode + "'");
+  const distributed::LaunchEnv env = distributed::read_launch_env();
+  if (env.world_size <= 1) return {};  // one process: its batch is the global batch
   if (std::getenv("MIXTRAIN_RANK_WEIGHTS"))
     throw examples::cli::UsageError("--rank-batches auto and --rank-weights both set each rank's share; give one");
   MT_CHECK(global_batch >= 2, "--rank-batches auto: the global batch must be at least 2 samples (the smallest ",

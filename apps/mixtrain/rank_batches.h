@@ -33,8 +33,8 @@ std::vector<double> rank_weights_from_fits(const std::vector<RankFit>& fits, int
 // fits this rank's share of `global_batch` for `query` (its spec.batch_size is ignored) in its
 // budget, gathers every rank's fit and returns the weights (rank_weights_from_fits); `report`
 // gets one line naming each rank's budget, fit and share. Empty when the variable is not set or
-// there is one process. A value other than "auto", or $MIXTRAIN_RANK_WEIGHTS beside it, is a
-// UsageError.
+// there is one process. A value other than "auto" (with or without a launcher), or
+// $MIXTRAIN_RANK_WEIGHTS beside it, is a UsageError.
 std::vector<double> auto_rank_weights(StepQuery query, int64_t global_batch, std::string* report);
 
 }  // namespace mixtrain::cli

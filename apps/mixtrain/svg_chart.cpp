@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
+#include <limits>
 
 namespace mixtrain::cli::svg {
 
@@ -29,9 +30,31 @@ std::string label(double v) {
   return os.str();
 }
 
+namespace {
+constexpr double kMax = std::numeric_limits<double>::max();
+
+// Where v lies in [lo, hi] as a fraction, computed on halves so that a range as wide as the
+// doubles themselves (-1e308 to 1e308) does not overflow to inf and give NaN.
+double fraction(double v, double lo, double hi) {
+  const double span = hi / 2 - lo / 2;
+  return span > 0 ? (v / 2 - lo / 2) / span : 0.5;
+}
+}  // namespace
+
+std::pair<double, double> padded(double lo, double hi, double pad) {
+  if (!std::isfinite(lo) || !std::isfinite(hi) || lo > hi) return {0, 1};
+  if (lo == hi) {  // one value: a tenth of it either side, so it has a range to sit in
+    const double d = lo == 0 ? 1 : std::abs(lo) * 0.1;
+    return {std::max(lo - d, -kMax), std::min(hi + d, kMax)};
+  }
+  const double d = (hi / 2 - lo / 2) * 2 * pad;  // (hi - lo) * pad without overflowing
+  return {std::max(lo - d, -kMax), std::min(hi + d, kMax)};
+}
+
 std::vector<double> ticks(double lo, double hi, int count) {
+  if (!std::isfinite(lo) || !std::isfinite(hi)) return {};
   if (!(hi > lo)) return {lo};
-  const double raw = (hi - lo) / std::max(count, 1);
+  const double raw = (hi / 2 - lo / 2) / std::max(count, 1) * 2;
   const double mag = std::pow(10.0, std::floor(std::log10(raw)));
   double step = mag;
   for (double m : {1.0, 2.0, 5.0, 10.0})
@@ -39,18 +62,21 @@ std::vector<double> ticks(double lo, double hi, int count) {
       step = m * mag;
       break;
     }
+  // Whole multiples of the step, so no error accumulates along the axis. Where the multiples
+  // cannot be counted exactly (a range a few ulps wide at 2^60: k + 1 == k), or the step is not
+  // finite, the ends alone are the ticks: the loop below must always advance.
+  const double first = std::ceil(lo / step - 1e-9), last = std::floor(hi / step + 1e-9);
+  if (!std::isfinite(step) || !(step > 0) || !std::isfinite(first) || !std::isfinite(last) ||
+      std::abs(first) >= 0x1p52 || std::abs(last) >= 0x1p52 || last - first > 4.0 * count + 4)
+    return {lo, hi};
   std::vector<double> out;
-  // Whole multiples of the step, so no error accumulates along the axis.
-  for (double k = std::ceil(lo / step - 1e-9); k * step <= hi + step * 1e-9; k += 1) out.push_back(k * step);
+  for (double k = first; k <= last; k += 1) out.push_back(k * step);
   return out;
 }
 
-double Frame::px(double v) const { return x + (x_hi > x_lo ? (v - x_lo) / (x_hi - x_lo) : 0.5) * w; }
+double Frame::px(double v) const { return x + fraction(v, x_lo, x_hi) * w; }
 
-double Frame::py(double v) const {
-  const double u = log2_y ? std::log2(v) : v;
-  return y + h - (y_hi > y_lo ? (u - y_lo) / (y_hi - y_lo) : 0.5) * h;
-}
+double Frame::py(double v) const { return y + h - fraction(log2_y ? std::log2(v) : v, y_lo, y_hi) * h; }
 
 void axes(std::ostringstream& out, const Frame& f, const std::string& title, const std::string& x_label) {
   out << "<text x=\"" << f.x << "\" y=\"" << f.y - 8 << "\" font-size=\"13\">" << escape(title) << "</text>\n";
@@ -65,9 +91,11 @@ void axes(std::ostringstream& out, const Frame& f, const std::string& title, con
   }
   std::vector<double> ys;
   if (f.log2_y) {
+    // Exponents of two: the range is at most about 2100 wide (subnormals to the largest double).
     const double lo = std::ceil(f.y_lo - 1e-9), hi = std::floor(f.y_hi + 1e-9);
     const double every = std::max(1.0, std::ceil((hi - lo + 1) / 6));
-    for (double e = lo; e <= hi; e += every) ys.push_back(std::exp2(e));
+    if (std::isfinite(lo) && std::isfinite(hi))
+      for (double e = lo; e <= hi; e += every) ys.push_back(std::exp2(e));
   } else {
     ys = ticks(f.y_lo, f.y_hi, 5);
   }
@@ -91,14 +119,16 @@ void line(std::ostringstream& out, const Frame& f, const std::vector<double>& xs
     points.clear();
   };
   for (size_t i = 0; i < xs.size() && i < ys.size(); ++i) {
-    if (!std::isfinite(ys[i]) || (f.log2_y && ys[i] <= 0)) {
+    const double px = f.px(xs[i]), py = f.py(ys[i]);
+    // No coordinate that is not a number reaches the SVG: a gap instead.
+    if (!std::isfinite(ys[i]) || (f.log2_y && ys[i] <= 0) || !std::isfinite(px) || !std::isfinite(py)) {
       flush();
       continue;
     }
     std::ostringstream p;
     p << std::fixed << std::setprecision(1);
-    if (hold && !points.empty()) p << f.px(xs[i]) << "," << f.py(ys[i - 1]) << " ";
-    p << f.px(xs[i]) << "," << f.py(ys[i]) << " ";
+    if (hold && !points.empty()) p << px << "," << f.py(ys[i - 1]) << " ";
+    p << px << "," << py << " ";
     points += p.str();
   }
   flush();

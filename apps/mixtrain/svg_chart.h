@@ -3,6 +3,7 @@
 // and a line panel with axes.
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mixtrain::cli::svg {
@@ -11,11 +12,17 @@ std::string escape(const std::string& s);
 // A number as a tick label: few digits, no trailing zeros ("0.001", "2.5", "1e+05").
 std::string label(double v);
 
-// About `count` round values (1, 2 or 5 times a power of ten) covering [lo, hi].
+// About `count` round values (1, 2 or 5 times a power of ten) covering [lo, hi]; just lo and hi
+// where round values cannot be counted exactly (a range a few ulps wide), none for a range that is
+// not finite. Never more than 4 * count + 5.
 std::vector<double> ticks(double lo, double hi, int count = 5);
+// [lo - pad * (hi - lo), hi + pad * (hi - lo)] (lo == hi: a tenth of |lo| either side, or 1 at 0),
+// clamped to the finite doubles; [0, 1] for a range that is not finite or empty.
+std::pair<double, double> padded(double lo, double hi, double pad);
 
 // A rectangle on the page and the data range mapped onto it; y grows upwards. With log2_y the
-// y range is in log2 units and the ticks are powers of two.
+// y range is in log2 units and the ticks are powers of two. Any finite range maps without
+// overflow (px and py are finite for finite values).
 struct Frame {
   double x, y, w, h;               // page coordinates of the plotting area
   double x_lo, x_hi, y_lo, y_hi;   // data range

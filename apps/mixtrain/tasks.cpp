@@ -1,7 +1,10 @@
 // Builds the example trainers' tasks by name and size.
 #include "tasks.h"
 
+#include <algorithm>
 #include <stdexcept>
+
+#include <mixtrain/core/checked_int.h>
 
 #include "mlp/mlp_trainer.h"
 #include "transformer/transformer_trainer.h"
@@ -40,6 +43,12 @@ namespace {
 
 int64_t pick(int64_t requested, int64_t fallback) { return requested > 0 ? requested : fallback; }
 
+// The benchmark presets' synthetic MLP data: four batches, and at least the 8 rows the MLP task
+// needs (its test set is an eighth of them), so batch 1 works too.
+int64_t synthetic_rows(int64_t batch_size) {
+  return std::max<int64_t>(8, checked_mul(4, batch_size, "mlp: synthetic rows (4 batches)"));
+}
+
 std::unique_ptr<examples::TrainTask> make_mlp(const TaskSpec& s) {
   examples::MlpConfig c;
   c.device = s.device;
@@ -53,13 +62,13 @@ std::unique_ptr<examples::TrainTask> make_mlp(const TaskSpec& s) {
       c.task = examples::MlpTask::Synthetic;
       c.hidden = {256, 128};
       c.batch_size = pick(s.batch_size, 64);
-      c.synthetic_samples = 4 * c.batch_size;
+      c.synthetic_samples = synthetic_rows(c.batch_size);
       break;
     case TaskSize::Full:
       c.task = examples::MlpTask::Synthetic;
       c.hidden = {1000, 500};
       c.batch_size = pick(s.batch_size, 512);
-      c.synthetic_samples = 4 * c.batch_size;
+      c.synthetic_samples = synthetic_rows(c.batch_size);
       break;
   }
   return examples::make_mlp_task(c);

@@ -312,7 +312,10 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     rec.seconds = std::chrono::duration<double>(clock::now() - t0).count();
     result.skipped_steps += rec.skipped;
     result.records.push_back(rec);
-    if (on_step) on_step(rec);
+    if (on_step) on_step(rec);  // the log and the progress line get the step that stops the run too
+    // A non-finite loss that loss scaling cannot recover from (fp32/bf16, or fp16 with the scale
+    // at its floor) ends the run with an Error naming the step, instead of training on NaN.
+    scaler.check_loss(rec.loss, step);
     const bool last = step == options.steps;
     if (!options.save_dir.empty() && (last || (options.save_every > 0 && step % options.save_every == 0))) {
       // Data parallel: the replicas are identical; rank 0 writes once every rank is done with

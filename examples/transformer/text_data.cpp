@@ -4,8 +4,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <fstream>
-#include <iterator>
 
 namespace mixtrain::examples {
 
@@ -15,10 +13,10 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// Through mixtrain's bounded reader: a FIFO or a device given as --text is refused at once.
 void append_file(const std::string& path, std::vector<uint8_t>& out) {
-  std::ifstream in(path, std::ios::binary);
-  MT_CHECK(in, "transformer: cannot read ", path);
-  out.insert(out.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  const std::string text = read_file(path, "transformer: the text corpus", uint64_t{1} << 30);
+  out.insert(out.end(), text.begin(), text.end());
 }
 
 }  // namespace

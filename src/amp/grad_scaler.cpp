@@ -321,6 +321,21 @@ void GradScaler::update(double new_scale) {
   ++iterations_;
 }
 
+void GradScaler::check_loss(double loss, int64_t step) const {
+  if (std::isfinite(loss)) return;
+  const char* value = std::isnan(loss) ? "NaN" : loss > 0 ? "inf" : "-inf";  // not printf's "-nan"
+  if (!is_enabled())
+    MT_ERROR("step ", step, ": the training loss is ", value, ", and there is no loss scale to lower (the GradScaler is ",
+             "disabled, as in fp32 and bf16 training), so the optimizer stepped on non-finite gradients; stopping. ",
+             "The weights are likely no longer finite: lower the learning rate or check the data");
+  const double scale = get_scale();
+  // The update kernel clamps in fp32, so the floor is compared as the fp32 value it stores.
+  if (scale <= static_cast<double>(static_cast<float>(floor())))
+    MT_ERROR("step ", step, ": the training loss is ", value, " and the GradScaler's scale is at its floor (", scale,
+             "), so backing off cannot help; stopping. The weights or the optimizer state are likely no longer ",
+             "finite: lower the learning rate or check the data");
+}
+
 double GradScaler::get_scale() const { return is_enabled() ? static_cast<double>(scale_.item<float>()) : 1.0; }
 int64_t GradScaler::get_growth_tracker() const { return is_enabled() ? growth_tracker_.item<int32_t>() : 0; }
 int64_t GradScaler::get_hysteresis_tracker() const { return is_enabled() ? hysteresis_tracker_.item<int32_t>() : 0; }

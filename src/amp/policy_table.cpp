@@ -6,6 +6,7 @@
 #include "core/json_limits.h"
 #include "mixtrain/amp/cast_policy.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/core/file_reader.h"
 #include "mixtrain/ops/op_list.h"
 
 namespace mixtrain::amp {
@@ -80,7 +81,7 @@ void load_policy_table_file(const std::string& path) {
   const std::string who = "load_policy_table_file: \"" + path + "\"";
   std::string text;
   try {
-    text = detail::read_regular_file(path, "load_policy_table_file", detail::kMaxTextFileBytes);
+    text = read_file(path, "load_policy_table_file", detail::kMaxTextFileBytes);
   } catch (const Error& e) {
     MT_ERROR(e.what(), "; nothing was applied");
   }

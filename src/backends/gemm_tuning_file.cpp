@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <fstream>
 
-#include "core/input_file.h"
 #include "core/json_limits.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/core/file_reader.h"
 
 namespace mixtrain::backends {
 
@@ -34,7 +34,7 @@ bool printable_key(const std::string& key) {
 GemmTuningTable read_gemm_tuning(const std::string& path) {
   const std::string who = "GEMM tuning file " + path;
   const nlohmann::json doc =
-      detail::parse_json_bounded(detail::read_regular_file(path, "GEMM tuning file", kMaxTableBytes), who);
+      detail::parse_json_bounded(read_file(path, "GEMM tuning file", kMaxTableBytes), who);
   MT_CHECK(doc.is_object(), who, ": expected a JSON object");
   const auto field = [&](const char* name) -> const nlohmann::json& {
     MT_CHECK(doc.contains(name), who, ": no \"", name, "\" field");
@@ -62,20 +62,30 @@ GemmTuningTable read_gemm_tuning(const std::string& path) {
 }
 
 void write_gemm_tuning(const std::string& path, const GemmTuningTable& table) {
+  const std::string who = "GEMM tuning file " + path;
+  // What the reader would refuse is not written.
   nlohmann::json choices = nlohmann::json::object();
-  for (const auto& [key, index] : table.choices) choices[key] = index;
+  for (const auto& [key, index] : table.choices) {
+    MT_CHECK(printable_key(key), who, ": choice key ", detail::json_excerpt(nlohmann::json(key)),
+             " is not 1-512 printable characters; nothing was written");
+    MT_CHECK(index >= 0 && index < kMaxCandidateIndex, who, ": choice for \"", key, "\" is ", index,
+             ", expected an index in [0, ", kMaxCandidateIndex, "); nothing was written");
+    choices[key] = index;
+  }
   const nlohmann::json doc = {{"format", kFormat},
                               {"version", kVersion},
                               {"device", table.device},
                               {"library_version", table.library_version},
                               {"choices", choices}};
+  // Dumped before the temporary exists: a device name that is not UTF-8 leaves no file behind.
+  const std::string text = detail::dump_json(doc, 1, who) + "\n";
   // The temporary's name is unique per process, so two programs saving at once never write
   // into one file; the last rename wins and every reader sees a whole table.
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     MT_CHECK(f.good(), "GEMM tuning file ", path, ": cannot write ", tmp);
-    f << doc.dump(1) << '\n';
+    f << text;
     f.flush();
     if (!f.good()) {
       std::remove(tmp.c_str());

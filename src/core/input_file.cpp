@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "mixtrain/core/error.h"
 
@@ -39,18 +40,18 @@ FileIdentity identity_of_path(const std::string& path, bool* ok) {
   return *ok ? identity_of(st) : FileIdentity{};
 }
 
-InputFile::InputFile(const std::string& path, const char* who) : path_(path), who_(who) {
+InputFile::InputFile(const std::string& path, std::string who) : path_(path), who_(std::move(who)) {
   struct stat st;
-  MT_CHECK(::stat(path.c_str(), &st) == 0, who, ": cannot open ", path, ": ", std::strerror(errno));
+  MT_CHECK(::stat(path.c_str(), &st) == 0, who_, ": cannot open ", path, ": ", std::strerror(errno));
   // Checked before open(): opening a FIFO for reading blocks until a writer comes.
-  MT_CHECK(S_ISREG(st.st_mode), who, ": ", path, " is ", kind_of(st.st_mode), ", not a regular file; refusing to read it");
+  MT_CHECK(S_ISREG(st.st_mode), who_, ": ", path, " is ", kind_of(st.st_mode), ", not a regular file; refusing to read it");
   fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  MT_CHECK(fd_ >= 0, who, ": cannot open ", path, ": ", std::strerror(errno));
+  MT_CHECK(fd_ >= 0, who_, ": cannot open ", path, ": ", std::strerror(errno));
   // The path may have been replaced between stat() and open(): check what was opened.
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd_);
     fd_ = -1;
-    MT_ERROR(who, ": ", path, " is not a regular file; refusing to read it");
+    MT_ERROR(who_, ": ", path, " is not a regular file; refusing to read it");
   }
   identity_ = identity_of(st);
 }
@@ -87,10 +88,6 @@ bool InputFile::unchanged_on_disk() const {
   const FileIdentity now = identity_of_path(path_, &ok);
   struct stat st;
   return ok && now == identity_ && ::fstat(fd_, &st) == 0 && identity_of(st) == identity_;
-}
-
-std::string read_regular_file(const std::string& path, const char* who, uint64_t max_bytes) {
-  return InputFile(path, who).read_all(max_bytes);
 }
 
 }  // namespace mixtrain::detail

@@ -1,7 +1,8 @@
 #pragma once
 // Bounded reading of input files: only regular files are opened (never a FIFO, a device such as
 // /dev/zero, or a directory), sizes are known before anything is read, and reads land where the
-// caller says (so a loader can read a tensor straight into its destination).
+// caller says (so a loader can read a tensor straight into its destination). The public face of
+// this is mixtrain/core/file_reader.h (read_file, LineReader).
 #include <sys/types.h>
 
 #include <cstdint>
@@ -25,7 +26,7 @@ FileIdentity identity_of_path(const std::string& path, bool* ok);
 class InputFile {
  public:
   // Throws mixtrain::Error naming `who` and the path unless path is a readable regular file.
-  InputFile(const std::string& path, const char* who);
+  InputFile(const std::string& path, std::string who);
   ~InputFile();
   InputFile(const InputFile&) = delete;
   InputFile& operator=(const InputFile&) = delete;
@@ -42,13 +43,10 @@ class InputFile {
 
  private:
   std::string path_;
-  const char* who_;
+  std::string who_;
   int fd_ = -1;
   FileIdentity identity_;
 };
-
-// The whole of a regular file of at most max_bytes (InputFile::read_all).
-std::string read_regular_file(const std::string& path, const char* who, uint64_t max_bytes);
 
 // Limit for JSON documents and other small text inputs (policy tables, trainer.json).
 constexpr uint64_t kMaxTextFileBytes = 256ull << 20;

@@ -56,6 +56,14 @@ void check_json_depth(const nlohmann::json& value, const std::string& who) {
            kMaxJsonDepth, " levels; refusing it");
 }
 
+std::string dump_json(const nlohmann::json& value, int indent, const std::string& who) {
+  try {
+    return value.dump(indent);
+  } catch (const nlohmann::json::type_error& e) {
+    MT_ERROR(who, ": a string is not valid UTF-8, which JSON cannot hold (", e.what(), "); refusing to write it");
+  }
+}
+
 std::string json_excerpt(const nlohmann::json& value, size_t max_chars) {
   if (json_depth(value, kMaxJsonDepth) > kMaxJsonDepth) return std::string("<") + value.type_name() + " nested too deep to show>";
   std::string s = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

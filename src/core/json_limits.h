@@ -23,6 +23,11 @@ nlohmann::json parse_json_bounded(const std::string& text, const std::string& wh
 // without recursion), for loaders that take an nlohmann::json from the caller.
 void check_json_depth(const nlohmann::json& value, const std::string& who);
 
+// value.dump(indent); a string that is not valid UTF-8 (which JSON cannot hold) is a
+// mixtrain::Error naming `who`, not nlohmann's type_error. Writers dump through this before they
+// create any file, so a refused document leaves nothing behind.
+std::string dump_json(const nlohmann::json& value, int indent, const std::string& who);
+
 // At most max_chars characters of value.dump() (with "..." when cut); a value nested too deep to
 // dump safely is described by its type only.
 std::string json_excerpt(const nlohmann::json& value, size_t max_chars = 120);

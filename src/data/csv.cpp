@@ -3,11 +3,11 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/factories.h"
+#include "mixtrain/core/file_reader.h"
 
 namespace mixtrain::data {
 
@@ -37,14 +37,10 @@ bool blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std:
 }  // namespace
 
 CsvTable read_csv(const std::string& path, const std::string& target_column) {
-  std::ifstream in(path);
-  MT_CHECK(in.good(), "read_csv: cannot open ", path);
+  LineReader in(path, "read_csv");
   std::string line;
-  int64_t line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
+  while (in.next(line))
     if (!blank(line)) break;
-  }
   MT_CHECK(!blank(line), "read_csv: ", path, " is empty (expected a header row of column names)");
   const std::vector<std::string> header = split(line);
   int64_t target = -1;
@@ -62,8 +58,8 @@ CsvTable read_csv(const std::string& path, const std::string& target_column) {
     if (static_cast<int64_t>(i) != target) table.feature_names.push_back(header[i]);
   std::vector<float> x, y;
   int64_t rows = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
+  while (in.next(line)) {
+    const int64_t line_no = in.line_number();
     if (blank(line)) continue;
     const std::vector<std::string> fields = split(line);
     MT_CHECK(fields.size() == header.size(), "read_csv: ", path, ":", line_no, ": expected ", header.size(),

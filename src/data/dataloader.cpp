@@ -6,16 +6,23 @@
 #endif
 
 #include <iostream>
+#include <limits>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
 #include "mixtrain/autograd/grad_mode.h"
+#include "mixtrain/core/checked_int.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/memory/allocator.h"
 
 namespace mixtrain::data {
 
 namespace {
+// Far more threads than any machine has cores; past it a typo (1000000) is an Error, not a
+// std::system_error from the thread library halfway through starting them.
+constexpr int64_t kMaxNumWorkers = 1024;
+
 std::shared_ptr<const Sampler> default_sampler(const Dataset& dataset, const DataLoaderOptions& o) {
   if (o.shuffle()) return std::make_shared<RandomSampler>(dataset.size(), o.seed());
   return std::make_shared<SequentialSampler>(dataset.size());
@@ -28,9 +35,12 @@ DataLoader::DataLoader(const Dataset& dataset, const DataLoaderOptions& options)
 
 DataLoader::DataLoader(const Dataset& dataset, std::shared_ptr<const Sampler> sampler, const DataLoaderOptions& options)
     : dataset_(dataset), options_(options), batches_(std::move(sampler), options.batch_size(), options.drop_last()) {
-  MT_CHECK(options.num_workers() >= 0, "DataLoader: num_workers must be >= 0, got ", options.num_workers());
+  MT_CHECK(options.num_workers() >= 0 && options.num_workers() <= kMaxNumWorkers, "DataLoader: num_workers must be in [0, ",
+           kMaxNumWorkers, "], got ", options.num_workers());
   MT_CHECK(options.prefetch_factor() > 0, "DataLoader: prefetch_factor must be positive, got ",
            options.prefetch_factor());
+  capacity_ = checked_mul(options.num_workers(), options.prefetch_factor(),
+                          "DataLoader: num_workers * prefetch_factor (batches in flight)");
   if (options.pin_memory()) {
     const std::string why = memory::pinned_memory_unavailable_reason();
     pin_ = why.empty();
@@ -39,7 +49,7 @@ DataLoader::DataLoader(const Dataset& dataset, std::shared_ptr<const Sampler> sa
   }
 }
 
-DataLoader::~DataLoader() { stop_workers(); }
+DataLoader::~DataLoader() { join_workers(); }
 
 DataLoader::Item DataLoader::make_item(bool end_of_epoch, const std::vector<int64_t>& indices) const {
   Item item;
@@ -68,10 +78,18 @@ DataLoader::Item DataLoader::make_item(bool end_of_epoch, const std::vector<int6
 
 void DataLoader::start_workers() {
   stopping_ = false;
-  for (int64_t i = 0; i < options_.num_workers(); ++i) workers_.emplace_back([this] { worker_loop(); });
+  for (int64_t i = 0; i < options_.num_workers(); ++i) {
+    try {
+      workers_.emplace_back([this] { worker_loop(); });
+    } catch (const std::system_error& e) {
+      stop_workers();
+      MT_ERROR("DataLoader: could not start worker thread ", i + 1, " of num_workers ", options_.num_workers(), ": ",
+               e.what());
+    }
+  }
 }
 
-void DataLoader::stop_workers() {
+void DataLoader::join_workers() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
@@ -79,7 +97,12 @@ void DataLoader::stop_workers() {
   work_cv_.notify_all();
   for (auto& t : workers_) t.join();
   workers_.clear();
-  // Whatever the workers made ahead is dropped; the producers restart at the consumer's position.
+}
+
+void DataLoader::stop_workers() {
+  join_workers();
+  // Whatever the workers made ahead is dropped; the producers restart at the consumer's position
+  // (always a valid one: nothing assigns consumed_ before checking it).
   ready_.clear();
   scheduled_ = delivered_ = 0;
   batches_.set_position(consumed_);
@@ -91,7 +114,7 @@ void DataLoader::worker_loop() {
   // start an OpenMP team of their own next to the training thread's and oversubscribe the cores.
   omp_set_num_threads(1);
 #endif
-  const uint64_t capacity = static_cast<uint64_t>(options_.num_workers() * options_.prefetch_factor());
+  const auto capacity = static_cast<uint64_t>(capacity_);
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     work_cv_.wait(lock, [&] { return stopping_ || scheduled_ - delivered_ < capacity; });
@@ -117,6 +140,11 @@ void DataLoader::worker_loop() {
 }
 
 DataLoader::Item DataLoader::take() {
+  // The item at the consumer's position is its epoch's end once all its batches are delivered;
+  // there is no epoch after 2^63 - 1 to move to.
+  MT_CHECK(consumed_.batch < batches_per_epoch() || consumed_.epoch < std::numeric_limits<int64_t>::max(),
+           "DataLoader: epoch ", consumed_.epoch, " is the last one an int64 counts (2^63 - 1); the stream cannot ",
+           "pass its end");
   Item item;
   if (options_.num_workers() == 0) {
     std::vector<int64_t> indices;
@@ -166,11 +194,16 @@ void DataLoader::skip(int64_t n) {
   MT_CHECK(n >= 0, "DataLoader::skip: n must be >= 0, got ", n);
   const int64_t per_epoch = batches_per_epoch();
   SamplerPosition p = consumed_;
-  // Like n calls of next_batch(): an epoch's end is passed only on the way to a later batch.
-  p.batch += n;
-  while (p.batch > per_epoch) {
-    p.batch -= per_epoch;
-    ++p.epoch;
+  // Like n calls of next_batch(): an epoch's end is passed only on the way to a later batch, so
+  // a position that leaves its epoch lands on batch 1..per_epoch of a later one.
+  const int64_t left = per_epoch - p.batch;
+  if (n <= left) {
+    p.batch += n;
+  } else {
+    const int64_t beyond = n - left;  // batches taken from later epochs, at least 1
+    const int64_t epochs = (beyond - 1) / per_epoch + 1;
+    p.epoch = checked_add(p.epoch, epochs, "DataLoader::skip: the epoch after skipping");
+    p.batch = beyond - (epochs - 1) * per_epoch;
   }
   stop_workers();
   consumed_ = p;

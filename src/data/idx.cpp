@@ -1,11 +1,12 @@
-// IDX files and MNIST-layout directories, read through zlib (gzip'd or plain alike).
+// IDX files and MNIST-layout directories; gzip'd files are inflated only as far as the header's dims say.
 #include "mixtrain/data/readers.h"
 
 #include <sys/stat.h>
-#include <zlib.h>
 
-#include <memory>
+#include <algorithm>
 
+#include "data/gzip_source.h"
+#include "mixtrain/core/checked_int.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/factories.h"
 
@@ -16,35 +17,6 @@ namespace {
 bool exists(const std::string& path, bool want_dir) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && (want_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
-}
-
-// gzerror prefixes its message with the path, which our messages already name.
-std::string gz_message(gzFile f, const std::string& path) {
-  int errnum = 0;
-  std::string msg = gzerror(f, &errnum);
-  if (msg.rfind(path + ": ", 0) == 0) msg = msg.substr(path.size() + 2);
-  return msg;
-}
-
-// zlib's gz* functions read gzip'd and plain files alike; a truncated gzip stream is reported
-// by gzerror rather than as a short read, so both are checked.
-std::vector<uint8_t> read_all(const std::string& path) {
-  MT_CHECK(exists(path, false), "read_idx: cannot open ", path, ": no such file");
-  std::unique_ptr<gzFile_s, int (*)(gzFile)> f(gzopen(path.c_str(), "rb"), gzclose);
-  MT_CHECK(f != nullptr, "read_idx: cannot open ", path);
-  std::vector<uint8_t> out;
-  uint8_t chunk[1 << 16];
-  for (;;) {
-    const int n = gzread(f.get(), chunk, sizeof(chunk));
-    if (n < 0) MT_ERROR("read_idx: ", path, " is corrupt or truncated: ", gz_message(f.get(), path));
-    if (n == 0) break;
-    out.insert(out.end(), chunk, chunk + n);
-  }
-  int errnum = 0;
-  gzerror(f.get(), &errnum);
-  MT_CHECK(errnum == Z_OK || errnum == Z_STREAM_END, "read_idx: ", path, " is corrupt or truncated: ",
-           gz_message(f.get(), path));
-  return out;
 }
 
 uint32_t big_endian_u32(const uint8_t* p) {
@@ -60,31 +32,58 @@ std::string dims_str(const std::vector<int64_t>& d) {
 }  // namespace
 
 IdxArray read_idx(const std::string& path) {
-  std::vector<uint8_t> bytes = read_all(path);
-  MT_CHECK(bytes.size() >= 4, "read_idx: ", path, " is too short for an IDX header (", bytes.size(), " bytes)");
+  detail::GzipOrPlainSource in(path, "read_idx");
+  uint8_t head[4 + 4 * 8];
+  const size_t got = in.read(head, 4);
+  MT_CHECK(got == 4, "read_idx: ", path, " is too short for an IDX header (", got, " bytes)");
   // Magic: two zero bytes, the element type (0x08 = unsigned byte), the number of dimensions.
-  MT_CHECK(bytes[0] == 0 && bytes[1] == 0, "read_idx: ", path, " is not an IDX file (bad magic number 0x",
-           std::hex, big_endian_u32(bytes.data()), ")");
-  MT_CHECK(bytes[2] == 0x08, "read_idx: ", path, ": element type 0x", std::hex, int{bytes[2]},
+  MT_CHECK(head[0] == 0 && head[1] == 0, "read_idx: ", path, " is not an IDX file (bad magic number 0x", std::hex,
+           big_endian_u32(head), ")");
+  MT_CHECK(head[2] == 0x08, "read_idx: ", path, ": element type 0x", std::hex, int{head[2]},
            " is not supported (only unsigned byte, 0x08)");
-  const size_t ndims = bytes[3];
+  const size_t ndims = head[3];
   MT_CHECK(ndims >= 1 && ndims <= 8, "read_idx: ", path, ": bad number of dimensions ", ndims);
-  const size_t header = 4 + 4 * ndims;
-  MT_CHECK(bytes.size() >= header, "read_idx: ", path, " is truncated inside its header");
+  MT_CHECK(in.read(head + 4, 4 * ndims) == 4 * ndims, "read_idx: ", path, " is truncated inside its header");
   IdxArray out;
-  uint64_t count = 1;
-  for (size_t i = 0; i < ndims; ++i) {
-    const uint32_t d = big_endian_u32(bytes.data() + 4 + 4 * i);
-    out.dims.push_back(d);
-    count *= d;
-    MT_CHECK(count <= (uint64_t{1} << 40), "read_idx: ", path, ": implausible dims ", dims_str(out.dims));
+  for (size_t i = 0; i < ndims; ++i) out.dims.push_back(big_endian_u32(head + 4 + 4 * i));
+  const std::string what = "read_idx: " + path + ": dims " + dims_str(out.dims);
+  int64_t count = 1;
+  for (const int64_t d : out.dims) {
+    count = checked_mul(count, d, what.c_str());
+    MT_CHECK(count <= (int64_t{1} << 40), what, " are implausible (more than 2^40 bytes of data)");
   }
-  const uint64_t have = bytes.size() - header;
-  MT_CHECK(have >= count, "read_idx: ", path, " is truncated: dims ", dims_str(out.dims), " need ", count,
-           " data bytes, found ", have);
-  MT_CHECK(have == count, "read_idx: ", path, " has ", have - count, " bytes after the ", count,
+  // A plain file's size says at once whether the data fits the dims.
+  if (!in.gzip()) {
+    const uint64_t have = in.plain_bytes_left();
+    MT_CHECK(have >= static_cast<uint64_t>(count), "read_idx: ", path, " is truncated: dims ", dims_str(out.dims),
+             " need ", count, " data bytes, found ", have);
+    MT_CHECK(have == static_cast<uint64_t>(count), "read_idx: ", path, " has ", have - static_cast<uint64_t>(count),
+             " bytes after the ", count, " that dims ", dims_str(out.dims), " describe");
+  }
+  // Grown as the data arrives: a header is not a reason to allocate its size up front.
+  constexpr size_t kChunk = size_t{1} << 20;
+  size_t have = 0;
+  for (;;) {
+    const size_t want = static_cast<size_t>(std::min<int64_t>(count - static_cast<int64_t>(have), kChunk));
+    if (want == 0) break;
+    out.data.resize(have + want);
+    const size_t n = in.read(out.data.data() + have, want);
+    have += n;
+    if (n < want) break;
+  }
+  out.data.resize(have);
+  MT_CHECK(have == static_cast<size_t>(count), "read_idx: ", path, " is truncated: dims ", dims_str(out.dims), " need ",
+           count, " data bytes, found ", have);
+  // What follows the data is inflated only up to a small bound: its length when short, else
+  // that there is more than the bound.
+  constexpr size_t kTrailBound = size_t{1} << 16;
+  std::vector<uint8_t> trail(kTrailBound + 1);
+  const size_t extra = in.read(trail.data(), trail.size());
+  MT_CHECK(extra == 0 || extra > kTrailBound, "read_idx: ", path, " has ", extra, " bytes after the ", count,
            " that dims ", dims_str(out.dims), " describe");
-  out.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
+  MT_CHECK(extra == 0, "read_idx: ", path, " holds data past the ", count, count == 1 ? " byte" : " bytes",
+           " that dims ", dims_str(out.dims), " describe (more than ", kTrailBound,
+           " bytes more; decompression stopped there)");
   return out;
 }
 

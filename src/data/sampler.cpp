@@ -66,7 +66,8 @@ BatchSampler::BatchSampler(std::shared_ptr<const Sampler> sampler, int64_t batch
 
 int64_t BatchSampler::batches_per_epoch() const {
   const int64_t n = sampler_->size();
-  return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+  // Not (n + batch_size - 1) / batch_size, which wraps for a batch size near 2^63.
+  return n / batch_size_ + (!drop_last_ && n % batch_size_ != 0 ? 1 : 0);
 }
 
 const std::vector<int64_t>& BatchSampler::order_of(int64_t epoch) const {
@@ -90,6 +91,8 @@ std::vector<int64_t> BatchSampler::batch_indices(int64_t epoch, int64_t batch) c
 
 bool BatchSampler::next(std::vector<int64_t>& indices) {
   if (pos_.batch >= batches_per_epoch()) {
+    MT_CHECK(pos_.epoch < std::numeric_limits<int64_t>::max(), "BatchSampler: epoch ", pos_.epoch,
+             " is the last one an int64 counts (2^63 - 1); the stream cannot pass its end");
     pos_ = {pos_.epoch + 1, 0};
     return false;
   }

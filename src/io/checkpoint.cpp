@@ -200,7 +200,7 @@ void save_checkpoint(const std::string& dir_in, const NamedTensors& model, const
   if (parts.scheduler) trainer["scheduler"] = parts.scheduler->state_dict();
   if (parts.data) trainer["data"] = parts.data->state_dict();
   {
-    const std::string text = trainer.dump(2) + "\n";
+    const std::string text = mixtrain::detail::dump_json(trainer, 2, "save_checkpoint: trainer.json") + "\n";
     detail::DurableWriter w(staged / kTrainerFile);
     w.write(text.data(), text.size());
     w.commit();

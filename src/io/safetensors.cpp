@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_limits.h"
 #include "io/safetensors_internal.h"
 #include "mixtrain/core/error.h"
 
@@ -72,7 +73,7 @@ SafetensorsLayout safetensors_layout(const NamedTensors& tensors, const Metadata
     out.ordered.push_back(t);
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::string text = header.dump();
+  std::string text = mixtrain::detail::dump_json(header, -1, "save_safetensors");
   text.append((8 - text.size() % 8) % 8, ' ');
   out.header = le_u64(text.size()) + text;
   return out;

@@ -7,11 +7,17 @@
 #include <numeric>
 #include <utility>
 
+#include "mixtrain/core/checked_int.h"
 #include "mixtrain/core/error.h"
 
 namespace mixtrain::memory {
 
 namespace {
+
+// a + b for byte counts and offsets: an arena past 2^63 - 1 bytes is an Error, not a wrap.
+size_t add_bytes(size_t a, size_t b, const char* what) {
+  return static_cast<size_t>(checked_add(checked_int64(a, what), checked_int64(b, what), what));
+}
 
 bool overlap_in_time(const BufferLifetime& a, const BufferLifetime& b) {
   return a.alloc_at < b.free_at && b.alloc_at < a.free_at;
@@ -40,14 +46,14 @@ size_t lower_bound_bytes(const std::vector<BufferLifetime>& buffers) {
   deltas.reserve(2 * buffers.size());
   for (const BufferLifetime& b : buffers) {
     if (b.free_at == b.alloc_at) continue;
-    const auto bytes = static_cast<int64_t>(aligned_plan_bytes(b.bytes));
+    const int64_t bytes = checked_int64(aligned_plan_bytes(b.bytes), "lower_bound_bytes: a buffer");
     deltas.emplace_back(b.alloc_at, bytes);
     deltas.emplace_back(b.free_at, -bytes);
   }
   std::sort(deltas.begin(), deltas.end());
   int64_t live = 0, peak = 0;
   for (const auto& d : deltas) {
-    live += d.second;
+    live = checked_add(live, d.second, "lower_bound_bytes: bytes live");
     peak = std::max(peak, live);
   }
   return static_cast<size_t>(peak);
@@ -76,7 +82,7 @@ size_t first_fit_slot_bytes(const std::vector<BufferLifetime>& buffers) {
     }
   }
   size_t total = 0;
-  for (const Slot& s : slots) total += s.bytes;
+  for (const Slot& s : slots) total = add_bytes(total, s.bytes, "first_fit_slot_bytes: the slots");
   return total;
 }
 
@@ -112,10 +118,10 @@ ArenaPlan plan_arena(const std::vector<BufferLifetime>& buffers) {
           best_gap = gap;
         }
       }
-      end = std::max(end, offset + bytes[j]);
+      end = std::max(end, add_bytes(offset, bytes[j], "plan_arena: an offset"));
     }
     plan.offsets[i] = best != std::numeric_limits<size_t>::max() ? best : end;
-    plan.arena_bytes = std::max(plan.arena_bytes, plan.offsets[i] + bytes[i]);
+    plan.arena_bytes = std::max(plan.arena_bytes, add_bytes(plan.offsets[i], bytes[i], "plan_arena: the arena"));
     const auto at = std::upper_bound(placed.begin(), placed.end(), plan.offsets[i],
                                      [&](size_t offset, size_t j) { return offset < plan.offsets[j]; });
     placed.insert(at, i);

@@ -24,6 +24,14 @@ namespace {
 thread_local Phase t_phase = Phase::Forward;
 thread_local const char* t_op = nullptr;
 
+// The allocator's rounding of a storage or workspace of nbytes must fit an int64, which every
+// trace sum counts in; checked before the storage is registered anywhere.
+void check_traceable(size_t nbytes, const char* who) {
+  constexpr uint64_t kLargest = static_cast<uint64_t>(INT64_MAX) - CachingAllocator::kMinBlockSize + 1;
+  MT_CHECK(nbytes <= kLargest, who, ": ", nbytes, " bytes round up (to the allocator's ", CachingAllocator::kMinBlockSize,
+           "-byte blocks) past 2^63 - 1, the most a memory trace counts");
+}
+
 struct MetaEntry {
   size_t nbytes = 0;
   uint64_t seq = 0;  // creation order, so a dry run lists existing storages as they were made
@@ -92,6 +100,7 @@ class Recorder {
 
   // held: once per key per dry run, never freed (the cuBLAS workspace lives as long as the process).
   int64_t workspace(const char* key, size_t bytes, bool held) {
+    check_traceable(bytes, "memory::dry_run: a workspace");
     std::lock_guard<std::mutex> lock(mutex_);
     if (held && !held_keys_.insert(key).second) return -1;
     return new_buffer(bytes, Role::Workspace, true);
@@ -230,6 +239,7 @@ const char* push_op_label(const char* name, bool override_outer) {
 void pop_op_label(const char* previous) { t_op = previous; }
 
 void on_storage_created(const void* storage, size_t nbytes, Device device) {
+  check_traceable(nbytes, device.is_meta() ? "a meta tensor's storage" : "memory::record_step: a storage");
   if (!device.is_meta()) {
     if (Recorder* rec = g_recorder.load(std::memory_order_acquire); rec && rec->records(device)) rec->alloc(storage, nbytes);
     return;

@@ -28,6 +28,11 @@ void LRScheduler::apply(int64_t epoch) {
   auto& groups = optimizer_.param_groups();
   MT_CHECK(lrs.size() == groups.size(), name(), ": the optimizer has ", groups.size(), " parameter groups but the ",
            "scheduler was built for ", lrs.size(), " (add groups before building the scheduler)");
+  // Checked where the rate is made: an inf or NaN rate turns the weights to inf/NaN in one step.
+  for (size_t i = 0; i < lrs.size(); ++i)
+    MT_CHECK(std::isfinite(lrs[i]), name(), ": the learning rate of group ", i, " at epoch ", epoch, " is ", lrs[i],
+             " (base rate ", i < base_lrs_.size() ? base_lrs_[i] : 0.0,
+             "), not a finite number; refusing to apply it (the schedule overflows there)");
   for (size_t i = 0; i < groups.size(); ++i) groups[i].options().set_lr(lrs[i]);
   last_epoch_ = epoch;
   last_lr_ = std::move(lrs);
@@ -37,6 +42,8 @@ void LRScheduler::step() { step(!optimizer_.last_step_skipped()); }
 
 void LRScheduler::step(bool optimizer_stepped) {
   if (!optimizer_stepped) return;  // a skipped step leaves the schedule where it was
+  MT_CHECK(last_epoch_ < std::numeric_limits<int64_t>::max(), name(), ": last_epoch is ", last_epoch_,
+           " (2^63 - 1), the most an int64 counts; step() cannot go past it");
   apply(last_epoch_ + 1);
 }
 
@@ -86,8 +93,14 @@ void LRScheduler::validate_state_dict(const nlohmann::json& state) const {
 
 void LRScheduler::load_state_dict(const nlohmann::json& state) {
   validate_state_dict(state);
+  std::vector<double> previous = base_lrs_;
   base_lrs_ = parse_base_lrs(state, base_lrs_.size(), std::string(name()) + " state_dict");
-  apply(state["last_epoch"].get<int64_t>());
+  try {
+    apply(state["last_epoch"].get<int64_t>());
+  } catch (...) {  // a rate the loaded epoch cannot give: nothing of the state is kept
+    base_lrs_ = std::move(previous);
+    throw;
+  }
 }
 
 // ---- CosineAnnealingLR ------------------------------------------------------------------------
@@ -118,6 +131,8 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, const OneCycleLROptions& o) : LRSch
            o.max_lr());
   MT_CHECK(o.div_factor() > 0.0 && o.final_div_factor() > 0.0, "OneCycleLR: div_factor and final_div_factor must be ",
            "> 0, got ", o.div_factor(), " and ", o.final_div_factor());
+  MT_CHECK(std::isfinite(o.base_momentum()) && std::isfinite(o.max_momentum()), "OneCycleLR: base_momentum and ",
+           "max_momentum must be finite, got ", o.base_momentum(), " and ", o.max_momentum());
   if (o.cycle_momentum()) {
     for (const auto& g : optimizer.param_groups())
       MT_CHECK(g.options().has_momentum(), "OneCycleLR: optimizer ", optimizer.name(),
@@ -125,6 +140,11 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, const OneCycleLROptions& o) : LRSch
   }
   const double initial = o.max_lr() / o.div_factor();
   const double min_lr = initial / o.final_div_factor();
+  // Every rate of the cycle lies between these, so the schedule is finite if they are.
+  MT_CHECK(std::isfinite(initial), "OneCycleLR: the initial rate max_lr / div_factor = ", o.max_lr(), " / ",
+           o.div_factor(), " is ", initial, ", not a finite number");
+  MT_CHECK(std::isfinite(min_lr), "OneCycleLR: the final rate initial / final_div_factor = ", initial, " / ",
+           o.final_div_factor(), " is ", min_lr, ", not a finite number");
   const double total = static_cast<double>(o.total_steps());
   const double bm = o.base_momentum(), mm = o.max_momentum();
   if (o.three_phase()) {

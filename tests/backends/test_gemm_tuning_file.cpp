@@ -91,5 +91,30 @@ TEST_F(GemmTuningFile, AnUnwritablePlaceIsAnErrorNamingIt) {
   }
 }
 
+// A table the reader would refuse is not written, and nothing is left behind: a device name
+// that is not UTF-8 once escaped as nlohmann's type_error and left the temporary file.
+TEST_F(GemmTuningFile, WhatTheReaderWouldRefuseIsNotWrittenAndLeavesNothing) {
+  const std::string p = path("table.json");
+  backends::GemmTuningTable t;
+  t.device = std::string("GPU \xff\xfe");
+  t.choices = {{"k", 1}};
+  const auto refused = [&](const char* fault) {
+    try {
+      backends::write_gemm_tuning(p, t);
+      ADD_FAILURE() << "wrote it";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(fault), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(fs::is_empty(dir_)) << "a file was left in " << dir_;
+  };
+  refused("UTF-8");
+  t.device = "d";
+  t.choices = {{"k", -1}};
+  refused("index");
+  t.choices = {{"bad\nkey", 1}};
+  refused("printable");
+}
+
 }  // namespace
 }  // namespace mixtrain::testing

@@ -98,7 +98,7 @@ TEST(Idx, RejectsBadFilesNamingThem) {
   expect_error([&] { (void)ex::read_idx(path); }, "element type 0xd is not supported");
   write_gz(path, {0, 0, 8, 3, 0, 0});
   expect_error([&] { (void)ex::read_idx(path); }, "truncated inside its header");
-  expect_error([&] { (void)ex::read_idx(temp_path("nope.gz")); }, "no such file");
+  expect_error([&] { (void)ex::read_idx(temp_path("nope.gz")); }, "No such file");
 }
 
 TEST(Idx, TruncatedGzipStreamIsAnError) {

@@ -3,6 +3,7 @@
 // memory plans keyed by batch shape.
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -168,4 +169,22 @@ TEST(TrainLoop, RankWeightsAreOnePositiveNumberPerRank) {
       EXPECT_NE(std::string(e.what()).find("\"" + text + "\""), std::string::npos) << e.what();
     }
   }
+}
+
+// A learning rate that makes the weights overflow: the run stops with an Error naming the first
+// step whose loss is not finite (fp32), instead of training on to the end on NaN.
+TEST(TrainLoop, ANonFiniteLossThatScalingCannotHelpStopsTheRun) {
+  const auto task = ex::make_mlp_task(tiny_mlp());
+  ex::TrainOptions o;
+  o.device = mixtrain::Device::cpu();
+  o.precision = ex::Precision::Fp32;
+  o.steps = 20;
+  o.lr = 1e308;
+  std::vector<double> losses;
+  const std::string msg =
+      mixtrain::testing::error_of([&] { ex::train(*task, o, [&](const ex::StepRecord& r) { losses.push_back(r.loss); }); });
+  ASSERT_FALSE(losses.empty());
+  EXPECT_FALSE(std::isfinite(losses.back()));
+  for (size_t i = 0; i + 1 < losses.size(); ++i) EXPECT_TRUE(std::isfinite(losses[i])) << i;
+  EXPECT_TRUE(mixtrain::testing::error_contains(msg, {"step " + std::to_string(losses.size()), "loss"}));
 }

@@ -2,40 +2,19 @@
 // and optimizer.safetensors, split at the first two "\n--\n" separators) loaded into a small
 // model, AdamW optimizer and GradScaler. Only mixtrain::Error may escape, and a rejected load
 // must leave the model as it was.
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
+#include "fuzz_files.h"
 #include "mixtrain/mixtrain.h"
 
 namespace fs = std::filesystem;
 namespace mt = mixtrain;
 
-namespace {
-// A directory of this process's own, removed when the fuzzer exits. Its name is kept on the heap,
-// never freed, because the exit handler may run after static objects are destroyed.
-const std::string* g_work_dir = nullptr;
-void remove_work_dir() {
-  std::error_code ignored;
-  fs::remove_all(*g_work_dir, ignored);
-}
-const fs::path& work_dir() {
-  static const fs::path dir = [] {
-    std::string t = (fs::temp_directory_path() / "mt_fuzz_ckpt_XXXXXX").string();
-    if (!::mkdtemp(t.data())) std::abort();
-    g_work_dir = new std::string(t);
-    std::atexit(remove_work_dir);
-    return fs::path(t);
-  }();
-  return dir;
-}
-void write(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary | std::ios::trunc) << s; }
-}  // namespace
+using mixtrain::fuzz::work_dir;
+using mixtrain::fuzz::write_file;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string in(reinterpret_cast<const char*>(data), size);
@@ -44,9 +23,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (b == std::string::npos) return 0;
   const fs::path dir = work_dir() / "ckpt";
   fs::create_directories(dir);
-  write(dir / "trainer.json", in.substr(0, a));
-  write(dir / "model.safetensors", in.substr(a + 4, b - a - 4));
-  write(dir / "optimizer.safetensors", in.substr(b + 4));
+  write_file(dir / "trainer.json", in.substr(0, a));
+  write_file(dir / "model.safetensors", in.substr(a + 4, b - a - 4));
+  write_file(dir / "optimizer.safetensors", in.substr(b + 4));
 
   mt::io::NamedTensors model{{"w", mt::full({2, 3}, 0.25).set_requires_grad(true)},
                              {"b", mt::zeros({3}, mt::kFloat16).set_requires_grad(true)}};

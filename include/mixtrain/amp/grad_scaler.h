@@ -114,6 +114,13 @@ class GradScaler {
   void set_growth_interval(int64_t v);
 
   int64_t skipped_steps() const;  // reads the device's count back
+  // Stops a training that cannot recover: throws mixtrain::Error naming `step` when `loss` (the
+  // step's unscaled loss, as the caller read it) is inf or NaN and loss scaling cannot help,
+  // because the scaler is disabled (fp32 and bf16 training: the optimizer has stepped on it) or
+  // its scale is already at its floor (min_scale). Otherwise it does nothing: with a scale left
+  // to lower, the scaler skips such a step and backs off. Reads the scale only for a non-finite
+  // loss. The example trainers call it after every step.
+  void check_loss(double loss, int64_t step) const;
   // Called in unscale_ with each inf/NaN flag (0-dim fp32, 0 or 1) before any decision uses it;
   // data-parallel training reduces it with MAX across ranks there, so that every rank skips or
   // steps together and the scale stays identical everywhere. Empty: none.

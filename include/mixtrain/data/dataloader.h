@@ -116,12 +116,14 @@ class DataLoader {
   Item make_item(bool end_of_epoch, const std::vector<int64_t>& indices) const;
   Item take();  // the next item of the stream, in order
   void start_workers();
-  void stop_workers();
+  void join_workers();  // never throws: what the destructor calls
+  void stop_workers();  // joins, drops what was made ahead, rewinds the producers
   void worker_loop();
 
   const Dataset& dataset_;
   DataLoaderOptions options_;
   bool pin_ = false;
+  int64_t capacity_ = 0;       // batches ready or in progress ahead of the consumer, at most
   BatchSampler batches_;       // the producers' position
   SamplerPosition consumed_;   // the consumer's position
 
