@@ -8,7 +8,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${MT_BUILD_DIR:-$root/build}
 
 packages=(build-essential cmake libeigen3-dev nlohmann-json3-dev libgtest-dev libgmock-dev
-          libbenchmark-dev zlib1g-dev dataset-fashion-mnist fortunes ccache libgloo-dev libcli11-dev)
+          libbenchmark-dev zlib1g-dev dataset-fashion-mnist fortunes ccache libgloo-dev libcli11-dev
+          libdnnl-dev ocl-icd-opencl-dev)
+# libdnnl-dev: oneDNN, the CPU's GEMM and convolution engine (optional; its CMake config needs
+# the OpenCL loader, which Debian only recommends).
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
