@@ -7,11 +7,16 @@
 #   2. the training steps: `mixtrain bench --device cpu --size small` with oneDNN (MIXTRAIN_ONEDNN=1)
 #      and without (0), and bench/reference/torch_amp_bench.py at the same size, fp32 and bf16,
 #      the three alternated round by round (the order rotating), then the median of each over the
-#      rounds, with its range, bf16 / fp32 and mixtrain / PyTorch.
-# Usage: bench/onednn_check.sh [BUILD_DIR]   (default build-onednn-check, configured here)
+#      rounds, with its range, bf16 / fp32 and mixtrain / PyTorch;
+#   3. where a step's time goes: one more run per model and precision with MIXTRAIN_CPU_VERBOSE=1,
+#      oneDNN on and off: the traced GEMM and convolution time per timed step by kernel
+#      (onednn:..., own:..., eigen:...) beside the step's time; the rest is elementwise ops, norms,
+#      casts, the loss and the optimizer.
+# Usage: bench/onednn_check.sh [BUILD_DIR]   (default build-onednn-check, configured here; an
+# existing build directory keeps its settings and gets the benchmarks added)
 # Environment: ROUNDS (5), STEPS (20), WARMUP (3), REPS (9, kernel repetitions), OUT
 # (onednn-check), TORCH_PY (a python with torch; default /work/venv-ref/bin/python or python3),
-# MODELS (mlp,unet,transformer), SKIP_KERNELS=1 / SKIP_STEPS=1 to run one half only.
+# MODELS (mlp,unet,transformer), SKIP_KERNELS=1 / SKIP_STEPS=1 / SKIP_SPLIT=1 to leave a part out.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-onednn-check}
@@ -35,8 +40,12 @@ for f in avx512f avx512_bf16 amx_bf16 amx_tile avx512_fp16; do
 done
 uptime
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMIXTRAIN_CUDA=OFF -DMIXTRAIN_BUILD_BENCH=ON \
-  -DMIXTRAIN_BUILD_TESTS=OFF -DMIXTRAIN_BUILD_EXAMPLES=ON >/dev/null
+if [ -f "$build/CMakeCache.txt" ]; then  # an existing build keeps its settings; the benchmarks join
+  cmake -S "$root" -B "$build" -DMIXTRAIN_BUILD_BENCH=ON >/dev/null
+else
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMIXTRAIN_CUDA=OFF -DMIXTRAIN_BUILD_BENCH=ON \
+    -DMIXTRAIN_BUILD_TESTS=OFF -DMIXTRAIN_BUILD_EXAMPLES=ON >/dev/null
+fi
 cmake --build "$build" -j "$(nproc)" --target mixtrain_cli bench_cpu_onednn >/dev/null
 mixtrain=$build/apps/mixtrain/mixtrain
 
@@ -47,8 +56,10 @@ if [ "${SKIP_KERNELS:-0}" != 1 ]; then
   python3 - "$out/kernels.json" <<'EOF'
 import json, re, sys
 rows = {}
-for b in json.load(open(sys.argv[1]))["benchmarks"]:
-    if b.get("aggregate_name") != "median":
+benchmarks = json.load(open(sys.argv[1]))["benchmarks"]
+repeated = any(b.get("aggregate_name") == "median" for b in benchmarks)
+for b in benchmarks:
+    if (b.get("aggregate_name") != "median") if repeated else (b.get("run_type") != "iteration"):
         continue
     # gemm/square_OneDnn_bf16/512/512/512/2/... or conv/Forward_Own_fp32/8/16/64/...
     m = re.match(r"(\w+)/(\w+?)_(OneDnn|Own)_(\w+?)/([\d/]+)", b["run_name"])
@@ -121,4 +132,34 @@ EOF
   echo "== the last round beside PyTorch's medians:"
   MIXTRAIN_ONEDNN=1 "$mixtrain" bench --device cpu --size small --models "$models" --precisions fp32,bf16 \
     --steps "$steps" --warmup "$warmup" --out "$out/final" --reference "$out/torch-median.json" | sed -n '/^$/,$p'
+fi
+
+if [ "${SKIP_SPLIT:-0}" != 1 ]; then
+  echo "== where the step goes (MIXTRAIN_CPU_VERBOSE=1; per timed step, warm-up steps left out)"
+  for onednn in 1 0; do
+    for model in ${models//,/ }; do
+      for precision in fp32 bf16; do
+        run=$out/split-$onednn-$model-$precision
+        MIXTRAIN_ONEDNN=$onednn MIXTRAIN_CPU_VERBOSE=1 "$mixtrain" bench --device cpu --size small --models "$model" \
+          --precisions "$precision" --steps "$steps" --warmup "$warmup" --out "$run" 2>"$run.trace" >/dev/null
+        python3 - "$run" "$steps" "$warmup" "$onednn" <<'EOF'
+import collections, json, re, sys
+base, steps, warmup, onednn = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+row = json.load(open(base + "/bench.json"))["results"][0]
+lines = [l.strip() for l in open(base + ".trace") if l.startswith("mixtrain cpu: ")]
+per_step = len(lines) // (warmup + steps)  # every step makes the same calls
+by = collections.Counter()
+for l in lines[per_step * warmup:]:
+    m = re.match(r"mixtrain cpu: (\S+) .* -> (.*) ([0-9.]+) ms$", l)
+    if m:
+        by[(m.group(1), m.group(2))] += float(m.group(3)) / steps
+total = sum(by.values())
+print(f"MIXTRAIN_ONEDNN={onednn} {row['model']:12s} {row['precision']}: step {row['median_step_ms']:.1f} ms, "
+      f"GEMMs and convolutions {total:.1f} ms ({100 * total / row['median_step_ms']:.0f} %), {per_step} calls a step")
+for (kernel, impl), ms in by.most_common():
+    print(f"    {ms:8.2f} ms  {kernel} -> {impl}")
+EOF
+      done
+    done
+  done
 fi
