@@ -15,7 +15,7 @@
 # Usage: bench/onednn_check.sh [BUILD_DIR]   (default build-onednn-check, configured here; an
 # existing build directory keeps its settings and gets the benchmarks added)
 # Environment: ROUNDS (5), STEPS (20), WARMUP (3), REPS (9, kernel repetitions), OUT
-# (onednn-check), TORCH_PY (a python with torch; default /work/venv-ref/bin/python or python3),
+# (BUILD_DIR/onednn-check), TORCH_PY (a python with torch; default /work/venv-ref/bin/python or python3),
 # MODELS (mlp,unet,transformer), SKIP_KERNELS=1 / SKIP_STEPS=1 / SKIP_SPLIT=1 to leave a part out.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,7 +24,7 @@ rounds=${ROUNDS:-5}
 steps=${STEPS:-20}
 warmup=${WARMUP:-3}
 reps=${REPS:-9}
-out=${OUT:-onednn-check}
+out=${OUT:-$build/onednn-check}
 models=${MODELS:-mlp,unet,transformer}
 torch_py=${TORCH_PY:-}
 if [ -z "$torch_py" ]; then

@@ -209,9 +209,8 @@ bool run(const ConvArgs& a, std::string& impl) {
   const bool weight_grad = a.dir == Dir::BackwardWeight;
   // The weights in the primitive's layout, once for the call, on this thread.
   if (!weight_grad && full->w_moves) {
-    onednn::OneThread one;
     void* reordered = onednn::thread_buffer(onednn::Slot::Weights, full->w.get_size());
-    onednn::run_reorder(full->w_reorder, pw, reordered);
+    onednn::run_here(dir_name(a.dir), operands, [&] { onednn::run_reorder(full->w_reorder, pw, reordered); });
     pw = static_cast<const char*>(reordered);
   }
   std::vector<onednn::AlignedBuffer> sums;  // the weight gradient's per-run fp32 sums
@@ -257,8 +256,7 @@ bool run(const ConvArgs& a, std::string& impl) {
   if (weight_grad) {
     float* total = static_cast<float*>(sums[0].data());
     for (size_t r = 1; r < sums.size(); ++r) add_into(total, static_cast<const float*>(sums[r].data()), wbytes / sizeof(float));
-    onednn::OneThread one;
-    onednn::run_reorder(full->w_reorder, total, a.w.raw_data());
+    onednn::run_here(dir_name(a.dir), operands, [&] { onednn::run_reorder(full->w_reorder, total, a.w.raw_data()); });
   }
   onednn::calls.fetch_add(1, std::memory_order_relaxed);
   impl = "onednn:" + full->impl;

@@ -73,6 +73,11 @@ void run_reorder(const Reorder& r, const void* src, void* dst) {
 
 bool fast_impl(const char* impl) { return impl != nullptr && std::strncmp(impl, "ref", 3) != 0; }
 
+void fail(const char* op, const std::function<std::string()>& operands, const dnnl::error& e) {
+  MT_ERROR(op, ": oneDNN failed on ", operands(), ": ", e.what(), " (status ", static_cast<int>(e.status),
+           "); MIXTRAIN_ONEDNN=0 runs the CPU's own kernels");
+}
+
 void run_parts(int parts, const char* op, const std::function<std::string()>& operands,
                const std::function<void(int)>& body) {
   std::vector<std::exception_ptr> failure(static_cast<size_t>(parts));
@@ -94,8 +99,7 @@ void run_parts(int parts, const char* op, const std::function<std::string()>& op
     try {
       std::rethrow_exception(e);
     } catch (const dnnl::error& d) {
-      MT_ERROR(op, ": oneDNN failed on ", operands(), ": ", d.what(), " (status ", static_cast<int>(d.status),
-               "); MIXTRAIN_ONEDNN=0 runs the CPU's own kernels");
+      fail(op, operands, d);
     }
   }
 }

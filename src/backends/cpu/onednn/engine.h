@@ -138,6 +138,20 @@ std::shared_ptr<const Plan> try_plan(const char* op, const std::function<std::st
   }
 }
 
+// A oneDNN failure as an Error naming the op and its operands.
+[[noreturn]] void fail(const char* op, const std::function<std::string()>& operands, const dnnl::error& e);
+
+// Runs f on this thread with oneDNN planned for one thread; a oneDNN failure becomes fail()'s Error.
+template <class F>
+void run_here(const char* op, const std::function<std::string()>& operands, F&& f) {
+  OneThread one;
+  try {
+    f();
+  } catch (const dnnl::error& e) {
+    fail(op, operands, e);
+  }
+}
+
 // Runs body(part) for each part in [0, parts), each part's oneDNN work on one thread: through
 // run_parallel (the governor's regions) or, inside a parallel region, in turn on this thread.
 // An exception in a part is rethrown, as an Error naming the op and operands for oneDNN's, after
