@@ -20,8 +20,11 @@ for a in "$@"; do
   esac
 done
 
+# libdnnl-dev: oneDNN, the CPU's GEMM and convolution engine (optional; its CMake config needs
+# the OpenCL loader, which Debian only recommends).
 packages=(build-essential cmake ninja-build libeigen3-dev nlohmann-json3-dev libgtest-dev libgmock-dev
-          libbenchmark-dev zlib1g-dev dataset-fashion-mnist fortunes ccache libgloo-dev libcli11-dev)
+          libbenchmark-dev zlib1g-dev dataset-fashion-mnist fortunes ccache libgloo-dev libcli11-dev
+          libdnnl-dev ocl-icd-opencl-dev)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

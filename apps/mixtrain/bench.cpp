@@ -130,9 +130,11 @@ int run_bench(const std::vector<std::string>& argv) {
   flags::add_device_flag(*app, spec.device);
   app->add_option("--steps", steps, "timed steps per run")->check(flags::integer_at_least(1))->type_name("N");
   app->add_option("--warmup", warmup, "untimed steps first")->check(flags::integer_at_least(0))->type_name("N");
-  app->add_option("--size", size, "model sizes: tiny (seconds on a CPU) or full (the Spell benchmark's)")
-      ->check(flags::one_of({"tiny", "full"}))
-      ->type_name("tiny|full");
+  app->add_option("--size", size,
+                  "model sizes: tiny (seconds on a CPU), small (CPU-sized: the GEMMs and convolutions dominate) "
+                  "or full (the Spell benchmark's)")
+      ->check(flags::one_of({"tiny", "small", "full"}))
+      ->type_name("tiny|small|full");
   app->add_option("--out", out_dir, "where bench.json and bench.svg go (checked before running)")->type_name("DIR");
   app->add_option("--reference", reference_path, "results of bench/reference/torch_amp_bench.py to show beside ours")
       ->type_name("FILE.json")

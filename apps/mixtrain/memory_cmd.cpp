@@ -42,9 +42,9 @@ std::unique_ptr<CLI::App> memory_app(MemoryFlags& f) {
   app->add_option("--device", f.device, "the target: cpu or cuda (planned without a GPU)")
       ->check(flags::one_of({"cpu", "cuda"}))
       ->type_name("D");
-  app->add_option("--size", f.size, "model preset, as mixtrain bench's: tiny or full")
-      ->check(flags::one_of({"tiny", "full"}))
-      ->type_name("tiny|full");
+  app->add_option("--size", f.size, "model preset, as mixtrain bench's: tiny, small or full")
+      ->check(flags::one_of({"tiny", "small", "full"}))
+      ->type_name("tiny|small|full");
   app->add_flag("--checkpoint-activations", f.query.spec.checkpoint_activations,
                 "recompute each UNet stage / transformer block in backward");
   app->add_flag("--json", f.json, "one JSON object instead of the table");

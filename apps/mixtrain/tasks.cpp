@@ -14,14 +14,16 @@ namespace mixtrain::cli {
 
 TaskSize parse_task_size(const std::string& name) {
   if (name == "tiny") return TaskSize::Tiny;
+  if (name == "small") return TaskSize::Small;
   if (name == "full") return TaskSize::Full;
-  throw std::runtime_error("--size expects tiny or full, got '" + name + "'");
+  throw std::runtime_error("--size expects tiny, small or full, got '" + name + "'");
 }
 
 const char* task_size_name(TaskSize size) {
   switch (size) {
     case TaskSize::Default: return "default";
     case TaskSize::Tiny: return "tiny";
+    case TaskSize::Small: return "small";
     case TaskSize::Full: return "full";
   }
   return "?";
@@ -64,6 +66,7 @@ std::unique_ptr<examples::TrainTask> make_mlp(const TaskSpec& s) {
       c.batch_size = pick(s.batch_size, 64);
       c.synthetic_samples = synthetic_rows(c.batch_size);
       break;
+    case TaskSize::Small:  // the full MLP is already CPU-sized
     case TaskSize::Full:
       c.task = examples::MlpTask::Synthetic;
       c.hidden = {1000, 500};
@@ -90,6 +93,11 @@ std::unique_ptr<examples::TrainTask> make_unet(const TaskSpec& s) {
       c.image_size = 32;
       c.batch_size = pick(s.batch_size, 4);
       break;
+    case TaskSize::Small:
+      c.width = 16;
+      c.image_size = 64;
+      c.batch_size = pick(s.batch_size, 8);
+      break;
     case TaskSize::Full:  // the Spell UNet: 3x256x256 in, 9 classes, 7,703,497 parameters
       c.width = 64;
       c.image_size = 256;
@@ -111,6 +119,13 @@ std::unique_ptr<examples::TrainTask> make_transformer(const TaskSpec& s) {
     case TaskSize::Tiny:
       c.model = examples::gpt_preset("tiny");
       c.batch_size = pick(s.batch_size, 8);
+      break;
+    case TaskSize::Small:  // 4 layers of width 256 (4 heads) at context 128
+      c.model.context = 128;
+      c.model.width = 256;
+      c.model.layers = 4;
+      c.model.heads = 4;
+      c.batch_size = pick(s.batch_size, 16);
       break;
     case TaskSize::Full:
       c.model = examples::gpt_preset("bert-base");

@@ -7,12 +7,14 @@
 
 namespace mixtrain::cli {
 
-// Model sizes: Default for `mixtrain train` (quick on a CPU), and the benchmark's two: Tiny
-// (seconds on a 2-core CPU) and Full (the sizes of the Spell AMP benchmark: MLP 215-1000-500-1 at
-// batch 512, the 7.7M-parameter UNet at batch 8 on 3x256x256, the bert-base-sized transformer at
-// batch 64 and sequence 128).
-enum class TaskSize { Default, Tiny, Full };
-TaskSize parse_task_size(const std::string& name);  // "tiny" | "full"
+// Model sizes: Default for `mixtrain train` (quick on a CPU), and the benchmark's three: Tiny
+// (seconds on a 2-core CPU), Small (CPU-sized: steps of 50-500 ms on a few cores, where the GEMMs
+// and convolutions dominate: the MLP as Full, the UNet at width 16 on 3x64x64 at batch 8, the
+// transformer at width 256, 4 layers, context 128, batch 16) and Full (the sizes of the Spell AMP
+// benchmark: MLP 215-1000-500-1 at batch 512, the 7.7M-parameter UNet at batch 8 on 3x256x256,
+// the bert-base-sized transformer at batch 64 and sequence 128).
+enum class TaskSize { Default, Tiny, Small, Full };
+TaskSize parse_task_size(const std::string& name);  // "tiny" | "small" | "full"
 const char* task_size_name(TaskSize size);
 
 struct TaskSpec {

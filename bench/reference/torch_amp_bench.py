@@ -18,9 +18,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 SIZES = {  # model -> size -> settings; keep in step with apps/mixtrain/tasks.cpp
-    "mlp": {"tiny": dict(hidden=[256, 128], batch=64), "full": dict(hidden=[1000, 500], batch=512)},
-    "unet": {"tiny": dict(width=8, image=32, batch=4), "full": dict(width=64, image=256, batch=8)},
+    "mlp": {"tiny": dict(hidden=[256, 128], batch=64), "small": dict(hidden=[1000, 500], batch=512),
+            "full": dict(hidden=[1000, 500], batch=512)},
+    "unet": {"tiny": dict(width=8, image=32, batch=4), "small": dict(width=16, image=64, batch=8),
+             "full": dict(width=64, image=256, batch=8)},
     "transformer": {"tiny": dict(context=32, width=64, layers=2, heads=4, batch=8),
+                    "small": dict(context=128, width=256, layers=4, heads=4, batch=16),
                     "full": dict(context=128, width=768, layers=12, heads=12, batch=64)},
 }
 BATCHES = 4  # distinct pre-generated batches, reused in turn
@@ -197,7 +200,7 @@ def main():
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--size", choices=["tiny", "full"], default="tiny")
+    p.add_argument("--size", choices=["tiny", "small", "full"], default="tiny")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="torch.json", help="the JSON file to write")
     p.add_argument("--fp32-math", choices=["default", "strict"], default="default",

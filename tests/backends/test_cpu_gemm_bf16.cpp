@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/cpu/gemm_bf16.h"
+#include "backends/cpu/onednn/onednn.h"
 #include "mixtrain/mixtrain.h"
 #include "support/testing.h"
 
@@ -19,10 +20,17 @@ using namespace mixtrain::testing;
 
 namespace {
 
-// Restores the detected choice when a test ends, passed or not.
+// Restores the detected choice when a test ends, passed or not. oneDNN is off meanwhile: these
+// tests are about the own kernel (oneDNN's have test_cpu_onednn.cpp).
 struct Bf16Override {
-  explicit Bf16Override(int mode) { cpu::set_bf16_gemm_override(mode); }
-  ~Bf16Override() { cpu::set_bf16_gemm_override(-1); }
+  explicit Bf16Override(int mode) {
+    cpu::set_bf16_gemm_override(mode);
+    cpu::set_onednn_override(static_cast<int>(cpu::OneDnnMode::Off));
+  }
+  ~Bf16Override() {
+    cpu::set_bf16_gemm_override(-1);
+    cpu::set_onednn_override(-1);
+  }
 };
 
 #define SKIP_WITHOUT_BF16()                                                                              \

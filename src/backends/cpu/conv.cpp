@@ -1,10 +1,12 @@
-// 2-D convolution as im2col + GEMM, one sample at a time (the column buffer of a whole batch of
+// 2-D convolution on oneDNN where it takes the call (onednn/onednn.h: fp32 and bf16 above a size
+// threshold), else the backend's own: im2col + GEMM, one sample at a time (the column buffer of a whole batch of
 // UNet-sized images would not fit), groups as separate GEMMs over slices of the same buffers.
 // fp16/bf16 are widened to fp32 before they are unfolded, multiplied in fp32 and rounded once on
 // the way out, as cuDNN does with fp32 accumulation; bf16 products then run on the vdpbf16ps
 // kernel where the CPU has it (gemm_bf16.h), which takes the widened values back exactly.
 #include <algorithm>
 #include <exception>
+#include <string>
 #include <type_traits>
 
 #include <Eigen/Core>
@@ -15,6 +17,8 @@
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_eigen.h"
 #include "backends/cpu/loops.h"
+#include "backends/cpu/onednn/onednn.h"
+#include "backends/cpu/verbose.h"
 
 namespace mixtrain::backends::cpu {
 
@@ -245,35 +249,70 @@ void backward_weight(const Tensor& grad_out, const Tensor& x, const Geometry& g,
   store_acc<true>(gw.data(), g.co * k, static_cast<T*>(grad_w.raw_data()));
 }
 
+// The own kernels' name for the trace: the GEMM under the im2col.
+std::string own_conv_impl(DType dt) {
+  if (dt == kBFloat16 && bf16_gemm_enabled()) return "own:im2col+avx512bf16";
+  return std::string("own:im2col+eigen:") + gemm_isa() + (is_half(dt) ? " (widened to fp32)" : "");
+}
+
+// One kernel call: oneDNN's when it takes it, else the own kernels', traced.
+template <class OneDnn, class Own, class Describe>
+void run_conv(const char* kernel, DType dt, OneDnn&& onednn, Own&& own, Describe&& operands) {
+  const CallTrace trace(kernel);
+  std::string impl;
+  if (!onednn(impl)) {
+    impl = own_conv_impl(dt);
+    own();
+  }
+  trace.done(impl, operands);
+}
+
 }  // namespace
 
-void conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const Conv2dParams& p,
-                        const Tensor& out_in) {
-  const Tensor x = as_nchw(x_in), w = as_nchw(w_in);
-  write_nchw(out_in, [&](const Tensor& out) {
-    const Geometry g = geometry(x, w, out, p);
-    dispatch_floating(x.dtype(), "conv2d", [&](auto tag) { forward<typename decltype(tag)::type>(x, w, bias, g, out); });
-  });
+void conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const Conv2dParams& p, const Tensor& out_in) {
+  run_conv(
+      "conv2d", x_in.dtype(), [&](std::string& impl) { return onednn_conv2d(x_in, w_in, bias, p, out_in, impl); },
+      [&] {
+        const Tensor x = as_nchw(x_in), w = as_nchw(w_in);
+        write_nchw(out_in, [&](const Tensor& out) {
+          const Geometry g = geometry(x, w, out, p);
+          dispatch_floating(x.dtype(), "conv2d",
+                            [&](auto tag) { forward<typename decltype(tag)::type>(x, w, bias, g, out); });
+        });
+      },
+      [&] { return conv_operands(x_in, w_in, out_in, bias, p); });
 }
 
 void conv2d_backward_input(const Tensor& grad_out_in, const Tensor& w_in, const Conv2dParams& p,
-                                       const Tensor& grad_x_in) {
-  const Tensor grad_out = as_nchw(grad_out_in), w = as_nchw(w_in);
-  write_nchw(grad_x_in, [&](const Tensor& grad_x) {
-    const Geometry g = geometry(grad_x, w, grad_out, p);
-    dispatch_floating(w.dtype(), "conv2d_backward_input",
-                      [&](auto tag) { backward_input<typename decltype(tag)::type>(grad_out, w, g, grad_x); });
-  });
+                           const Tensor& grad_x_in) {
+  run_conv(
+      "conv2d_backward_input", w_in.dtype(),
+      [&](std::string& impl) { return onednn_conv2d_backward_input(grad_out_in, w_in, p, grad_x_in, impl); },
+      [&] {
+        const Tensor grad_out = as_nchw(grad_out_in), w = as_nchw(w_in);
+        write_nchw(grad_x_in, [&](const Tensor& grad_x) {
+          const Geometry g = geometry(grad_x, w, grad_out, p);
+          dispatch_floating(w.dtype(), "conv2d_backward_input",
+                            [&](auto tag) { backward_input<typename decltype(tag)::type>(grad_out, w, g, grad_x); });
+        });
+      },
+      [&] { return conv_operands(grad_x_in, w_in, grad_out_in, Tensor(), p); });
 }
 
 void conv2d_backward_weight(const Tensor& grad_out_in, const Tensor& x_in, const Conv2dParams& p,
-                                        const Tensor& grad_w_in) {
-  const Tensor grad_out = as_nchw(grad_out_in), x = as_nchw(x_in);
-  write_nchw(grad_w_in, [&](const Tensor& grad_w) {
-    const Geometry g = geometry(x, grad_w, grad_out, p);
-    dispatch_floating(x.dtype(), "conv2d_backward_weight",
-                      [&](auto tag) { backward_weight<typename decltype(tag)::type>(grad_out, x, g, grad_w); });
-  });
+                            const Tensor& grad_w_in) {
+  run_conv(
+      "conv2d_backward_weight", x_in.dtype(),
+      [&](std::string& impl) { return onednn_conv2d_backward_weight(grad_out_in, x_in, p, grad_w_in, impl); },
+      [&] {
+        const Tensor grad_out = as_nchw(grad_out_in), x = as_nchw(x_in);
+        write_nchw(grad_w_in, [&](const Tensor& grad_w) {
+          const Geometry g = geometry(x, grad_w, grad_out, p);
+          dispatch_floating(x.dtype(), "conv2d_backward_weight",
+                            [&](auto tag) { backward_weight<typename decltype(tag)::type>(grad_out, x, g, grad_w); });
+        });
+      },
+      [&] { return conv_operands(x_in, grad_w_in, grad_out_in, Tensor(), p); });
 }
 
 void register_conv() {

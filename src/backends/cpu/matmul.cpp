@@ -1,9 +1,11 @@
-// Matrix products on Eigen (gemm_eigen.h: the copy built for this CPU's vector unit). Half inputs
-// are widened to fp32 blocks, multiplied in fp32 and the result rounded once: Eigen's own half
-// GEMM is hundreds of times slower, and this is exactly the tensor-core contract (fp32
-// accumulation, one rounding). bf16 inputs go to the vdpbf16ps kernel (gemm_bf16.h) where the
-// CPU has one: same contract, no widening, twice the fp32 rate.
+// Matrix products: oneDNN's matmul where it takes the call (onednn/onednn.h: fp32 and bf16 above a
+// size threshold), else Eigen (gemm_eigen.h: the copy built for this CPU's vector unit). On the
+// own path half inputs are widened to fp32 blocks, multiplied in fp32 and the result rounded once:
+// Eigen's own half GEMM is hundreds of times slower, and this is exactly the tensor-core contract
+// (fp32 accumulation, one rounding). bf16 inputs go to the vdpbf16ps kernel (gemm_bf16.h) where
+// the CPU has one: same contract, no widening of the operands, twice the fp32 rate.
 #include <algorithm>
+#include <string>
 #include <type_traits>
 
 #include "backends/matmul.h"
@@ -12,6 +14,8 @@
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_eigen.h"
 #include "backends/cpu/loops.h"
+#include "backends/cpu/onednn/onednn.h"
+#include "backends/cpu/verbose.h"
 
 namespace mixtrain::backends::cpu {
 
@@ -90,11 +94,9 @@ void gemm_typed(const MatrixView& a, const MatrixView& b, S* out, int64_t batch,
   apply_epilogue(out, batch * m, n, bias, epilogue);
 }
 
-}  // namespace
-
-void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& out,
-                      const Tensor& bias, GemmEpilogue epilogue) {
-  MT_CHECK(out.is_contiguous(), "gemm: output must be contiguous");
+// The backend's own kernels; returns the name of the one that ran, for the trace.
+std::string own_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& out,
+                     const Tensor& bias, GemmEpilogue epilogue) {
   const int64_t batch = out.dim() == 3 ? out.size(0) : 1;
   if (a.dtype() == kFloat32 || a.dtype() == kFloat64) {
     const MatrixView va = view_of(a, trans_a), vb = view_of(b, trans_b);
@@ -104,7 +106,7 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
     else
       gemm_typed<double>(va, vb, out.data_ptr<double>(), batch, bias.defined() ? bias.data_ptr<double>() : nullptr,
                          epilogue);
-    return;
+    return std::string("eigen:") + gemm_isa();
   }
   MT_CHECK(is_half(a.dtype()), "gemm: not implemented for dtype ", a.dtype());
   auto widen = [&](const Tensor& t) {
@@ -125,7 +127,7 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
     gemm_typed<float, uint16_t>(view_of(a, trans_a), view_of(b, trans_b), out32.data_ptr<float>(), batch,
                                 bias32.defined() ? bias32.data_ptr<float>() : nullptr, epilogue);
     copy(DeviceType::CPU, out32, out);
-    return;
+    return "own:avx512bf16";
   }
   const Tensor a32 = widen(a), b32 = widen(b);
   const Tensor bias32 = bias.defined() ? widen(bias) : Tensor();
@@ -133,6 +135,19 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
   gemm_typed<float>(view_of(a32, trans_a), view_of(b32, trans_b), out32.data_ptr<float>(), batch,
                     bias32.defined() ? bias32.data_ptr<float>() : nullptr, epilogue);
   copy(DeviceType::CPU, out32, out);
+  return std::string("eigen:") + gemm_isa() + " (widened to fp32)";
+}
+
+}  // namespace
+
+void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& out, const Tensor& bias,
+          GemmEpilogue epilogue) {
+  const CallTrace trace("gemm");
+  MT_CHECK(out.is_contiguous(), "gemm: output must be contiguous");
+  std::string impl;
+  if (!onednn_gemm(a, trans_a, b, trans_b, out, bias, epilogue, impl))
+    impl = own_gemm(a, trans_a, b, trans_b, out, bias, epilogue);
+  trace.done(impl, [&] { return gemm_operands(a, trans_a, b, trans_b, bias, epilogue); });
 }
 
 void register_matmul() {

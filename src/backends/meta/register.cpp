@@ -9,6 +9,7 @@
 #include "backends/attention.h"
 #include "backends/conv.h"
 #include "backends/cpu/gemm_bf16.h"
+#include "backends/cpu/onednn/onednn.h"
 #include "backends/families.h"
 #include "backends/kernel.h"
 #include "backends/loss.h"
@@ -27,8 +28,11 @@ bool cuda_target() { return memory::recording() && memory::dry_run_target().is_c
 
 // The CPU's half-precision GEMM widens its operands and accumulates into an fp32 product
 // (cpu/matmul.cpp), four buffers alive for the call; fp32/fp64 products need none. bf16 products
-// on the vdpbf16ps kernel (cpu/gemm_bf16.h) widen only the bias and take the fp32 product.
-void cpu_half_gemm_scratch(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias) {
+// on the vdpbf16ps kernel (cpu/gemm_bf16.h) widen only the bias and take the fp32 product; on
+// oneDNN (cpu/onednn/onednn.h) they take none.
+void cpu_half_gemm_scratch(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& out,
+                           const Tensor& bias, GemmEpilogue epilogue) {
+  if (backends::cpu::onednn_takes_gemm(a, trans_a, b, trans_b, out, bias, epilogue)) return;
   const bool bf16_kernel =
       a.dtype() == kBFloat16 && b.dtype() == kBFloat16 && backends::cpu::bf16_gemm_enabled();
   const Tensor none;
@@ -39,12 +43,13 @@ void cpu_half_gemm_scratch(const Tensor& a, const Tensor& b, const Tensor& out, 
   while (n > 0) memory::end_workspace(ids[--n]);
 }
 
-void gemm_meta(const Tensor& a, bool, const Tensor& b, bool, const Tensor& out, const Tensor& bias, GemmEpilogue) {
+void gemm_meta(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& out, const Tensor& bias,
+               GemmEpilogue epilogue) {
   if (!memory::recording()) return;
   if (memory::dry_run_target().is_cuda())
     memory::hold_workspace("cublaslt", kCudaGemmWorkspaceBytes);
   else if (is_half(a.dtype()))
-    cpu_half_gemm_scratch(a, b, out, bias);
+    cpu_half_gemm_scratch(a, trans_a, b, trans_b, out, bias, epilogue);
 }
 
 // The CPU's fused attention widens half operands into fp32 copies from the allocator

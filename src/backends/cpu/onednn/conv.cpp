@@ -1,0 +1,303 @@
+// Convolutions on oneDNN's primitives (onednn.h): forward, backward-data (also the forward of
+// conv_transpose2d) and backward-weights, fp32 and bf16 (fp32 accumulation, one rounding to
+// nearest even). oneDNN's fast convolutions work on blocked layouts (nChw16c and the like, its
+// "any" format): its plain-NCHW path is im2col + GEMM, 2-20x slower in our measurements. So the
+// activations are reordered into the primitive's layout and back around each call, a pass over
+// memory that the blocked kernel more than pays for. NCHW and channels-last tensors are both
+// described in place, with their strides, so neither is copied to the other first.
+//
+// Work is cut into units of samples (at most kUnitBytes of activations each, so the per-thread
+// buffers stay bounded) and the units into one run per thread (engine.h: one-thread primitives,
+// run_parallel). The weight gradient is summed in fp32 per unit, then per run, then over the runs
+// in order, and rounded once: the cut depends on the shape and the full thread count only, so the
+// result does not depend on the governor. The weights are reordered into the primitive's layout
+// once per call, not per unit: in a step each weight meets the forward and the backward-data
+// primitive once each, whose layouts differ, so a copy kept between calls would not be reused.
+#include "mixtrain/config.h"
+
+#include "backends/cpu/onednn/onednn.h"
+
+#if defined(MIXTRAIN_WITH_ONEDNN)
+
+#include <algorithm>
+
+#include "backends/cpu/onednn/engine.h"
+#include "backends/cpu/verbose.h"
+
+namespace mixtrain::backends::cpu {
+
+namespace {
+
+using dnnl::memory;
+
+enum class Dir { Forward, BackwardInput, BackwardWeight };
+
+// Activations of one unit at most this large (input plus output, fp32): the buffers each thread
+// keeps for the blocked copies stay below about twice this.
+constexpr int64_t kUnitBytes = int64_t{16} << 20;
+
+// The call's tensors in conv2d's roles: x [N, C, H, W], w [Co, C / groups, kh, kw] and
+// y [N, Co, Ho, Wo], whichever of them the direction reads or writes.
+struct ConvArgs {
+  const Tensor &x, &w, &y;
+  const Tensor& bias;
+  const Conv2dParams& p;
+  Dir dir;
+};
+
+struct ConvPlan {
+  dnnl::primitive prim;
+  memory::desc scratchpad;
+  memory::desc x_user, x, w_user, w, y_user, y, bias;  // ours for one unit, and the primitive's
+  onednn::Reorder x_reorder, w_reorder, y_reorder;      // only where the two differ
+  bool x_moves = false, w_moves = false, y_moves = false;
+  std::string impl;
+};
+
+onednn::PlanCache<ConvPlan>& conv_plans() {
+  static onednn::PlanCache<ConvPlan> cache;
+  return cache;
+}
+
+const char* dir_name(Dir d) {
+  return d == Dir::Forward ? "conv2d" : d == Dir::BackwardInput ? "conv2d_backward_input" : "conv2d_backward_weight";
+}
+
+std::string describe(const ConvArgs& a) { return conv_operands(a.x, a.w, a.y, a.bias, a.p); }
+
+memory::data_type dnnl_type(DType t) { return t == kBFloat16 ? memory::data_type::bf16 : memory::data_type::f32; }
+
+memory::desc activation(const Tensor& t, int64_t samples) {
+  return memory::desc({samples, t.size(1), t.size(2), t.size(3)}, dnnl_type(t.dtype()),
+                      {t.stride(0), t.stride(1), t.stride(2), t.stride(3)});
+}
+
+memory::dims weight_dims(const Tensor& w, int64_t groups) {
+  if (groups == 1) return {w.size(0), w.size(1), w.size(2), w.size(3)};
+  return {groups, w.size(0) / groups, w.size(1), w.size(2), w.size(3)};
+}
+
+memory::desc weights(const Tensor& w, int64_t groups) {
+  if (groups == 1) return memory::desc(weight_dims(w, 1), dnnl_type(w.dtype()), {w.stride(0), w.stride(1), w.stride(2), w.stride(3)});
+  return memory::desc(weight_dims(w, groups), dnnl_type(w.dtype()),
+                      {w.size(0) / groups * w.stride(0), w.stride(0), w.stride(1), w.stride(2), w.stride(3)});
+}
+
+memory::desc any(memory::dims dims, memory::data_type dt) { return memory::desc(dims, dt, memory::format_tag::any); }
+
+// Samples per unit (fixed by the shape and the backend's thread count), and the units.
+struct Cut {
+  int64_t unit, units;
+  int parts;
+};
+
+Cut cut_of(const ConvArgs& a) {
+  const int64_t n = a.x.size(0), full = onednn::full_parts();
+  const int64_t sample_bytes = 4 * (a.x.numel() / n + a.y.numel() / n);
+  const int64_t per_part = (n + full - 1) / full;
+  const int64_t unit = std::clamp<int64_t>(kUnitBytes / std::max<int64_t>(sample_bytes, 1), 1, per_part);
+  const int64_t units = (n + unit - 1) / unit;
+  return {unit, units, static_cast<int>(std::min(full, units))};
+}
+
+// The plan for units of `samples` samples. `anchor`, when given, is the plan of the call's full
+// units: a shorter last unit must use its weight layout (the weights are reordered once per call,
+// and weight gradients of all units are summed in that layout).
+std::shared_ptr<const ConvPlan> plan_for(const ConvArgs& a, int64_t samples, const ConvPlan* anchor,
+                                         int64_t anchor_samples, const std::function<std::string()>& operands) {
+  const Conv2dParams& p = a.p;
+  const memory::data_type dt = dnnl_type(a.x.dtype());
+  onednn::Key key;
+  key << static_cast<int64_t>(a.dir) << static_cast<int64_t>(dt) << samples << anchor_samples << a.bias.defined();
+  for (const Tensor* t : {&a.x, &a.w, &a.y})
+    for (int64_t d = 0; d < 4; ++d) key << t->size(d) << t->stride(d);
+  key << p.stride_h << p.stride_w << p.pad_h << p.pad_w << p.dilation_h << p.dilation_w << p.groups;
+  return conv_plans().get(key.str(), [&]() -> std::shared_ptr<const ConvPlan> {
+    return onednn::try_plan<ConvPlan>(dir_name(a.dir), operands, [&]() -> std::shared_ptr<const ConvPlan> {
+      auto plan = std::make_shared<ConvPlan>();
+      plan->x_user = activation(a.x, samples);
+      plan->y_user = activation(a.y, samples);
+      plan->w_user = weights(a.w, p.groups);
+      // The weight gradient is produced and summed in fp32, and rounded once at the end.
+      const memory::data_type wdt = a.dir == Dir::BackwardWeight ? memory::data_type::f32 : dt;
+      const memory::desc x_any = any({samples, a.x.size(1), a.x.size(2), a.x.size(3)}, dt);
+      const memory::desc y_any = any({samples, a.y.size(1), a.y.size(2), a.y.size(3)}, dt);
+      const memory::desc w_data = any(weight_dims(a.w, p.groups), dt);
+      const memory::desc w_req = anchor ? anchor->w : any(weight_dims(a.w, p.groups), wdt);
+      const memory::dims strides{p.stride_h, p.stride_w}, dilates{p.dilation_h - 1, p.dilation_w - 1};
+      const memory::dims pad_l{p.pad_h, p.pad_w};
+      // The right padding that makes oneDNN's output size ours (negative where the stride skips
+      // the last rows or columns).
+      const memory::dims pad_r{(a.y.size(2) - 1) * p.stride_h + (a.w.size(2) - 1) * p.dilation_h + 1 - a.x.size(2) - p.pad_h,
+                               (a.y.size(3) - 1) * p.stride_w + (a.w.size(3) - 1) * p.dilation_w + 1 - a.x.size(3) - p.pad_w};
+      if (a.bias.defined()) plan->bias = memory::desc({a.w.size(0)}, dt, memory::format_tag::a);
+      const dnnl::primitive_attr attr = onednn::user_scratchpad();
+      const auto algo = dnnl::algorithm::convolution_direct;
+      using Fwd = dnnl::convolution_forward;
+      const Fwd::primitive_desc fwd(
+          Fwd::desc(dnnl::prop_kind::forward_training, algo, x_any, a.dir == Dir::BackwardWeight ? w_data : w_req,
+                    plan->bias, y_any, strides, dilates, pad_l, pad_r),
+          attr, onednn::engine());
+      const char* impl = nullptr;
+      if (a.dir == Dir::Forward) {
+        impl = fwd.impl_info_str();
+        plan->x = fwd.src_desc(), plan->w = fwd.weights_desc(), plan->y = fwd.dst_desc();
+        plan->scratchpad = fwd.scratchpad_desc();
+        plan->prim = Fwd(fwd);
+      } else if (a.dir == Dir::BackwardInput) {
+        using Bwd = dnnl::convolution_backward_data;
+        const Bwd::primitive_desc pd(Bwd::desc(algo, x_any, w_req, y_any, strides, dilates, pad_l, pad_r), attr,
+                                     onednn::engine(), fwd);
+        impl = pd.impl_info_str();
+        plan->x = pd.diff_src_desc(), plan->w = pd.weights_desc(), plan->y = pd.diff_dst_desc();
+        plan->scratchpad = pd.scratchpad_desc();
+        plan->prim = Bwd(pd);
+      } else {
+        using Bww = dnnl::convolution_backward_weights;
+        const Bww::primitive_desc pd(Bww::desc(algo, x_any, w_req, memory::desc(), y_any, strides, dilates, pad_l, pad_r),
+                                     attr, onednn::engine(), fwd);
+        impl = pd.impl_info_str();
+        plan->x = pd.src_desc(), plan->w = pd.diff_weights_desc(), plan->y = pd.diff_dst_desc();
+        plan->scratchpad = pd.scratchpad_desc();
+        plan->prim = Bww(pd);
+      }
+      if (!onednn::fast_impl(impl)) return nullptr;
+      plan->impl = impl;
+      const bool x_in = a.dir != Dir::BackwardInput, y_in = a.dir != Dir::Forward, w_in = a.dir != Dir::BackwardWeight;
+      plan->x_moves = plan->x != plan->x_user;
+      plan->y_moves = plan->y != plan->y_user;
+      plan->w_moves = true;  // the weight gradient always goes through the fp32 sum
+      if (w_in) plan->w_moves = plan->w != plan->w_user;
+      if (plan->x_moves) plan->x_reorder = x_in ? onednn::make_reorder(plan->x_user, plan->x) : onednn::make_reorder(plan->x, plan->x_user);
+      if (plan->y_moves) plan->y_reorder = y_in ? onednn::make_reorder(plan->y_user, plan->y) : onednn::make_reorder(plan->y, plan->y_user);
+      if (plan->w_moves) plan->w_reorder = w_in ? onednn::make_reorder(plan->w_user, plan->w) : onednn::make_reorder(plan->w, plan->w_user);
+      return plan;
+    });
+  });
+}
+
+// Adds n floats of `from` into `to`.
+void add_into(float* to, const float* from, size_t n) {
+  for (size_t i = 0; i < n; ++i) to[i] += from[i];
+}
+
+bool run(const ConvArgs& a, std::string& impl) {
+  const OneDnnMode mode = onednn_mode();
+  const DType dt = a.x.dtype();
+  if (mode == OneDnnMode::Off || (dt != kFloat32 && dt != kBFloat16) || a.w.dtype() != dt || a.y.dtype() != dt) return false;
+  if (!a.x.is_dense() || !a.w.is_dense() || !a.y.is_dense() || a.x.numel() == 0 || a.y.numel() == 0 || a.w.numel() == 0)
+    return false;
+  if (a.bias.defined() && (a.bias.dtype() != dt || a.bias.stride(0) != 1)) return false;
+  const int64_t macs = a.y.numel() * (a.w.numel() / a.w.size(0));  // each output: C / groups x kh x kw taps
+  const int64_t cg = a.w.size(1), cog = a.w.size(0) / a.p.groups;
+  const bool depthwise = cg == 1 && a.p.groups > 1;
+  if (mode == OneDnnMode::Sized &&
+      (macs < kOneDnnConvMinMacs || (!depthwise && std::min(cg, cog) < kOneDnnConvMinChannels)))
+    return false;
+  const std::function<std::string()> operands = [&] { return describe(a); };
+  const Cut cut = cut_of(a);
+  const int64_t n = a.x.size(0), tail = n - (cut.units - 1) * cut.unit;
+  const std::shared_ptr<const ConvPlan> full = plan_for(a, cut.unit, nullptr, 0, operands);
+  if (!full) return false;
+  const std::shared_ptr<const ConvPlan> last = tail == cut.unit ? full : plan_for(a, tail, full.get(), cut.unit, operands);
+  if (!last) return false;
+
+  const int64_t es = static_cast<int64_t>(element_size(dt));
+  const char* px = static_cast<const char*>(a.x.raw_data());
+  const char* py = static_cast<const char*>(a.y.raw_data());
+  const char* pw = static_cast<const char*>(a.w.raw_data());
+  const bool weight_grad = a.dir == Dir::BackwardWeight;
+  // The weights in the primitive's layout, once for the call, on this thread.
+  if (!weight_grad && full->w_moves) {
+    void* reordered = onednn::thread_buffer(onednn::Slot::Weights, full->w.get_size());
+    onednn::run_here(dir_name(a.dir), operands, [&] { onednn::run_reorder(full->w_reorder, pw, reordered); });
+    pw = static_cast<const char*>(reordered);
+  }
+  std::vector<onednn::AlignedBuffer> sums;  // the weight gradient's per-run fp32 sums
+  const size_t wbytes = full->w.get_size();
+  if (weight_grad)
+    for (int r = 0; r < cut.parts; ++r) sums.emplace_back(wbytes);
+
+  onednn::run_parts(cut.parts, dir_name(a.dir), operands, [&](int r) {
+    const int64_t u0 = r * cut.units / cut.parts, u1 = (r + 1) * cut.units / cut.parts;
+    for (int64_t u = u0; u < u1; ++u) {
+      const ConvPlan& plan = u + 1 == cut.units ? *last : *full;
+      const int64_t s0 = u * cut.unit;
+      const char* xs = px + s0 * a.x.stride(0) * es;
+      const char* ys = py + s0 * a.y.stride(0) * es;
+      void* xb = plan.x_moves ? onednn::thread_buffer(onednn::Slot::Source, plan.x.get_size()) : const_cast<char*>(xs);
+      void* yb = plan.y_moves ? onednn::thread_buffer(onednn::Slot::Destination, plan.y.get_size()) : const_cast<char*>(ys);
+      std::unordered_map<int, memory> args;
+      if (a.dir == Dir::Forward) {
+        if (plan.x_moves) onednn::run_reorder(plan.x_reorder, xs, xb);
+        args = {{DNNL_ARG_SRC, onednn::wrap(plan.x, xb)}, {DNNL_ARG_WEIGHTS, onednn::wrap(plan.w, pw)},
+                {DNNL_ARG_DST, onednn::wrap(plan.y, yb)}};
+        if (a.bias.defined()) args.emplace(DNNL_ARG_BIAS, onednn::wrap(plan.bias, a.bias.raw_data()));
+        onednn::execute(plan.prim, plan.scratchpad, std::move(args));
+        if (plan.y_moves) onednn::run_reorder(plan.y_reorder, yb, const_cast<char*>(ys));
+      } else if (a.dir == Dir::BackwardInput) {
+        if (plan.y_moves) onednn::run_reorder(plan.y_reorder, ys, yb);
+        args = {{DNNL_ARG_DIFF_DST, onednn::wrap(plan.y, yb)}, {DNNL_ARG_WEIGHTS, onednn::wrap(plan.w, pw)},
+                {DNNL_ARG_DIFF_SRC, onednn::wrap(plan.x, xb)}};
+        onednn::execute(plan.prim, plan.scratchpad, std::move(args));
+        if (plan.x_moves) onednn::run_reorder(plan.x_reorder, xb, const_cast<char*>(xs));
+      } else {
+        if (plan.x_moves) onednn::run_reorder(plan.x_reorder, xs, xb);
+        if (plan.y_moves) onednn::run_reorder(plan.y_reorder, ys, yb);
+        float* sum = static_cast<float*>(sums[static_cast<size_t>(r)].data());
+        float* into = u == u0 ? sum : static_cast<float*>(onednn::thread_buffer(onednn::Slot::DiffWeights, wbytes));
+        args = {{DNNL_ARG_SRC, onednn::wrap(plan.x, xb)}, {DNNL_ARG_DIFF_DST, onednn::wrap(plan.y, yb)},
+                {DNNL_ARG_DIFF_WEIGHTS, onednn::wrap(plan.w, into)}};
+        onednn::execute(plan.prim, plan.scratchpad, std::move(args));
+        if (into != sum) add_into(sum, into, wbytes / sizeof(float));
+      }
+    }
+  });
+  if (weight_grad) {
+    float* total = static_cast<float*>(sums[0].data());
+    for (size_t r = 1; r < sums.size(); ++r) add_into(total, static_cast<const float*>(sums[r].data()), wbytes / sizeof(float));
+    onednn::run_here(dir_name(a.dir), operands, [&] { onednn::run_reorder(full->w_reorder, total, a.w.raw_data()); });
+  }
+  onednn::calls.fetch_add(1, std::memory_order_relaxed);
+  impl = "onednn:" + full->impl;
+  return true;
+}
+
+}  // namespace
+
+bool onednn_conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, const Tensor& out,
+                   std::string& impl) {
+  return run(ConvArgs{x, w, out, bias, p, Dir::Forward}, impl);
+}
+
+bool onednn_conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p,
+                                  const Tensor& grad_x, std::string& impl) {
+  const Tensor none;
+  return run(ConvArgs{grad_x, w, grad_out, none, p, Dir::BackwardInput}, impl);
+}
+
+bool onednn_conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
+                                   const Tensor& grad_w, std::string& impl) {
+  const Tensor none;
+  return run(ConvArgs{x, grad_w, grad_out, none, p, Dir::BackwardWeight}, impl);
+}
+
+}  // namespace mixtrain::backends::cpu
+
+#else  // a library without oneDNN: every call stays on the own kernels
+
+namespace mixtrain::backends::cpu {
+
+bool onednn_conv2d(const Tensor&, const Tensor&, const Tensor&, const Conv2dParams&, const Tensor&, std::string&) {
+  return false;
+}
+bool onednn_conv2d_backward_input(const Tensor&, const Tensor&, const Conv2dParams&, const Tensor&, std::string&) {
+  return false;
+}
+bool onednn_conv2d_backward_weight(const Tensor&, const Tensor&, const Conv2dParams&, const Tensor&, std::string&) {
+  return false;
+}
+
+}  // namespace mixtrain::backends::cpu
+
+#endif  // MIXTRAIN_WITH_ONEDNN

@@ -1,0 +1,61 @@
+#pragma once
+// oneDNN as the CPU backend's engine for GEMMs and convolutions (docs/CPU.md, "oneDNN: which op
+// runs where and how to turn it off"). The backend's kernels (cpu/matmul.cpp, cpu/conv.cpp) offer
+// each call here first; a call oneDNN does not take (switched off, below the size threshold, a
+// dtype or layout it lacks, a library built without it) returns false and runs on the backend's
+// own kernels as before. No oneDNN header crosses this one: it is included by code built
+// without oneDNN too.
+#include <cstdint>
+#include <string>
+
+#include "backends/kernel_types.h"
+#include "mixtrain/core/tensor.h"
+
+namespace mixtrain::backends::cpu {
+
+// Off: own kernels only. Sized: oneDNN from the size thresholds below up (the default). All:
+// oneDNN at every size it supports (tests run the whole matmul/conv suites through it).
+enum class OneDnnMode { Off, Sized, All };
+
+// The mode in force: Off in a library built without oneDNN; else the test override, else the
+// environment's MIXTRAIN_ONEDNN: unset or 1 Sized, 0 Off, "all" All (anything else is an Error).
+OneDnnMode onednn_mode();
+OneDnnMode parse_onednn_mode(const char* value);
+// -1: back to the environment's choice; 0, 1, 2: Off, Sized, All (tests compare the paths).
+void set_onednn_override(int mode);
+bool onednn_built();
+
+// Calls oneDNN has run in this process (tests check which path a call took).
+int64_t onednn_calls();
+
+// Where oneDNN takes a call in Sized mode; other calls stay on the own kernels, whose per-call
+// cost is lower (a oneDNN call costs about 2.5 us of CPU time more: memory objects, argument maps,
+// the primitive's bookkeeping). From bench_cpu_onednn's CPU times on one thread of a 2-core Zen 4
+// without AMX (2026-12-01, a busy machine): bf16 GEMMs on oneDNN overtook the vdpbf16ps kernel at
+// 48^3-64^3 multiply-adds, fp32 ones Eigen at 96^3-128^3; convolutions of 16 channels and more
+// were 1.3-3x faster from the tiny UNet's sizes up, but with 8 channels (padded to oneDNN's
+// blocks of 16) up to 1.8x slower. Re-measure on a quiet machine, and on one with AMX, whose bf16
+// products pay sooner (bench/onednn_check.sh).
+constexpr int64_t kOneDnnGemmMinMacsBf16 = int64_t{1} << 18;
+constexpr int64_t kOneDnnGemmMinMacsFp32 = int64_t{1} << 21;
+constexpr int64_t kOneDnnConvMinMacs = int64_t{1} << 20;
+constexpr int64_t kOneDnnConvMinChannels = 16;  // per group, input and output (depthwise: any)
+
+// The kernels: each returns true when oneDNN ran the call, writing `impl` (oneDNN's
+// implementation name, for the verbose trace), false when the caller must run its own kernel.
+// Arguments as the kernels of backends/matmul.h and backends/conv.h take them.
+bool onednn_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& out, const Tensor& bias,
+                 GemmEpilogue epilogue, std::string& impl);
+bool onednn_conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, const Tensor& out,
+                   std::string& impl);
+bool onednn_conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p,
+                                  const Tensor& grad_x, std::string& impl);
+bool onednn_conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
+                                   const Tensor& grad_w, std::string& impl);
+
+// Whether onednn_gemm would take this call, from shapes, strides and dtypes alone (meta tensors
+// will do): the meta backend models the CPU's scratch with it (oneDNN's path takes none).
+bool onednn_takes_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& out,
+                       const Tensor& bias, GemmEpilogue epilogue);
+
+}  // namespace mixtrain::backends::cpu
