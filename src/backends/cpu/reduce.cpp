@@ -27,24 +27,25 @@ double grad_norm_part(const T* g, int64_t n, double p) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> part(static_cast<size_t>(chunks), 0.0);
   const bool inf = std::isinf(p);
-#pragma omp parallel for schedule(static) if (n > kChunk)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
-    double acc = 0.0;
-    if (inf) {
-      for (int64_t i = b; i < e; ++i) {
-        acc = max_keeping_nan(acc, std::fabs(static_cast<double>(static_cast<acc_t<T>>(g[i]))));
+  parallel_for(chunks, n > kChunk ? 1 : chunks, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
+      double acc = 0.0;
+      if (inf) {
+        for (int64_t i = b; i < e; ++i) {
+          acc = max_keeping_nan(acc, std::fabs(static_cast<double>(static_cast<acc_t<T>>(g[i]))));
+        }
+      } else if (p == 2.0) {
+        acc = lane_sum(e - b, [&](int64_t i) {
+          const double v = static_cast<double>(static_cast<acc_t<T>>(g[b + i]));
+          return v * v;
+        });
+      } else {
+        for (int64_t i = b; i < e; ++i) acc += std::pow(std::fabs(static_cast<double>(static_cast<acc_t<T>>(g[i]))), p);
       }
-    } else if (p == 2.0) {
-      acc = lane_sum(e - b, [&](int64_t i) {
-        const double v = static_cast<double>(static_cast<acc_t<T>>(g[b + i]));
-        return v * v;
-      });
-    } else {
-      for (int64_t i = b; i < e; ++i) acc += std::pow(std::fabs(static_cast<double>(static_cast<acc_t<T>>(g[i]))), p);
+      part[static_cast<size_t>(c)] = acc;
     }
-    part[static_cast<size_t>(c)] = acc;
-  }
+  });
   double total = 0.0;
   for (double v : part) total = inf ? max_keeping_nan(total, v) : total + v;
   return total;
