@@ -14,31 +14,26 @@ Tensor logical_and(const Tensor& a, const Tensor& b) { return where(a, b, bool_s
 Tensor logical_or(const Tensor& a, const Tensor& b) { return where(a, bool_scalar(true, a), b); }
 Tensor isnan(const Tensor& x) { return ne(x, x); }
 
-// How many elements over dims are (not) zero, as int64.
-Tensor count_zeros(const char* op, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, bool nonzero) {
-  check_defined(op, x, "input");
+// all: no element over dims is zero; any: some element is not. Counted (int64) and compared with
+// 0, so NaN counts as non-zero and an empty reduction is true for all, false for any, as PyTorch.
+Tensor truth_test(OpId id, const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim, bool any) {
+  Tensor x = x_in;
+  OpScope scope(id, {&x});
+  check_defined(op_name(id), x, "input");
   NoGradGuard no_grad;
-  const Tensor hit = nonzero ? ne(x.detach(), zero_like_scalar(x)) : eq(x.detach(), zero_like_scalar(x));
-  return sum(hit, dims, keepdim);
+  const Tensor zero = zero_like_scalar(x);
+  const Tensor count = sum(any ? ne(x.detach(), zero) : eq(x.detach(), zero), dims, keepdim);
+  const Tensor none = zero_like_scalar(count);
+  return any ? gt(count, none) : eq(count, none);
 }
 
 }  // namespace
 
-Tensor all(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
-  Tensor x = x_in;
-  OpScope scope(OpId::all, {&x});
-  // NaN is not zero, so it is true, as in PyTorch; over no element the answer is true.
-  const Tensor zeros_found = count_zeros("all", x, dims, keepdim, false);
-  NoGradGuard no_grad;
-  return eq(zeros_found, zero_like_scalar(zeros_found));
+Tensor all(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  return truth_test(OpId::all, x, dims, keepdim, /*any=*/false);
 }
-
-Tensor any(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
-  Tensor x = x_in;
-  OpScope scope(OpId::any, {&x});
-  const Tensor nonzeros_found = count_zeros("any", x, dims, keepdim, true);
-  NoGradGuard no_grad;
-  return gt(nonzeros_found, zero_like_scalar(nonzeros_found));
+Tensor any(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  return truth_test(OpId::any, x, dims, keepdim, /*any=*/true);
 }
 
 bool equal(const Tensor& a, const Tensor& b) {

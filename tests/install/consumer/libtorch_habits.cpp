@@ -81,11 +81,15 @@ int main(int argc, char** argv) {
   const Tensor x = input("all_dim1", "x");
   check(agrees(x.all(), output("all")) && agrees(x.all(1), output("all_dim1")) && agrees(x.any(0, true), output("any_dim0_keepdim")),
         "all(), all(1), any(0, true)");
-  check(input("equal_same", "a").equal(input("equal_same", "b")) && !input("equal_differs", "a").equal(input("equal_differs", "b")),
+  auto same_answer = [&](const char* name, bool got) { return agrees(mt::tensor(got), output(name)); };
+  check(same_answer("equal_same", input("equal_same", "a").equal(input("equal_same", "b"))) &&
+            same_answer("equal_promoted", input("equal_promoted", "a").equal(input("equal_promoted", "b"))),
         "equal()");
-  check(input("allclose_near", "a").allclose(input("allclose_near", "b")) &&
-            !input("allclose_far", "a").allclose(input("allclose_far", "b")) &&
-            input("allclose_nan_equal", "a").allclose(input("allclose_nan_equal", "b"), 1e-5, 1e-8, true),
+  check(same_answer("allclose_near", input("allclose_near", "a").allclose(input("allclose_near", "b"))) &&
+            same_answer("allclose_far", input("allclose_far", "a").allclose(input("allclose_far", "b"))) &&
+            same_answer("allclose_rtol", input("allclose_rtol", "a").allclose(input("allclose_rtol", "b"), 1e-2)) &&
+            same_answer("allclose_nan_equal", input("allclose_nan_equal", "a")
+                                                  .allclose(input("allclose_nan_equal", "b"), 1e-5, 1e-8, true)),
         "allclose(rtol, atol, equal_nan)");
 
   // Differentiable ops: values and gradients of sum(out * w).
