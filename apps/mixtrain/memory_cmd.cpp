@@ -96,8 +96,9 @@ int run_memory(const std::vector<std::string>& argv) {
                   << format_bytes(fit.best.persistent_bytes) << ", " << fit.best.persistent_bytes
                   << " B: weights, optimizer state, data at batch " << fit.best.batch_size << "); no batch fits\n";
       else
-        std::cerr << "mixtrain memory: --fit " << size << ": even batch " << fit.over_batch << " peaks at " << format_bytes(fit.over_peak_bytes)
-                  << " (" << fit.over_peak_bytes << " B); no batch fits\n";
+        std::cerr << "mixtrain memory: --fit " << size << ": even batch " << fit.over_batch << " reserves "
+                  << format_bytes(fit.over_reserved_bytes) << " (" << fit.over_reserved_bytes << " B; allocated "
+                  << format_bytes(fit.over_peak_bytes) << "); no batch fits\n";
       return 1;
     }
     p = std::move(fit.best);
@@ -105,7 +106,7 @@ int run_memory(const std::vector<std::string>& argv) {
   } else {
     p = predict_step(q);
   }
-  const int64_t reserved = predicted_reserved_bytes(p.trace);
+  const int64_t reserved = p.reserved_bytes;
   const std::vector<memory::BufferLifetime> lifetimes = p.trace.lifetimes();
   const int64_t arena = arena_bytes(lifetimes);
   StepMeasurement measured;
@@ -139,6 +140,8 @@ int run_memory(const std::vector<std::string>& argv) {
       // Capped: every batch up to the search's end fits, so there is no first batch that does not.
       doc["fit_over_batch_size"] = fit.capped ? nlohmann::json() : nlohmann::json(fit.over_batch);
       doc["fit_over_peak_bytes"] = fit.capped ? nlohmann::json() : nlohmann::json(fit.over_peak_bytes);
+      doc["fit_over_reserved_bytes"] = fit.capped ? nlohmann::json() : nlohmann::json(fit.over_reserved_bytes);
+      doc["fit_binds"] = fit.capped ? nlohmann::json() : nlohmann::json(fit.binds());
       doc["fit_search_max_batch_size"] = kMaxFitBatch;
       doc["fit_dry_runs"] = fit.dry_runs;
       doc["fit_ms"] = fit_ms;
@@ -157,14 +160,21 @@ int run_memory(const std::vector<std::string>& argv) {
       << (q.spec.checkpoint_activations ? ", checkpointed activations" : "") << ", one training step on "
       << q.target.str() << ", by dry run (" << std::fixed << std::setprecision(1) << p.dry_run_ms << " ms)\n"
       << std::defaultfloat;
-  if (fit_limit > 0 && fit.capped)
-    out << "  --fit " << f.fit << ": batch " << p.batch_size << " fits, and the search goes no further (it stops at "
-        << kMaxFitBatch << " samples; larger batches were not tried) (" << fit.dry_runs << " dry runs, "
-        << static_cast<int64_t>(fit_ms) << " ms)\n";
-  else if (fit_limit > 0)
-    out << "  --fit " << f.fit << ": batch " << p.batch_size << " is the largest that fits; batch " << fit.over_batch
-        << " would peak at " << format_bytes(fit.over_peak_bytes) << " (" << fit.dry_runs << " dry runs, "
-        << static_cast<int64_t>(fit_ms) << " ms)\n";
+  if (fit_limit > 0 && fit.capped) {
+    out << "  --fit " << f.fit << ": batch " << p.batch_size << " fits (" << format_bytes(reserved) << " reserved, "
+        << format_bytes(p.peak_bytes) << " allocated), and the search goes no further (it stops at " << kMaxFitBatch
+        << " samples; larger batches were not tried) (" << fit.dry_runs << " dry runs, " << static_cast<int64_t>(fit_ms)
+        << " ms)\n";
+  } else if (fit_limit > 0) {
+    // The limit meets the reserved bytes (the caching allocator's segments), so that is what fits.
+    out << "  --fit " << f.fit << ": batch " << p.batch_size << " is the largest whose reserved bytes fit ("
+        << format_bytes(reserved) << " reserved, " << format_bytes(p.peak_bytes) << " allocated)\n";
+    if (fit.over_batch > 0)
+      out << "  batch " << fit.over_batch << " would reserve " << format_bytes(fit.over_reserved_bytes) << " and allocate "
+          << format_bytes(fit.over_peak_bytes) << ": "
+          << (fit.binds() == "reserved" ? "reserved binds (the allocated bytes alone would fit)" : "allocated binds")
+          << " (" << fit.dry_runs << " dry runs, " << static_cast<int64_t>(fit_ms) << " ms)\n";
+  }
   print_row(out, "peak allocated", p.peak_bytes);
   print_row(out, "reserved (estimated)", reserved, "allocator replay");
   print_row(out, "  fragmentation headroom", reserved - p.peak_bytes);

@@ -164,6 +164,7 @@ StepPrediction predict_step(const StepQuery& query) {
   r.dry_run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   r.batch_size = query.global_batch_size > 0 ? rows : t.task->batch_size();
   r.peak_bytes = r.trace.peak_bytes();
+  r.reserved_bytes = predicted_reserved_bytes(r.trace);
   for (const memory::MemoryEvent& e : r.trace.events)
     r.persistent_bytes = live_after(r.persistent_bytes, e, "mixtrain memory: persistent bytes");
   r.activation_bytes = peak_live_of_role(r.trace, memory::Role::Activation);
@@ -257,31 +258,49 @@ std::string format_bytes(int64_t bytes) {
 // The smallest batch searched: the tiny MLP preset's synthetic data needs two samples.
 constexpr int64_t kMinFitBatch = 2;
 
-FitResult fit_batch(StepQuery query, int64_t limit, int64_t max_batch) {
+std::string FitResult::binds() const {
+  if (over_batch == 0) return "";
+  return over_peak_bytes > limit ? "allocated" : "reserved";
+}
+
+FitResult fit_batch(StepQuery query, int64_t limit, int64_t max_batch, FitBy by) {
   FitResult r;
+  r.by = by;
+  r.limit = limit;
+  // The figure the search keeps within the limit (reserved is never below allocated, but the
+  // larger of the two is taken so the answer holds whatever the replay says).
+  const auto bytes = [by](const StepPrediction& p) {
+    return by == FitBy::Allocated ? p.peak_bytes : std::max(p.peak_bytes, p.reserved_bytes);
+  };
   const auto at = [&](int64_t batch) {
     query.spec.batch_size = batch;
     ++r.dry_runs;
     return predict_step(query);
   };
+  const auto mark_over = [&](int64_t batch, const StepPrediction& p) {
+    r.over_batch = batch;
+    r.over_peak_bytes = p.peak_bytes;
+    r.over_reserved_bytes = p.reserved_bytes;
+  };
   r.best = at(kMinFitBatch);
   const int64_t peak_at_min = r.best.peak_bytes;
-  if (r.best.peak_bytes > limit) {
-    r.over_batch = kMinFitBatch;
-    r.over_peak_bytes = r.best.peak_bytes;
+  if (bytes(r.best) > limit) {
+    mark_over(kMinFitBatch, r.best);
     return r;
   }
   r.fits = true;
   int64_t lo = kMinFitBatch, hi = 0;  // lo fits; hi (when > 0) does not
+  int64_t over_bytes = 0;             // bytes(hi)
   const auto probe = [&](int64_t batch) {
     StepPrediction p = at(batch);
-    const bool fits = p.peak_bytes <= limit;
+    const bool fits = bytes(p) <= limit;
     if (fits && batch > lo) {
       lo = batch;
       r.best = std::move(p);
     } else if (!fits && (hi == 0 || batch < hi)) {
       hi = batch;
-      r.over_peak_bytes = p.peak_bytes;
+      over_bytes = bytes(p);
+      mark_over(batch, p);
     }
     return fits;
   };
@@ -289,9 +308,11 @@ FitResult fit_batch(StepQuery query, int64_t limit, int64_t max_batch) {
   // (tens of ms for the full transformer), so guess first: the peak grows about linearly with the
   // batch. The guess and its neighbour usually settle it; doubling and bisection below make the answer exact whatever the guess.
   if (max_batch >= 2 * kMinFitBatch && probe(2 * kMinFitBatch)) {
+    // The slope of the allocated peak: smooth, where the reserved bytes rise in segment-sized steps
+    // (flat from 2 to 4 for a small model, which would leave doubling to find the answer).
     const int64_t slope = (r.best.peak_bytes - peak_at_min) / kMinFitBatch;
     if (slope > 0) {
-      const int64_t guess = std::clamp<int64_t>(lo + (limit - r.best.peak_bytes) / slope, lo, max_batch);
+      const int64_t guess = std::clamp<int64_t>(lo + (limit - bytes(r.best)) / slope, lo, max_batch);
       if (guess > lo) {
         if (probe(guess)) {
           if (guess < max_batch) probe(guess + 1);
@@ -308,15 +329,13 @@ FitResult fit_batch(StepQuery query, int64_t limit, int64_t max_batch) {
   while (hi > lo + 1) {
     const int64_t width = hi - lo;
     int64_t mid = lo + width / 2;
-    if (!bisect && r.over_peak_bytes > r.best.peak_bytes) {
-      const double t = static_cast<double>(limit - r.best.peak_bytes) /
-                       static_cast<double>(r.over_peak_bytes - r.best.peak_bytes);
+    if (!bisect && over_bytes > bytes(r.best)) {
+      const double t = static_cast<double>(limit - bytes(r.best)) / static_cast<double>(over_bytes - bytes(r.best));
       mid = std::clamp<int64_t>(lo + static_cast<int64_t>(t * static_cast<double>(width)), lo + 1, hi - 1);
     }
     probe(mid);
     bisect = !bisect && 2 * (hi - lo) > width;
   }
-  r.over_batch = hi;
   r.capped = hi == 0;
   return r;
 }

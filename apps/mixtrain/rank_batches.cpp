@@ -60,7 +60,9 @@ std::vector<double> auto_rank_weights(StepQuery query, int64_t global_batch, std
     const Device device = query.target.is_cuda() ? Device::cuda(env.local_rank) : query.target;
     mine.budget_bytes = rank_memory_budget(device, env.local_world_size);
     query.global_batch_size = global_batch;
-    const FitResult fit = fit_batch(query, mine.budget_bytes, global_batch);
+    // By the allocated peak, as before --fit moved to reserved bytes; the rank budget is free memory
+    // plus the cache's free bytes, so reserved would be the stricter and truer test (a follow-up).
+    const FitResult fit = fit_batch(query, mine.budget_bytes, global_batch, FitBy::Allocated);
     mine.batch = fit.fits ? fit.best.batch_size : 0;
   } catch (const std::exception&) {
     failure = std::current_exception();

@@ -30,6 +30,7 @@
 #include "mixtrain/data/data.h"
 #include "mixtrain/io/checkpoint.h"
 #include "mixtrain/io/safetensors.h"
+#include "mixtrain/io/serialize.h"
 #include "mixtrain/nn/utils.h"
 #include "mixtrain/optim/optim.h"
 #include "mixtrain/distributed/process_group.h"

@@ -155,20 +155,23 @@ namespace detail {
 void set_save_hook(SaveHook hook) { save_hook() = std::move(hook); }
 }  // namespace detail
 
-void save_checkpoint(const std::string& dir_in, const NamedTensors& model, const optim::Optimizer& optimizer,
-                     const amp::GradScaler& scaler, int64_t step, const nlohmann::json& extra,
-                     const CheckpointParts& parts) {
+namespace {
+
+// scaler: null for a run without one (fp32, bf16); the checkpoint then has no "scaler" entry.
+void save_impl(const std::string& dir_in, const NamedTensors& model, const optim::Optimizer& optimizer,
+               const amp::GradScaler* scaler, int64_t step, const nlohmann::json& extra, const CheckpointParts& parts) {
   MT_CHECK(step >= 0, "save_checkpoint: step must be >= 0, got ", step);
   const fs::path dir = checkpoint_path(dir_in);
   check_replaceable(dir, "save_checkpoint");
   // Whatever this writes, load_checkpoint must accept: check the state with the loader's rules
   // before anything on disk is touched.
   const NamedTensors opt_tensors = optimizer.state_tensors();
-  const nlohmann::json opt_state = optimizer.state_dict(), scaler_state = scaler.state_dict();
+  const nlohmann::json opt_state = optimizer.state_dict();
+  const nlohmann::json scaler_state = scaler ? scaler->state_dict() : nlohmann::json();
   try {
     mixtrain::detail::check_json_depth(extra, "extra");
     optimizer.validate_state_dict(opt_state, opt_tensors);
-    scaler.validate_state_dict(scaler_state);
+    if (scaler) scaler->validate_state_dict(scaler_state);
   } catch (const Error& e) {
     MT_ERROR("save_checkpoint: refusing to write ", dir.string(), ", which load_checkpoint would reject (the ",
              "previous checkpoint is left as it was): ", e.what());
@@ -194,9 +197,9 @@ void save_checkpoint(const std::string& dir_in, const NamedTensors& model, const
                                   {"step", step},
                                   {"files", files},
                                   {"optimizer", opt_state},
-                                  {"scaler", scaler_state},
                                   {"rng", {{"seed", rng.seed}, {"offset", rng.offset}}},
                                   {"extra", extra}};
+  if (scaler) trainer["scaler"] = scaler_state;
   if (parts.scheduler) trainer["scheduler"] = parts.scheduler->state_dict();
   if (parts.data) trainer["data"] = parts.data->state_dict();
   {
@@ -212,8 +215,10 @@ void save_checkpoint(const std::string& dir_in, const NamedTensors& model, const
   guard.done = true;
 }
 
-int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, optim::Optimizer& optimizer,
-                        amp::GradScaler& scaler, nlohmann::json* extra, const CheckpointParts& parts) {
+// scaler: null when the run has none; a checkpoint's "scaler" entry is then left unread, as a
+// part saved but not asked for.
+int64_t load_impl(const std::string& dir_in, const NamedTensors& model, optim::Optimizer& optimizer,
+                  amp::GradScaler* scaler, nlohmann::json* extra, const CheckpointParts& parts) {
   fs::path dir = checkpoint_path(dir_in);
   remove_stale_staging(dir);
   if (!fs::exists(dir) && fs::exists(sibling(dir, ".mixtrain-old"))) dir = sibling(dir, ".mixtrain-old");
@@ -224,8 +229,9 @@ int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, op
   const mixtrain::detail::InputFile manifest(where, "load_checkpoint");
   const nlohmann::json trainer =
       mixtrain::detail::parse_json_bounded(manifest.read_all(mixtrain::detail::kMaxTextFileBytes), where);
-  json_io::check_object_keys(trainer, {"format", "version", "step", "files", "optimizer", "scaler", "rng"},
-                             {"extra", "scheduler", "data"},
+  // "scaler" is optional since runs without a GradScaler save none; older checkpoints all have one.
+  json_io::check_object_keys(trainer, {"format", "version", "step", "files", "optimizer", "rng"},
+                             {"extra", "scheduler", "data", "scaler"},
                              where);
   MT_CHECK(json_io::json_string(trainer, "format", where) == kFormat, where, ".format must be \"", kFormat, "\"");
   const int64_t version = json_io::json_integer(trainer, "version", where, 0, std::numeric_limits<int64_t>::max());
@@ -268,7 +274,6 @@ int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, op
   for (const auto& e : opt_file.index().entries)
     stand_ins.emplace_back(e.name, zeros({}, TensorOptions(e.dtype)).expand(e.shape));
   optimizer.validate_state_dict(trainer["optimizer"], stand_ins);
-  scaler.validate_state_dict(trainer["scaler"]);
   auto part = [&](const void* given, const char* key, const char* what) -> const nlohmann::json* {
     if (!given) return nullptr;
     MT_CHECK(trainer.contains(key), "load_checkpoint: ", where, " has no \"", key, "\" entry, but ", what,
@@ -277,6 +282,8 @@ int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, op
   };
   const nlohmann::json* scheduler_state = part(parts.scheduler, "scheduler", "a learning-rate scheduler");
   const nlohmann::json* data_state = part(parts.data, "data", "a data loader");
+  const nlohmann::json* scaler_state = part(scaler, "scaler", "a GradScaler");
+  if (scaler_state) scaler->validate_state_dict(*scaler_state);
   if (scheduler_state) parts.scheduler->validate_state_dict(*scheduler_state);
   if (data_state) parts.data->validate_state_dict(*data_state);
 
@@ -293,12 +300,35 @@ int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, op
     opt_destinations.push_back(it->second);
   }
   opt_file.read_into(opt_destinations);
-  scaler.load_state_dict(trainer["scaler"]);
+  if (scaler_state) scaler->load_state_dict(*scaler_state);
   default_generator().set_state(rng);
   if (scheduler_state) parts.scheduler->load_state_dict(*scheduler_state);
   if (data_state) parts.data->load_state_dict(*data_state);
   if (extra) *extra = trainer.contains("extra") ? trainer["extra"] : nlohmann::json::object();
   return step;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& dir, const NamedTensors& model, const optim::Optimizer& optimizer,
+                     const amp::GradScaler& scaler, int64_t step, const nlohmann::json& extra,
+                     const CheckpointParts& parts) {
+  save_impl(dir, model, optimizer, &scaler, step, extra, parts);
+}
+
+void save_checkpoint(const std::string& dir, const NamedTensors& model, const optim::Optimizer& optimizer,
+                     int64_t step, const nlohmann::json& extra, const CheckpointParts& parts) {
+  save_impl(dir, model, optimizer, nullptr, step, extra, parts);
+}
+
+int64_t load_checkpoint(const std::string& dir, const NamedTensors& model, optim::Optimizer& optimizer,
+                        amp::GradScaler& scaler, nlohmann::json* extra, const CheckpointParts& parts) {
+  return load_impl(dir, model, optimizer, &scaler, extra, parts);
+}
+
+int64_t load_checkpoint(const std::string& dir, const NamedTensors& model, optim::Optimizer& optimizer,
+                        nlohmann::json* extra, const CheckpointParts& parts) {
+  return load_impl(dir, model, optimizer, nullptr, extra, parts);
 }
 
 }  // namespace mixtrain::io

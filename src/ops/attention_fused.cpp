@@ -62,7 +62,7 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
     const Shape qs = q.shape(), ks = k.shape(), vs = v.shape();
     const autograd::SavedTensor q_s = autograd::saved(qc, "input 0 (query)"), k_s = autograd::saved(kc, "input 1 (key)"),
                                 v_s = autograd::saved(vc, "input 2 (value)"), o_s = autograd::saved(out, "output 0");
-    autograd::record("ScaledDotProductAttentionBackward", {&out}, {&q, &k, &v}, [=](const TensorList& g) {
+    autograd::record("ScaledDotProductAttentionBackward0", {&out}, {&q, &k, &v}, [=](const TensorList& g) {
       const Tensor& qv = q_s;
       const Tensor go = g[0].to(qv.dtype()).contiguous().view({b, l, ev});
       const Tensor dq = new_empty({b, l, e}, qv), dk = new_empty({b, s, e}, qv), dv = new_empty({b, s, ev}, qv);

@@ -1,6 +1,9 @@
 #include "support/testing.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <sstream>
 
 namespace mixtrain::testing {
@@ -154,6 +157,17 @@ const std::vector<DType>& float_types() {
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+TempDir::TempDir(const std::string& prefix) {
+  std::string t = (std::filesystem::temp_directory_path() / (prefix + "_XXXXXX")).string();
+  MT_CHECK(::mkdtemp(t.data()) != nullptr, "TempDir: mkdtemp failed for ", t);
+  path = t;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
 }
 
 }  // namespace mixtrain::testing

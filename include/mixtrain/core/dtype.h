@@ -16,6 +16,14 @@ constexpr DType kFloat64 = DType::Float64;
 constexpr DType kInt64 = DType::Int64;
 constexpr DType kInt32 = DType::Int32;
 constexpr DType kBool = DType::Bool;
+// libtorch's spellings of the same dtypes (torch::kFloat, torch::kLong, ...). The dtypes
+// libtorch has and mixtrain does not (kByte, kChar, kShort, the complex types) are not aliased.
+using ScalarType = DType;
+constexpr DType kFloat = DType::Float32;
+constexpr DType kDouble = DType::Float64;
+constexpr DType kHalf = DType::Float16;
+constexpr DType kLong = DType::Int64;
+constexpr DType kInt = DType::Int32;
 
 constexpr int kNumDTypes = 7;
 

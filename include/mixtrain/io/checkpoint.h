@@ -4,7 +4,8 @@
 //   optimizer.safetensors  optimizer tensors: "state.<index>.exp_avg", "state.<index>.master_param", ...
 //   trainer.json           {"format": "mixtrain-checkpoint", "version": 1, "step", "files" (size and
 //                          CRC-32 of both safetensors files), "optimizer" (hyper-parameters and
-//                          step counts), "scaler" (GradScaler.state_dict()), "rng" (seed and
+//                          step counts), "scaler" (GradScaler.state_dict(); absent when saved
+//                          without a scaler, as fp32 and bf16 runs are), "rng" (seed and
 //                          offset of mixtrain::default_generator()), "extra" (caller's JSON),
 //                          and, when saved with them (CheckpointParts), "scheduler" (an
 //                          LRScheduler's state_dict()) and "data" (a DataLoader's position)}
@@ -68,5 +69,17 @@ void save_checkpoint(const std::string& dir, const nn::Module& model, const opti
                      const amp::GradScaler& scaler, int64_t step);
 int64_t load_checkpoint(const std::string& dir, nn::Module& model, optim::Optimizer& optimizer,
                         amp::GradScaler& scaler, nlohmann::json* extra = nullptr, const CheckpointParts& parts = {});
+
+// Without a GradScaler: fp32 and bf16 runs have none. The checkpoint then has no "scaler" entry.
+// Loading without a scaler ignores a saved one (as a part that was saved but not asked for);
+// loading with one a checkpoint saved without one is an Error, and changes nothing.
+void save_checkpoint(const std::string& dir, const NamedTensors& model, const optim::Optimizer& optimizer, int64_t step,
+                     const nlohmann::json& extra = nlohmann::json::object(), const CheckpointParts& parts = {});
+int64_t load_checkpoint(const std::string& dir, const NamedTensors& model, optim::Optimizer& optimizer,
+                        nlohmann::json* extra = nullptr, const CheckpointParts& parts = {});
+void save_checkpoint(const std::string& dir, const nn::Module& model, const optim::Optimizer& optimizer, int64_t step,
+                     const nlohmann::json& extra = nlohmann::json::object(), const CheckpointParts& parts = {});
+int64_t load_checkpoint(const std::string& dir, nn::Module& model, optim::Optimizer& optimizer,
+                        nlohmann::json* extra = nullptr, const CheckpointParts& parts = {});
 
 }  // namespace mixtrain::io
