@@ -46,4 +46,14 @@ int64_t load_checkpoint(const std::string& dir, nn::Module& model, optim::Optimi
   return load_checkpoint(dir, module_tensors(model), optimizer, extra, parts);
 }
 
+void save_checkpoint(const std::string& dir, const NamedTensors& model, const optim::Optimizer& optimizer,
+                     int64_t step) {
+  save_checkpoint(dir, model, optimizer, step, nlohmann::json::object());
+}
+
+void save_checkpoint(const std::string& dir, const nn::Module& model, const optim::Optimizer& optimizer,
+                     int64_t step) {
+  save_checkpoint(dir, module_tensors(model), optimizer, step, nlohmann::json::object());
+}
+
 }  // namespace mixtrain::io

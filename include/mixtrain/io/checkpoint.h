@@ -74,11 +74,13 @@ int64_t load_checkpoint(const std::string& dir, nn::Module& model, optim::Optimi
 // Loading without a scaler ignores a saved one (as a part that was saved but not asked for);
 // loading with one a checkpoint saved without one is an Error, and changes nothing.
 void save_checkpoint(const std::string& dir, const NamedTensors& model, const optim::Optimizer& optimizer, int64_t step,
-                     const nlohmann::json& extra = nlohmann::json::object(), const CheckpointParts& parts = {});
+                     const nlohmann::json& extra, const CheckpointParts& parts = {});
+void save_checkpoint(const std::string& dir, const NamedTensors& model, const optim::Optimizer& optimizer, int64_t step);
 int64_t load_checkpoint(const std::string& dir, const NamedTensors& model, optim::Optimizer& optimizer,
                         nlohmann::json* extra = nullptr, const CheckpointParts& parts = {});
 void save_checkpoint(const std::string& dir, const nn::Module& model, const optim::Optimizer& optimizer, int64_t step,
-                     const nlohmann::json& extra = nlohmann::json::object(), const CheckpointParts& parts = {});
+                     const nlohmann::json& extra, const CheckpointParts& parts = {});
+void save_checkpoint(const std::string& dir, const nn::Module& model, const optim::Optimizer& optimizer, int64_t step);
 int64_t load_checkpoint(const std::string& dir, nn::Module& model, optim::Optimizer& optimizer,
                         nlohmann::json* extra = nullptr, const CheckpointParts& parts = {});
 
