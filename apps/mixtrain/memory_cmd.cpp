@@ -58,8 +58,9 @@ std::unique_ptr<CLI::App> memory_app(MemoryFlags& f) {
   return app;
 }
 
-constexpr const char* kRoleLabels[memory::kNumRoles] = {"parameters",  "gradients",   "optimizer state", "master weights",
-                                                       "activations", "temporaries", "workspace",       "input"};
+constexpr const char* kRoleLabels[memory::kNumRoles] = {
+    "parameters", "gradients", "optimizer state", "master weights", "activations",
+    "temporaries", "workspace", "input",           "fp8 copies",     "fp8 scaling state"};
 
 void print_row(std::ostream& out, const std::string& name, int64_t bytes, const std::string& note = "") {
   out << "  " << std::left << std::setw(28) << name << std::right << std::setw(12) << format_bytes(bytes) << "  "
