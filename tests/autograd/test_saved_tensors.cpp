@@ -197,7 +197,7 @@ std::map<std::string, Case> cases() {
 }
 
 // Ops with no gradient: nothing to save.
-const std::set<std::string> kNotDifferentiable = {"compare", "argmax"};
+const std::set<std::string> kNotDifferentiable = {"compare", "argmax", "scaled_mm"};
 
 // Changes t's values in place (so a backward that read them would differ), outside autograd.
 void change_in_place(mt::Tensor t) {
