@@ -36,8 +36,10 @@ std::unique_ptr<CLI::App> memory_app(MemoryFlags& f) {
       ->check(flags::integer_at_least(1))
       ->type_name("N")
       ->default_str("the --size preset's");
-  app->add_option("--precision", f.precision, "fp32, or autocast fp16 (with a GradScaler) or bf16")
-      ->check(flags::one_of({"fp32", "fp16", "bf16"}))
+  app->add_option("--precision", f.precision,
+                  "fp32, or autocast fp16 (with a GradScaler) or bf16, or fp8 (the Linear layers in FP8: their fp8 "
+                  "copies and scaling state are shown)")
+      ->check(flags::one_of({"fp32", "fp16", "bf16", "fp8"}))
       ->type_name("P");
   app->add_option("--device", f.device, "the target: cpu or cuda (planned without a GPU)")
       ->check(flags::one_of({"cpu", "cuda"}))

@@ -8,6 +8,7 @@
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/amp/cast_policy.h"
 #include "mixtrain/amp/custom_op.h"
+#include "mixtrain/amp/fp8.h"
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/core/checked_int.h"
