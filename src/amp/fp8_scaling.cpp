@@ -162,9 +162,10 @@ void Fp8Scaling::validate_state_dict(const nlohmann::json& state, const std::map
     };
     const std::vector<double> scale = get("fp8_scale", {3}), inv = get("fp8_scale_inv", {3});
     const std::vector<double> history = get("fp8_amax_history", {rows, 3});
-    for (int j = 0; j < 3; ++j) {
+    for (int j = 0; j < 3; ++j)
       MT_CHECK(std::isfinite(scale[j]) && scale[j] > 0, where, ": \"", joined(layer, "fp8_scale"), "\"[", j, "] is ",
                scale[j], "; a scale must be finite and positive");
+    for (int j = 0; j < 3; ++j) {
       MT_CHECK(inv[j] == static_cast<double>(1.0f / static_cast<float>(scale[j])), where, ": \"",
                joined(layer, "fp8_scale_inv"), "\"[", j, "] is ", inv[j], " but 1 / scale is ",
                1.0f / static_cast<float>(scale[j]), " (scale and inverse scale disagree)");
