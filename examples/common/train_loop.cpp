@@ -341,6 +341,10 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
   }
   result.seconds = std::chrono::duration<double>(clock::now() - start).count();
   result.memory = memory::stats(options.device);
+  if (fp8) {
+    result.fp8_layers = fp8->stats();
+    for (const auto& [name, m] : model.named_modules()) result.linear_layers += dynamic_cast<nn::LinearImpl*>(m.get()) != nullptr;
+  }
   if (plans) {
     result.memory_plans = static_cast<int64_t>(plans->size());
     result.plan_hits = result.memory.num_plan_hits - plan_stats0.num_plan_hits;

@@ -168,6 +168,10 @@ struct TrainResult {
   // With memory_plan: plans built (one per batch shape), requests served from their arenas and
   // steps that differed from their plan, over this run.
   int64_t memory_plans = 0, plan_hits = 0, plan_misses = 0;
+  // Precision::Fp8: the FP8 layers' statistics of the last step, and the model's Linear layers
+  // (those left out by amp::Fp8Scaling's filter ran in bf16).
+  std::vector<amp::Fp8LayerStats> fp8_layers;
+  int64_t linear_layers = 0;
 };
 
 TrainResult train(TrainTask& task, const TrainOptions& options,

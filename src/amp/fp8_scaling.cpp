@@ -67,6 +67,8 @@ Fp8Scaling::Fp8Scaling(nn::Module& model, const Fp8Recipe& recipe, Filter filter
     last_amax_.push_back(zeros({3}, f32));
     last_scale_.push_back(ones({3}, f32));
     last_saturated_.push_back(zeros({3}, TensorOptions(kInt64).device(linear->weight.device())));
+    for (const Tensor* t : {&last_amax_.back(), &last_scale_.back(), &last_saturated_.back()})
+      memory::tag_role(t->impl()->storage.get(), t->device(), memory::Role::Fp8State);
     layers_.emplace_back(name, std::move(linear));
   }
 }

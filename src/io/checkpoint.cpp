@@ -259,7 +259,11 @@ int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, op
   std::vector<Tensor> destinations;  // in file order
   for (const auto& e : model_file.index().entries) {
     auto it = by_name.find(e.name);
-    MT_CHECK(it != by_name.end(), "load_checkpoint: ", mw, " has tensor \"", e.name, "\", which the model does not have");
+    MT_CHECK(it != by_name.end(), "load_checkpoint: ", mw, " has tensor \"", e.name, "\", which the model does not have",
+             e.name.find("fp8_") != std::string::npos
+                 ? " (FP8 scaling state: the checkpoint comes from FP8 training; give the model's Linear layers their "
+                   "state with amp::Fp8Scaling before loading)"
+                 : "");
     destinations.push_back(it->second);
   }
   model_file.verify();
