@@ -81,30 +81,13 @@ TEST_F(CudaFp8, ScaleUpdateIsTheCpusBitForBit) {
   }
 }
 
-// fp64 reference of (a @ b) * sa * sb + bias and the per-element bound of fp32 sums over k exact
-// products and one rounding into `out` (tests/ops/test_fp8.cpp's, for the GPU's summation order).
-::testing::AssertionResult matches_reference(const Tensor& got_t, const Tensor& a, const Tensor& b, double s,
+// scaled_mm against the fp64 reference (support/fp8_reference.h), on the CPU copies of a and b.
+::testing::AssertionResult matches_reference(const Tensor& got, const Tensor& a, const Tensor& b, double s,
                                              const Tensor& bias, DType out) {
-  const std::vector<double> av = to_doubles(a.contiguous().to(kFloat32)), bv = to_doubles(b.contiguous().to(kFloat32));
-  const std::vector<double> got = to_doubles(got_t.to(Device::cpu()));
-  const std::vector<double> bias_v = bias.defined() ? to_doubles(bias) : std::vector<double>();
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  const double u = out == kBFloat16 ? std::ldexp(1.0, -8) : out == kFloat16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -24);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      double sum = 0, abs_sum = 0;
-      for (int64_t p = 0; p < k; ++p) {
-        sum += av[i * k + p] * bv[p * n + j];
-        abs_sum += std::fabs(av[i * k + p] * bv[p * n + j]);
-      }
-      const double want = s * sum + (bias_v.empty() ? 0.0 : bias_v[j]);
-      const double bound = (k + 2) * std::ldexp(1.0, -24) * std::fabs(s) * abs_sum + u * std::fabs(want) * 1.0001 +
-                           (out == kFloat16 ? std::ldexp(1.0, -25) : 1e-30);
-      if (!(std::fabs(got[i * n + j] - want) <= bound))
-        return ::testing::AssertionFailure() << "element (" << i << ", " << j << "): got " << got[i * n + j]
-                                             << ", reference " << want << " (bound " << bound << ")";
-    }
-  return ::testing::AssertionSuccess();
+  return fp8::within(to_doubles(got.to(Device::cpu())),
+                     fp8::product_reference(to_doubles(a.contiguous().to(kFloat32)), to_doubles(b.contiguous().to(kFloat32)),
+                                            a.size(0), a.size(1), b.size(1), s, bias.defined() ? to_doubles(bias) : std::vector<double>(),
+                                            out));
 }
 
 TEST_F(CudaFp8, ScaledMmMatchesTheFp64ReferenceInEveryLayoutAndDtype) {

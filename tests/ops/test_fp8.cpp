@@ -4,6 +4,7 @@
 // against its recorded state (amaxes, saturation counts, current scales) and in backward.
 #include "backends/fp8.h"
 #include "ops/op_reference.h"
+#include "support/fp8_reference.h"
 #include "support/testing.h"
 
 namespace mt = mixtrain;
@@ -14,42 +15,10 @@ using mt::testing::to_doubles;
 
 namespace {
 
-double unit_roundoff(mt::DType out) {
-  return out == mt::kBFloat16 ? std::ldexp(1.0, -8) : out == mt::kFloat16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -24);
-}
+using mt::testing::fp8::product_reference;
 
-// a [m, k], b [k, n] as fp64 values (row-major), the reference out = s * a b + bias and, per
-// element, the bound: fp32 sums of k exact products (k ulps of sum |a b|), then one rounding.
-struct Reference {
-  std::vector<double> value, bound;
-};
-Reference product_reference(const std::vector<double>& a, const std::vector<double>& b, int64_t m, int64_t k, int64_t n,
-                            double s, const std::vector<double>& bias, mt::DType out) {
-  Reference r;
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      double sum = 0, abs_sum = 0;
-      for (int64_t p = 0; p < k; ++p) {
-        sum += a[i * k + p] * b[p * n + j];
-        abs_sum += std::fabs(a[i * k + p] * b[p * n + j]);
-      }
-      const double v = s * sum + (bias.empty() ? 0.0 : bias[j]);
-      r.value.push_back(v);
-      r.bound.push_back(static_cast<double>(k + 2) * std::ldexp(1.0, -24) * std::fabs(s) * abs_sum +
-                        unit_roundoff(out) * std::fabs(v) * 1.0001 +
-                        (out == mt::kFloat16 ? std::ldexp(1.0, -25) : 1e-30));  // fp16's subnormal steps
-    }
-  return r;
-}
-
-::testing::AssertionResult within(const Tensor& got_t, const Reference& ref) {
-  const std::vector<double> got = to_doubles(got_t);
-  if (got.size() != ref.value.size()) return ::testing::AssertionFailure() << "size " << got.size();
-  for (size_t i = 0; i < got.size(); ++i)
-    if (!(std::fabs(got[i] - ref.value[i]) <= ref.bound[i]))
-      return ::testing::AssertionFailure() << "element " << i << ": got " << got[i] << ", reference " << ref.value[i]
-                                           << " (bound " << ref.bound[i] << ")";
-  return ::testing::AssertionSuccess();
+::testing::AssertionResult within(const Tensor& got, const mt::testing::fp8::ProductReference& ref) {
+  return mt::testing::fp8::within(to_doubles(got), ref);
 }
 
 // Random fp8 data spread over the format's range (and a few subnormals), as [rows, cols].

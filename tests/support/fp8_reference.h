@@ -13,7 +13,10 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include "mixtrain/core/dtype.h"
 
 namespace mixtrain::testing::fp8 {
 
@@ -153,6 +156,43 @@ inline std::string hex32(uint32_t v) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "%08x", v);
   return buf;
+}
+
+// The fp64 reference of a scaled product, out = s * (a b) + bias (a [m, k], b [k, n] and bias as
+// row-major fp64 values, an empty bias for none), and per element the bound an implementation with
+// exact products, fp32 sums over k terms and one rounding into `out` stays within: k + 2 ulps of
+// fp32 over the sum of the products' magnitudes, plus the output's rounding (fp16's subnormal
+// step included).
+struct ProductReference {
+  std::vector<double> value, bound;
+};
+
+inline ProductReference product_reference(const std::vector<double>& a, const std::vector<double>& b, int64_t m,
+                                          int64_t k, int64_t n, double s, const std::vector<double>& bias, DType out) {
+  const double u = out == kBFloat16 ? std::ldexp(1.0, -8) : out == kFloat16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -24);
+  ProductReference r;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0, abs_sum = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        sum += a[i * k + p] * b[p * n + j];
+        abs_sum += std::fabs(a[i * k + p] * b[p * n + j]);
+      }
+      const double v = s * sum + (bias.empty() ? 0.0 : bias[j]);
+      r.value.push_back(v);
+      r.bound.push_back(static_cast<double>(k + 2) * std::ldexp(1.0, -24) * std::fabs(s) * abs_sum +
+                        u * std::fabs(v) * 1.0001 + (out == kFloat16 ? std::ldexp(1.0, -25) : 1e-30));
+    }
+  return r;
+}
+
+inline ::testing::AssertionResult within(const std::vector<double>& got, const ProductReference& ref) {
+  if (got.size() != ref.value.size()) return ::testing::AssertionFailure() << "size " << got.size();
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(std::fabs(got[i] - ref.value[i]) <= ref.bound[i]))
+      return ::testing::AssertionFailure() << "element " << i << ": got " << got[i] << ", reference " << ref.value[i]
+                                           << " (bound " << ref.bound[i] << ")";
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace mixtrain::testing::fp8

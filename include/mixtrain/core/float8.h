@@ -18,24 +18,16 @@
 namespace mixtrain {
 
 namespace fp8_detail {
-MT_HOST_DEVICE inline uint32_t bits_of(float f) {
-#ifdef __CUDA_ARCH__
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-#endif
+// The bits of one type as another of the same size (memcpy: allowed in device code too).
+template <class To, class From>
+MT_HOST_DEVICE inline To bit_cast(From v) {
+  static_assert(sizeof(To) == sizeof(From), "bit_cast needs equal sizes");
+  To out;
+  std::memcpy(&out, &v, sizeof out);
+  return out;
 }
-MT_HOST_DEVICE inline float float_of(uint32_t u) {
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-#endif
-}
+MT_HOST_DEVICE inline uint32_t bits_of(float f) { return bit_cast<uint32_t>(f); }
+MT_HOST_DEVICE inline float float_of(uint32_t u) { return bit_cast<float>(u); }
 // A value below the smallest normal of the format, rounded to its subnormal step by the FPU's own
 // round-to-nearest-even: added to 2^k, whose fp32 ulp is that step, its low bits are the count.
 MT_HOST_DEVICE inline uint8_t subnormal_steps(uint32_t magnitude, uint32_t anchor_bits) {

@@ -16,6 +16,7 @@
 #include "backends/fp8.h"
 #include "backends/cuda/context.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/lt_types.h"
 #include "backends/cuda/operands.h"
 
 namespace mixtrain::backends::cuda {
@@ -43,23 +44,8 @@ void fp8_update_scale(const Tensor& history, const Tensor& scale, const Tensor& 
                             scale_inv.data_ptr<float>(), args, context(history).stream);
 }
 
-cudaDataType_t lt_type(DType t) {
-  switch (t) {
-    case DType::Float8E4M3FN: return CUDA_R_8F_E4M3;
-    case DType::Float8E5M2: return CUDA_R_8F_E5M2;
-    case DType::Float32: return CUDA_R_32F;
-    case DType::BFloat16: return CUDA_R_16BF;
-    case DType::Float16: return CUDA_R_16F;
-    default: MT_ERROR("scaled_mm: no cuBLASLt type for ", t);
-  }
-}
-
-int alignment(const void* p) {
-  const auto v = reinterpret_cast<uintptr_t>(p);
-  int a = 16;  // promised as the plan key records it, at most 16 bytes (as matmul.cpp)
-  while (a > 1 && v % a != 0) a /= 2;
-  return a;
-}
+// Alignments as the plan key records them: at most 16 bytes (as matmul.cpp promises them).
+int alignment(const void* p) { return std::min(pointer_alignment(p), 16); }
 
 struct Fp8Plan {
   cublasLtMatmulDesc_t desc = nullptr;
@@ -107,7 +93,7 @@ Fp8Plan build_plan(DeviceContext& ctx, const Tensor& a, const Tensor& b, const T
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum, sizeof(fast_accum)));
     if (bias.defined()) {
       const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-      const cudaDataType_t bias_type = lt_type(bias.dtype());
+      const cudaDataType_t bias_type = lt_data_type(bias.dtype(), "scaled_mm");
       MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
       MT_CUBLAS_CHECK(
           cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
@@ -115,12 +101,12 @@ Fp8Plan build_plan(DeviceContext& ctx, const Tensor& a, const Tensor& b, const T
       MT_CUBLAS_CHECK(
           cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)));
     }
-    p.a = layout(lt_type(b.dtype()), k, n, k);
-    p.b = layout(lt_type(a.dtype()), k, m, k);
+    p.a = layout(lt_data_type(b.dtype(), "scaled_mm"), k, n, k);
+    p.b = layout(lt_data_type(a.dtype(), "scaled_mm"), k, m, k);
     // C is never read (beta 0); its type is the bias's when there is one, as PyTorch's _scaled_mm
     // describes it (an fp32 output with a bf16 bias takes a bf16 C).
-    p.c = layout(lt_type(bias.defined() ? bias.dtype() : out.dtype()), n, m, n);
-    p.d = layout(lt_type(out.dtype()), n, m, n);
+    p.c = layout(lt_data_type(bias.defined() ? bias.dtype() : out.dtype(), "scaled_mm"), n, m, n);
+    p.d = layout(lt_data_type(out.dtype(), "scaled_mm"), n, m, n);
     cublasLtMatmulPreference_t pref = nullptr;
     MT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t ws = ctx.gemm_workspace_bytes;
