@@ -5,11 +5,12 @@
 # mixtrain command and PyTorch are there), and prints a short table at the end.
 # The model benchmarks run with PyTorch's fp32 defaults (cuDNN on TF32), then the UNet in strict
 # fp32, then the UNet channels-last, then what scripts/gpu-check-pending.sh measures (changes that
-# were made without a GPU and await their first numbers).
-#   scripts/gpu-check.sh [--quick | --bench-only] [--torch-reference FILE]
+# were made without a GPU and await their first numbers), then the FP8 checks (gpu-check-fp8.sh).
+#   scripts/gpu-check.sh [--quick | --bench-only | --fp8-only] [--torch-reference FILE]
 #     --quick: skip the model benchmarks
 #     --bench-only: skip the tests and memcheck (a second call after --quick, on the warm machine
 #       whose build-gpu/ is kept, so that neither call nears the lent machine's 10-minute limit)
+#     --fp8-only: build, then only the FP8 checks (about two minutes of GPU time)
 #     --torch-reference FILE: show PyTorch's numbers from FILE (an earlier torch_amp_bench.py run on
 #       the same kind of GPU) instead of running PyTorch again; saves GPU time
 # Dependencies the machine cannot download come from .gpu-deps/ (scripts/gpu-pack.sh). Logs and
@@ -23,11 +24,13 @@ rm -rf "$out"
 mkdir -p "$out"
 quick=0
 bench_only=0
+fp8_only=0
 torch_ref=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
     --bench-only) bench_only=1 ;;
+    --fp8-only) fp8_only=1 ;;
     --torch-reference) torch_ref=$2; shift ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -51,6 +54,13 @@ publish() {
 source "$root/scripts/gpu-build.sh"
 log "build: $build_seconds s"
 publish
+if [ $fp8_only -eq 1 ]; then
+  source "$root/scripts/gpu-check-fp8.sh"
+  echo
+  echo "==================== summary ===================="
+  cat "$out/summary.txt"
+  exit 0
+fi
 
 # ---- Tests.
 if [ $bench_only -eq 0 ]; then
@@ -108,6 +118,7 @@ if [ $quick -eq 0 ] && [ -x "$build/apps/mixtrain/mixtrain" ]; then
   tail -6 "$out/mixtrain_bench_cl.log" | tee -a "$out/summary.txt"
   publish
   source "$root/scripts/gpu-check-pending.sh"
+  source "$root/scripts/gpu-check-fp8.sh"
 fi
 
 publish

@@ -21,13 +21,12 @@ StepMemoryPrediction predict_step_memory(TaskSpec spec, examples::Precision prec
   // in-step buffers, and the peak is the same as with zero_grad first.
   optim::AdamW opt(model.parameters(), optim::AdamWOptions().lr(lr));
   amp::GradScaler scaler(amp::GradScalerOptions().enabled(precision == examples::Precision::Fp16));
-  const bool autocast = precision != examples::Precision::Fp32;
-  const DType amp_dtype = precision == examples::Precision::Bf16 ? kBFloat16 : kFloat16;
+  const std::unique_ptr<amp::Fp8Scaling> fp8 = examples::make_fp8_scaling(model, precision, amp::Fp8Recipe());
   auto step = [&](DeviceType autocast_type) {
     opt.zero_grad();
     Tensor loss;
     {
-      amp::AutocastGuard guard(autocast_type, amp_dtype, autocast);
+      const examples::ForwardScope scope(autocast_type, precision);
       loss = task->next_loss();
     }
     scaler.scale(loss).backward();
@@ -35,6 +34,7 @@ StepMemoryPrediction predict_step_memory(TaskSpec spec, examples::Precision prec
     nn::utils::clip_grad_norm_(model.parameters(), 1.0);
     scaler.step(opt);
     scaler.update();
+    if (fp8) fp8->update();
     opt.zero_grad();
   };
   // Outside a dry run meta tensors follow the meta device's autocast state; inside, the target's.

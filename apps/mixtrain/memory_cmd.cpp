@@ -36,8 +36,10 @@ std::unique_ptr<CLI::App> memory_app(MemoryFlags& f) {
       ->check(flags::integer_at_least(1))
       ->type_name("N")
       ->default_str("the --size preset's");
-  app->add_option("--precision", f.precision, "fp32, or autocast fp16 (with a GradScaler) or bf16")
-      ->check(flags::one_of({"fp32", "fp16", "bf16"}))
+  app->add_option("--precision", f.precision,
+                  "fp32, or autocast fp16 (with a GradScaler) or bf16, or fp8 (the Linear layers in FP8: their fp8 "
+                  "copies and scaling state are shown)")
+      ->check(flags::one_of({"fp32", "fp16", "bf16", "fp8"}))
       ->type_name("P");
   app->add_option("--device", f.device, "the target: cpu or cuda (planned without a GPU)")
       ->check(flags::one_of({"cpu", "cuda"}))
@@ -58,8 +60,9 @@ std::unique_ptr<CLI::App> memory_app(MemoryFlags& f) {
   return app;
 }
 
-constexpr const char* kRoleLabels[memory::kNumRoles] = {"parameters",  "gradients",   "optimizer state", "master weights",
-                                                       "activations", "temporaries", "workspace",       "input"};
+constexpr const char* kRoleLabels[memory::kNumRoles] = {
+    "parameters", "gradients", "optimizer state", "master weights", "activations",
+    "temporaries", "workspace", "input",           "fp8 copies",     "fp8 scaling state"};
 
 void print_row(std::ostream& out, const std::string& name, int64_t bytes, const std::string& note = "") {
   out << "  " << std::left << std::setw(28) << name << std::right << std::setw(12) << format_bytes(bytes) << "  "
@@ -183,7 +186,13 @@ int run_memory(const std::vector<std::string>& argv) {
     print_row(out, "measured peak reserved", measured.peak_reserved_bytes);
   }
   out << "  at the peak:\n";
-  for (int r = 0; r < memory::kNumRoles; ++r) print_row(out, std::string("  ") + kRoleLabels[r], peak_roles[static_cast<size_t>(r)]);
+  for (int r = 0; r < memory::kNumRoles; ++r) {
+    const auto role = static_cast<memory::Role>(r);
+    const int64_t bytes = peak_roles[static_cast<size_t>(r)];
+    // The fp8 rows only where a run has fp8 state: every other run's output stays as it was.
+    if (bytes == 0 && (role == memory::Role::Fp8Copy || role == memory::Role::Fp8State)) continue;
+    print_row(out, std::string("  ") + kRoleLabels[r], bytes);
+  }
   print_row(out, "persistent (across steps)", p.persistent_bytes);
   print_row(out, "activations (most live)", p.activation_bytes);
   print_row(out, "in-step lower bound", p.lower_bound_bytes);

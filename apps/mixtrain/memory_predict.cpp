@@ -23,6 +23,7 @@ struct Trainer {
   std::unique_ptr<examples::TrainTask> task;
   std::unique_ptr<optim::AdamW> opt;
   std::unique_ptr<amp::GradScaler> scaler;
+  std::unique_ptr<amp::Fp8Scaling> fp8;  // --precision fp8
 };
 
 Trainer make_trainer(TaskSpec spec, examples::Precision p, Device device, bool initialise_weights = true) {
@@ -39,6 +40,7 @@ Trainer make_trainer(TaskSpec spec, examples::Precision p, Device device, bool i
   t.opt = std::make_unique<optim::AdamW>(t.task->model().parameters(), optim::AdamWOptions().lr(default_lr(spec.model)));
   t.scaler = std::make_unique<amp::GradScaler>(
       amp::GradScalerOptions().init_scale(65536.0).enabled(p == examples::Precision::Fp16));
+  t.fp8 = examples::make_fp8_scaling(t.task->model(), p, amp::Fp8Recipe());
   return t;
 }
 
@@ -50,8 +52,7 @@ amp::StepOutcome train_step(Trainer& t, DeviceType autocast_type, examples::Prec
   t.opt->zero_grad();
   Tensor loss;
   {
-    const DType half = p == examples::Precision::Bf16 ? kBFloat16 : kFloat16;
-    amp::AutocastGuard guard(autocast_type, half, p != examples::Precision::Fp32);
+    const examples::ForwardScope scope(autocast_type, p);
     loss = t.task->next_loss();
   }
   t.scaler->scale(loss).backward();
@@ -59,6 +60,7 @@ amp::StepOutcome train_step(Trainer& t, DeviceType autocast_type, examples::Prec
   nn::utils::clip_grad_norm_(t.task->model().parameters(), 1.0);
   amp::StepOutcome outcome = t.scaler->step(*t.opt);
   t.scaler->update();
+  if (t.fp8) t.fp8->update();
   return outcome;
 }
 

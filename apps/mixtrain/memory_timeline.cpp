@@ -15,15 +15,15 @@ namespace mixtrain::cli {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
-constexpr const char* kRoleColors[memory::kNumRoles] = {"#4c72b0", "#dd8452", "#55a868", "#8172b3",
-                                                        "#c44e52", "#937860", "#da8bc3", "#8c8c8c"};
+constexpr const char* kRoleColors[memory::kNumRoles] = {"#4c72b0", "#dd8452", "#55a868", "#8172b3", "#c44e52",
+                                                        "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd"};
 constexpr int kLabelled = 5;  // the biggest in-step buffers named on the live-bytes line
 
 void legend(std::ostringstream& s, double x, double y) {
-  for (int r = 0; r < memory::kNumRoles; ++r) {
-    const double at = x + r * 112;
-    s << "<rect x=\"" << at << "\" y=\"" << y - 9 << "\" width=\"10\" height=\"10\" fill=\"" << kRoleColors[r]
-      << "\"/><text x=\"" << at + 14 << "\" y=\"" << y << "\">" << memory::role_name(static_cast<memory::Role>(r))
+  for (int r = 0; r < memory::kNumRoles; ++r) {  // two rows of five
+    const double at = x + (r % 5) * 150, row_y = y - 8 + (r / 5) * 14;
+    s << "<rect x=\"" << at << "\" y=\"" << row_y - 9 << "\" width=\"10\" height=\"10\" fill=\"" << kRoleColors[r]
+      << "\"/><text x=\"" << at + 14 << "\" y=\"" << row_y << "\">" << memory::role_name(static_cast<memory::Role>(r))
       << "</text>\n";
   }
 }

@@ -182,6 +182,15 @@ int run_train(const std::vector<std::string>& argv) {
     std::cout << "; memory plan: " << result.memory_plans << " plans, " << result.plan_hits << " arena hits, "
               << result.plan_misses << " missed steps";
   std::cout << "\n";
+  if (options.precision == examples::Precision::Fp8) {
+    int64_t saturated[3] = {0, 0, 0};
+    for (const amp::Fp8LayerStats& l : result.fp8_layers)
+      for (int j = 0; j < 3; ++j) saturated[j] += l.saturated[j];
+    std::cout << "FP8: " << result.fp8_layers.size() << " of " << result.linear_layers
+              << " Linear layers in FP8 (the others' sizes are not multiples of 16: bf16); values clamped in the "
+                 "last step: inputs "
+              << saturated[0] << ", weights " << saturated[1] << ", gradients " << saturated[2] << "\n";
+  }
   const std::string eval = task->evaluate();
   if (!eval.empty()) std::cout << eval << "\n";
   if (!options.save_dir.empty()) std::cout << "checkpoint saved to " << options.save_dir << "\n";

@@ -15,7 +15,8 @@ Precision parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::Fp32;
   if (name == "fp16") return Precision::Fp16;
   if (name == "bf16") return Precision::Bf16;
-  MT_ERROR("unknown precision '", name, "' (expected fp32, fp16 or bf16)");
+  if (name == "fp8") return Precision::Fp8;
+  MT_ERROR("unknown precision '", name, "' (expected fp32, fp16, bf16 or fp8)");
 }
 
 const char* precision_name(Precision p) {
@@ -23,8 +24,18 @@ const char* precision_name(Precision p) {
     case Precision::Fp32: return "fp32";
     case Precision::Fp16: return "fp16";
     case Precision::Bf16: return "bf16";
+    case Precision::Fp8: return "fp8";
   }
   return "?";
+}
+
+ForwardScope::ForwardScope(DeviceType device, Precision p, const amp::Fp8Recipe& recipe) {
+  if (p == Precision::Fp8) fp8_.emplace(device, recipe);
+  else autocast_.emplace(device, p == Precision::Bf16 ? kBFloat16 : kFloat16, p != Precision::Fp32);
+}
+
+std::unique_ptr<amp::Fp8Scaling> make_fp8_scaling(nn::Module& model, Precision p, const amp::Fp8Recipe& recipe) {
+  return p == Precision::Fp8 ? std::make_unique<amp::Fp8Scaling>(model, recipe) : nullptr;
 }
 
 int rank_cuda_index(const distributed::LaunchEnv& env) { return env.world_size > 1 ? env.local_rank : 0; }
@@ -160,8 +171,7 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
                              .init_scale(options.init_scale)
                              .enabled(options.precision == Precision::Fp16));
   const std::unique_ptr<optim::LRScheduler> scheduler = make_scheduler(opt, options.constant_lr ? LrSchedule{} : task.schedule(), options.steps);
-  const bool autocast = options.precision != Precision::Fp32;
-  const DType amp_dtype = options.precision == Precision::Bf16 ? kBFloat16 : kFloat16;
+  const std::unique_ptr<amp::Fp8Scaling> fp8 = make_fp8_scaling(model, options.precision, options.fp8_recipe);
 
   // Data parallel under a launcher: rank 0's parameters everywhere, each rank its share.
   std::unique_ptr<nn::DistributedDataParallel> ddp;
@@ -196,6 +206,7 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     task.set_data_shard(distributed::rank(), weights);
     ddp = std::make_unique<nn::DistributedDataParallel>(model.shared_from_this());
     ddp->sync_grad_scaler(scaler);
+    if (fp8) ddp->sync_fp8(*fp8);
   }
 
   TrainResult result;
@@ -203,6 +214,7 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     io::CheckpointParts parts;
     parts.scheduler = scheduler.get();
     parts.data = task.loader();
+    parts.fp8 = fp8.get();
     const int64_t done = io::load_checkpoint(options.resume_dir, model, opt, scaler, nullptr, parts);
     if (!parts.data) task.skip_batches(done);
     result.first_step = done + 1;
@@ -225,7 +237,7 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     opt.zero_grad();
     Tensor loss;
     {
-      amp::AutocastGuard guard(options.device.type, amp_dtype, autocast);
+      const ForwardScope scope(options.device.type, options.precision, options.fp8_recipe);
       if (ddp) ddp->prepare_forward();
       loss = task.next_loss();
       if (ddp) {
@@ -258,6 +270,7 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     if (options.clip_norm > 0) grad_norm = nn::utils::clip_grad_norm_(model.parameters(), options.clip_norm);
     const amp::StepOutcome stepped = scaler.step(opt);
     scaler.update();
+    if (fp8) fp8->update();  // once per optimizer step (a skipped one too: its amaxes were seen)
     if (scheduler) scheduler->step(stepped);  // a skipped step leaves the schedule where it was
     if (ddp) {
       global_loss_work.wait();
@@ -322,12 +335,16 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
       // the step, and nobody goes on (or reads it) before the file is complete.
       if (ddp) ddp->group().barrier();
       if (distributed::rank() == 0) io::save_checkpoint(options.save_dir, model, opt, scaler, step, nlohmann::json::object(),
-                                                         {scheduler.get(), task.loader()});
+                                                         {scheduler.get(), task.loader(), fp8.get()});
       if (ddp) ddp->group().barrier();
     }
   }
   result.seconds = std::chrono::duration<double>(clock::now() - start).count();
   result.memory = memory::stats(options.device);
+  if (fp8) {
+    result.fp8_layers = fp8->stats();
+    for (const auto& [name, m] : model.named_modules()) result.linear_layers += dynamic_cast<nn::LinearImpl*>(m.get()) != nullptr;
+  }
   if (plans) {
     result.memory_plans = static_cast<int64_t>(plans->size());
     result.plan_hits = result.memory.num_plan_hits - plan_stats0.num_plan_hits;

@@ -6,6 +6,8 @@
 #include <functional>
 #include <initializer_list>
 #include <iosfwd>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,9 +15,23 @@
 
 namespace mixtrain::examples {
 
-enum class Precision { Fp32, Fp16, Bf16 };
-Precision parse_precision(const std::string& name);  // "fp32", "fp16", "bf16"
+// Fp8: nn::Linear layers in FP8 (amp::Fp8Scaling, the recipe of TrainOptions), bf16 elsewhere.
+enum class Precision { Fp32, Fp16, Bf16, Fp8 };
+Precision parse_precision(const std::string& name);  // "fp32", "fp16", "bf16", "fp8"
 const char* precision_name(Precision p);
+
+// The forward pass's scope for a precision: autocast to fp16 or bf16 (off for fp32), or FP8
+// autocast (amp::Fp8AutocastGuard: the Linear layers with FP8 state in FP8, bf16 elsewhere).
+class ForwardScope {
+ public:
+  ForwardScope(DeviceType device, Precision p, const amp::Fp8Recipe& recipe = amp::Fp8Recipe());
+
+ private:
+  std::optional<amp::AutocastGuard> autocast_;
+  std::optional<amp::Fp8AutocastGuard> fp8_;
+};
+// The model's FP8 scaling for Precision::Fp8 (its Linear layers get their state), else nullptr.
+std::unique_ptr<amp::Fp8Scaling> make_fp8_scaling(nn::Module& model, Precision p, const amp::Fp8Recipe& recipe);
 
 // CUDA when a device is present, else the CPU: the trainers' default.
 Device default_device();
@@ -105,6 +121,7 @@ class TrainTask {
 // stay global, losses reported are the global batch's, and only rank 0 saves checkpoints.
 struct TrainOptions {
   Precision precision = Precision::Fp16;
+  amp::Fp8Recipe fp8_recipe;   // for Precision::Fp8: delayed scaling, HYBRID, history 1024, max
   Device device = Device::cpu();
   int64_t steps = 100;
   double lr = 1e-3;
@@ -151,6 +168,10 @@ struct TrainResult {
   // With memory_plan: plans built (one per batch shape), requests served from their arenas and
   // steps that differed from their plan, over this run.
   int64_t memory_plans = 0, plan_hits = 0, plan_misses = 0;
+  // Precision::Fp8: the FP8 layers' statistics of the last step, and the model's Linear layers
+  // (those left out by amp::Fp8Scaling's filter ran in bf16).
+  std::vector<amp::Fp8LayerStats> fp8_layers;
+  int64_t linear_layers = 0;
 };
 
 TrainResult train(TrainTask& task, const TrainOptions& options,

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <sstream>
 
+#include "mixtrain/amp/fp8.h"
 #include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
@@ -161,6 +162,14 @@ void DistributedDataParallel::sync_grad_scaler(amp::GradScaler& scaler) {
   scaler_synced_ = true;
 }
 
+void DistributedDataParallel::sync_fp8(amp::Fp8Scaling& fp8) {
+  auto group = group_;
+  fp8.set_amax_reduce_hook([group](Tensor& amaxes) {
+    if (group->world_size() > 1) group->all_reduce(amaxes, distributed::ReduceOp::Max);
+  });
+  fp8_layers_ = static_cast<int64_t>(fp8.num_layers());
+}
+
 int64_t DistributedDataParallel::join() {
   int64_t shadowed = 0;
   // The same collectives, in the same order, as a step of the ranks still training.
@@ -177,6 +186,12 @@ int64_t DistributedDataParallel::join() {
       const auto params = module_->parameters();
       Tensor f = zeros({}, TensorOptions(kFloat32).device(params.empty() ? Device::cpu() : params[0].device()));
       group_->all_reduce(f, distributed::ReduceOp::Max);
+    }
+    if (fp8_layers_ > 0) {
+      // Fp8Scaling::update()'s amaxes, after the optimizer step (zeros: this rank saw nothing).
+      const auto params = module_->parameters();
+      Tensor a = zeros({fp8_layers_, 3}, TensorOptions(kFloat32).device(params.empty() ? Device::cpu() : params[0].device()));
+      group_->all_reduce(a, distributed::ReduceOp::Max);
     }
     ++shadowed;
   }

@@ -168,10 +168,12 @@ void save_impl(const std::string& dir_in, const NamedTensors& model, const optim
   const NamedTensors opt_tensors = optimizer.state_tensors();
   const nlohmann::json opt_state = optimizer.state_dict();
   const nlohmann::json scaler_state = scaler ? scaler->state_dict() : nlohmann::json();
+  const nlohmann::json fp8_state = parts.fp8 ? parts.fp8->state_dict() : nlohmann::json();
   try {
     mixtrain::detail::check_json_depth(extra, "extra");
     optimizer.validate_state_dict(opt_state, opt_tensors);
     if (scaler) scaler->validate_state_dict(scaler_state);
+    if (parts.fp8) parts.fp8->validate_state_dict(fp8_state, std::map<std::string, Tensor>(model.begin(), model.end()));
   } catch (const Error& e) {
     MT_ERROR("save_checkpoint: refusing to write ", dir.string(), ", which load_checkpoint would reject (the ",
              "previous checkpoint is left as it was): ", e.what());
@@ -202,6 +204,7 @@ void save_impl(const std::string& dir_in, const NamedTensors& model, const optim
   if (scaler) trainer["scaler"] = scaler_state;
   if (parts.scheduler) trainer["scheduler"] = parts.scheduler->state_dict();
   if (parts.data) trainer["data"] = parts.data->state_dict();
+  if (parts.fp8) trainer["fp8"] = fp8_state;
   {
     const std::string text = mixtrain::detail::dump_json(trainer, 2, "save_checkpoint: trainer.json") + "\n";
     detail::DurableWriter w(staged / kTrainerFile);
@@ -231,7 +234,7 @@ int64_t load_impl(const std::string& dir_in, const NamedTensors& model, optim::O
       mixtrain::detail::parse_json_bounded(manifest.read_all(mixtrain::detail::kMaxTextFileBytes), where);
   // "scaler" is optional since runs without a GradScaler save none; older checkpoints all have one.
   json_io::check_object_keys(trainer, {"format", "version", "step", "files", "optimizer", "rng"},
-                             {"extra", "scheduler", "data", "scaler"},
+                             {"extra", "scheduler", "data", "scaler", "fp8"},
                              where);
   MT_CHECK(json_io::json_string(trainer, "format", where) == kFormat, where, ".format must be \"", kFormat, "\"");
   const int64_t version = json_io::json_integer(trainer, "version", where, 0, std::numeric_limits<int64_t>::max());
@@ -262,7 +265,11 @@ int64_t load_impl(const std::string& dir_in, const NamedTensors& model, optim::O
   std::vector<Tensor> destinations;  // in file order
   for (const auto& e : model_file.index().entries) {
     auto it = by_name.find(e.name);
-    MT_CHECK(it != by_name.end(), "load_checkpoint: ", mw, " has tensor \"", e.name, "\", which the model does not have");
+    MT_CHECK(it != by_name.end(), "load_checkpoint: ", mw, " has tensor \"", e.name, "\", which the model does not have",
+             e.name.find("fp8_") != std::string::npos
+                 ? " (FP8 scaling state: the checkpoint comes from FP8 training; give the model's Linear layers their "
+                   "state with amp::Fp8Scaling before loading)"
+                 : "");
     destinations.push_back(it->second);
   }
   model_file.verify();
@@ -286,6 +293,14 @@ int64_t load_impl(const std::string& dir_in, const NamedTensors& model, optim::O
   if (scaler_state) scaler->validate_state_dict(*scaler_state);
   if (scheduler_state) parts.scheduler->validate_state_dict(*scheduler_state);
   if (data_state) parts.data->validate_state_dict(*data_state);
+  const nlohmann::json* fp8_state = part(parts.fp8, "fp8", "an amp::Fp8Scaling");
+  if (fp8_state) {
+    // The scales and histories as they would be loaded, read ahead (they are small) and checked.
+    std::map<std::string, Tensor> fp8_tensors;
+    for (const std::string& n : parts.fp8->tensor_names())
+      if (auto it = saved.find(n); it != saved.end()) fp8_tensors.emplace(n, model_file.read_entry(*it->second));
+    parts.fp8->validate_state_dict(*fp8_state, fp8_tensors);
+  }
 
   // 2. Apply; nothing below can fail on the checked data (short of a file being rewritten in
   // place while it is read, which read_into reports).
@@ -304,6 +319,7 @@ int64_t load_impl(const std::string& dir_in, const NamedTensors& model, optim::O
   default_generator().set_state(rng);
   if (scheduler_state) parts.scheduler->load_state_dict(*scheduler_state);
   if (data_state) parts.data->load_state_dict(*data_state);
+  if (fp8_state) parts.fp8->load_state_dict(*fp8_state);
   if (extra) *extra = trainer.contains("extra") ? trainer["extra"] : nlohmann::json::object();
   return step;
 }

@@ -19,6 +19,8 @@ void check_pair(const char* op, const Tensor& a, const Tensor& b) {
   check_defined(op, b, "second input");
   check_same_device(op, a, b);
   check_floating(op, a);
+  MT_CHECK(!is_float8(a.dtype()) && !is_float8(b.dtype()), op, ": float8 operands multiply through scaled_mm, ",
+           "with their scales; got ", describe(a), " and ", describe(b));
   MT_CHECK(a.dtype() == b.dtype(), op, ": expected both inputs to have the same dtype, got ", describe(a), " and ",
            describe(b), " (cast one, or run under autocast)");
 }

@@ -213,7 +213,7 @@ std::map<std::string, Case> cases() {
 }
 
 // Ops with no gradient: nothing to save.
-const std::set<std::string> kNotDifferentiable = {"compare", "argmax", "all", "any"};
+const std::set<std::string> kNotDifferentiable = {"compare", "argmax", "all", "any", "scaled_mm"};
 
 // Changes t's values in place (so a backward that read them would differ), outside autograd.
 void change_in_place(mt::Tensor t) {

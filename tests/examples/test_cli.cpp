@@ -167,6 +167,36 @@ TEST(MixtrainCli, TrainLogsStepsAndResumes) {
   EXPECT_EQ(nlohmann::json::parse(line)["step"], 5);  // carries on after the checkpoint's step 4
 }
 
+// --precision fp8: the transformer trains with its Linear layers in FP8, checkpoints with its FP8
+// state, and bench runs it beside bf16 (resuming bit for bit: tests/examples/test_fp8_trainers.cpp).
+TEST(MixtrainCli, Fp8TrainsCheckpointsAndBenches) {
+  const std::string base = ::testing::TempDir() + "mixtrain_fp8_" + std::to_string(::getpid());
+  std::system(("rm -rf " + base + "_ckpt").c_str());
+  const CliRun train = run_mixtrain("train transformer --synthetic --device cpu --precision fp8 --batch-size 4 "
+                                    "--steps 3 --save " + base + "_ckpt");
+  ASSERT_EQ(train.code, 0) << train.out << train.err;
+  EXPECT_NE(train.out.find("fp8 on cpu"), std::string::npos) << train.out;
+  EXPECT_NE(train.out.find("13 of 13 Linear layers in FP8"), std::string::npos) << train.out;
+  const nlohmann::json manifest = nlohmann::json::parse(slurp(base + "_ckpt/trainer.json"));
+  EXPECT_EQ(manifest["fp8"]["updates"], 3);
+  EXPECT_EQ(manifest["fp8"]["recipe"]["format"], "hybrid");
+  // Resuming as another precision: the model has no FP8 buffers, so the checkpoint does not fit it.
+  const CliRun other = run_mixtrain("train transformer --synthetic --device cpu --precision bf16 --batch-size 4 "
+                                    "--steps 4 --resume " + base + "_ckpt");
+  EXPECT_EQ(other.code, 1);
+  EXPECT_NE(other.err.find("FP8 scaling state"), std::string::npos) << other.err;
+
+  const CliRun bench = run_mixtrain("bench --device cpu --size tiny --models transformer --precisions bf16,fp8 "
+                                    "--steps 2 --warmup 1 --out " + base + "_bench");
+  ASSERT_EQ(bench.code, 0) << bench.out << bench.err;
+  const nlohmann::json doc = nlohmann::json::parse(slurp(base + "_bench/bench.json"));
+  ASSERT_EQ(doc["results"].size(), 2u);
+  EXPECT_EQ(doc["results"][1]["precision"], "fp8");
+  EXPECT_TRUE(doc["results"][1]["predicted_peak_bytes"].is_number()) << doc.dump();
+  EXPECT_NE(slurp(base + "_bench/bench.svg").find(">fp8</text>"), std::string::npos);
+  std::system(("rm -rf " + base + "_ckpt " + base + "_bench").c_str());
+}
+
 // train --memory-plan: the same JSONL losses, bit for bit, as the unplanned run (the log writes
 // doubles in full), with plan hits counted in the log and reported in the summary. One thread:
 // some multi-threaded UNet runs differ in the last bits from one run to the next, plan or not.

@@ -18,6 +18,7 @@
 
 namespace mixtrain::amp {
 class GradScaler;
+class Fp8Scaling;
 }
 
 namespace mixtrain::nn {
@@ -97,6 +98,9 @@ class DistributedDataParallel {
   // Makes the scaler agree on inf/NaN across ranks (MAX of the flags), so every rank skips or
   // steps together even where their gradients could differ.
   void sync_grad_scaler(amp::GradScaler& scaler);
+  // Makes every rank's FP8 scales the same: Fp8Scaling::update() reduces the step's amaxes with
+  // MAX across ranks before computing them (as TransformerEngine does).
+  void sync_fp8(amp::Fp8Scaling& fp8);
 
   // For a rank out of data: shadows the other ranks' steps (their per-step collectives, with
   // this rank contributing no samples) until every rank has called join(); then the parameters
@@ -130,6 +134,7 @@ class DistributedDataParallel {
   std::unique_ptr<Reducer> reducer_;
   bool sync_ = true;
   bool scaler_synced_ = false;
+  int64_t fp8_layers_ = -1;  // sync_fp8: the FP8 layers whose amaxes join() must shadow
   bool loss_scaled_ = false;  // this step's loss went through scale_loss: gradients are weighted
   int64_t global_batch_ = 0;
   double weight_ = 1.0;

@@ -8,7 +8,9 @@
 //                          without a scaler, as fp32 and bf16 runs are), "rng" (seed and
 //                          offset of mixtrain::default_generator()), "extra" (caller's JSON),
 //                          and, when saved with them (CheckpointParts), "scheduler" (an
-//                          LRScheduler's state_dict()) and "data" (a DataLoader's position)}
+//                          LRScheduler's state_dict()), "data" (a DataLoader's position) and "fp8"
+//                          (amp::Fp8Scaling's recipe and update count; its scales and amax
+//                          histories are model buffers in model.safetensors)}
 //
 // Saving writes the three files into "<dir>.mixtrain-tmp", fsyncs them, then swaps that
 // directory with <dir> atomically (renameat2 RENAME_EXCHANGE; without it, two renames through
@@ -25,6 +27,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "mixtrain/amp/fp8.h"
 #include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/data/dataloader.h"
 #include "mixtrain/io/safetensors.h"
@@ -41,6 +44,9 @@ namespace mixtrain::io {
 struct CheckpointParts {
   optim::LRScheduler* scheduler = nullptr;  // "scheduler"
   data::DataLoader* data = nullptr;         // "data": the loader's position and sampler settings
+  // "fp8": the FP8 recipe and update count; on load the layers' scales and histories are checked
+  // (Fp8Scaling::validate_state_dict) before anything is applied.
+  amp::Fp8Scaling* fp8 = nullptr;
 };
 
 // `model`: named_parameters() followed by named_buffers() of a model (what the nn::Module

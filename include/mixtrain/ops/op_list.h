@@ -21,6 +21,8 @@
   _(matmul, LowerPrecision)                                \
   _(bmm, LowerPrecision)                                   \
   _(linear, LowerPrecision)                                \
+  /* fp8 operands are never cast (PyTorch lists no fp8 op) */ \
+  _(scaled_mm, Passthrough)                                \
   /* elementwise arithmetic */                             \
   _(add, Passthrough)                                      \
   _(sub, Passthrough)                                      \
