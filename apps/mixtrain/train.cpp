@@ -138,7 +138,8 @@ int run_train(const std::vector<std::string>& argv) {
   if (!options.save_dir.empty() && rank0) io::check_checkpoint_destination(options.save_dir);
   std::ofstream log;
   if (!f.log_path.empty() && rank0) {
-    log.open(f.log_path, std::ios::trunc);
+    // A run its launcher restarted (--max-restarts) goes on with the log it began.
+    log.open(f.log_path, distributed::read_launch_env().restart_count > 0 ? std::ios::app : std::ios::trunc);
     if (!log) throw std::runtime_error("cannot write the log file " + f.log_path);
   }
 
@@ -162,12 +163,21 @@ int run_train(const std::vector<std::string>& argv) {
       progress = std::make_unique<Progress>(std::cout, terminal, terminal_columns(::fileno(stdout)), r.step,
                                             options.steps);
     progress->update(r);
-    if (log.is_open())
+    // Rank 0 logs. Elastic: whoever is rank 0 now (the first generation's rank 0 truncated the
+    // file; a survivor that takes over appends to it).
+    if (r.rank == 0 && !log.is_open() && !f.log_path.empty()) log.open(f.log_path, std::ios::app);
+    if (r.rank == 0 && log.is_open())
       log << step_log_line(r, task->batch_size(), memory::stats(options.device), std::chrono::system_clock::now()).dump()
           << "\n" << std::flush;
   });
   if (progress) progress->finish();
 
+  if (!result.resumed_from.empty())
+    std::cout << "resumed from " << result.resumed_from << " at step " << result.first_step - 1
+              << (distributed::read_launch_env().restart_count > 0
+                      ? " (restart " + std::to_string(distributed::read_launch_env().restart_count) + ")"
+                      : std::string())
+              << "\n";
   if (result.records.empty()) {
     std::cout << "nothing to do: the checkpoint is at step " << result.first_step - 1 << " of " << options.steps << "\n";
     return 0;

@@ -77,6 +77,11 @@ std::vector<double> parse_rank_weights(const std::string& text, int world_size) 
   return w;
 }
 
+void TrainTask::seek_batches(int64_t) {
+  MT_ERROR("this trainer (", describe(), ") cannot move its data stream back (TrainTask::seek_batches), which ",
+           "elastic training needs to redo a step on its batch; train it with mixtrain launch --max-restarts instead");
+}
+
 data::DataLoaderOptions TrainTask::training_loader_options(int64_t batch_size, Device device) {
   return data::DataLoaderOptions().batch_size(batch_size).num_workers(1).device(device).pin_memory(device.is_cuda());
 }
@@ -146,10 +151,31 @@ Tensor with_step_timing(const Tensor& weighted_loss, int rank, int world, double
 }
 }  // namespace
 
+namespace {
+// The last step's record, which an elastic member sends with its state to one a step behind.
+nlohmann::json step_record_json(const StepRecord& r) {
+  return {{"step", r.step}, {"lr", r.lr}, {"loss", r.loss}, {"scale", r.scale}, {"skipped", r.skipped},
+          {"grad_norm", r.grad_norm}, {"rank_rows", r.rank_rows}};
+}
+StepRecord step_record_from_json(const nlohmann::json& j) {
+  StepRecord r;
+  if (j.is_null()) return r;
+  r.step = j.at("step").get<int64_t>();
+  r.lr = j.at("lr").get<double>();
+  r.loss = j.at("loss").get<double>();
+  r.scale = j.at("scale").get<double>();
+  r.skipped = j.at("skipped").get<bool>();
+  r.grad_norm = j.at("grad_norm").get<double>();
+  r.rank_rows = j.at("rank_rows").get<std::vector<int64_t>>();
+  return r;
+}
+}  // namespace
+
 TrainResult train(TrainTask& task, const TrainOptions& options, const std::function<void(const StepRecord&)>& on_step) {
   using clock = std::chrono::steady_clock;
   MT_CHECK(options.save_every >= 0, "save_every must be >= 0, got ", options.save_every);
   // Only rank 0 writes checkpoints; a destination it cannot write fails now, not after the run.
+  // (Elastic: whoever is rank 0 then; the first generation's rank 0 checks.)
   if (!options.save_dir.empty() && distributed::read_launch_env().rank == 0)
     io::check_checkpoint_destination(options.save_dir);
   nn::Module& model = task.model();
@@ -163,23 +189,45 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
   const bool autocast = options.precision != Precision::Fp32;
   const DType amp_dtype = options.precision == Precision::Bf16 ? kBFloat16 : kFloat16;
 
+  // A run restarted by its launcher (--max-restarts) goes on from its last checkpoint.
+  const distributed::LaunchEnv launch = distributed::read_launch_env();
+  TrainResult result;
+  result.resumed_from = options.resume_dir;
+  if (launch.restart_count > 0 && !options.save_dir.empty() && io::checkpoint_exists(options.save_dir))
+    result.resumed_from = options.save_dir;
+  if (!result.resumed_from.empty() && !launch.elastic_join) {  // a joiner gets the job's state instead
+    io::CheckpointParts parts;
+    parts.scheduler = scheduler.get();
+    parts.data = task.loader();
+    const int64_t done = io::load_checkpoint(result.resumed_from, model, opt, scaler, nullptr, parts);
+    if (!parts.data) task.skip_batches(done);
+    result.first_step = done + 1;
+  }
+
   // Data parallel under a launcher: rank 0's parameters everywhere, each rank its share.
   std::unique_ptr<nn::DistributedDataParallel> ddp;
+  std::unique_ptr<distributed::ElasticAgent> agent;  // --elastic: survivors go on without a restart
+  nlohmann::json received_step;  // elastic: the record of a step this rank took from another
   std::vector<double> weights;  // the ranks' shares of the current step (data parallel)
   std::unique_ptr<distributed::RankBalancer> balancer;
-  if (distributed::read_launch_env().world_size > 1) {
-    if (!distributed::is_initialized()) distributed::init_process_group();
-    weights.assign(static_cast<size_t>(distributed::world_size()), 1.0);
+  // Adaptive shares: every rank's rows of the last step, and this rank's compute time of it (the
+  // step to the end of backward, less the time spent waiting for other ranks), which is sent with
+  // the next step's loss.
+  std::vector<int64_t> measured_rows;
+  double measured_seconds = 0;
+  if (launch.world_size > 1) {
+    if (!launch.elastic && !distributed::is_initialized()) distributed::init_process_group();
+    const int world = launch.elastic_join ? 1 : launch.world_size;
+    weights.assign(static_cast<size_t>(world), 1.0);
     bool adaptive = options.adaptive_rank_weights;
     if (!options.rank_weights.empty()) {
-      distributed::check_rank_weights(options.rank_weights, distributed::world_size(),
-                                      "rank weights (train's options)");
+      distributed::check_rank_weights(options.rank_weights, world, "rank weights (train's options)");
       weights = options.rank_weights;
     } else if (const char* w = std::getenv("MIXTRAIN_RANK_WEIGHTS")) {
       if (std::string(w) == "adaptive") {
         adaptive = true;
-      } else {
-        weights = parse_rank_weights(w, distributed::world_size());
+      } else if (!launch.elastic_join) {
+        weights = parse_rank_weights(w, world);
       }
     }
     // On CUDA the host runs ahead of the device, and NCCL shares the compute stream, so host
@@ -187,26 +235,43 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     MT_CHECK(!adaptive || !options.device.is_cuda(), "--rank-weights adaptive (MIXTRAIN_RANK_WEIGHTS=adaptive) ",
              "times each rank's compute on the host, which measures CPU ranks only, not ", options.device.str(),
              "; give fixed shares with --rank-weights W0,W1,... or size them by memory with --rank-batches auto");
-    if (adaptive) balancer = std::make_unique<distributed::RankBalancer>(weights);
     // The launcher's --rank-batches auto needs each rank's fit found by dry run, which only
     // `mixtrain train` does (before the task exists); refuse rather than split evenly.
     MT_CHECK(!options.rank_weights.empty() || !std::getenv("MIXTRAIN_RANK_BATCHES"),
              "MIXTRAIN_RANK_BATCHES (mixtrain launch --rank-batches auto) is resolved by `mixtrain train`; this ",
              "trainer takes fixed shares: use --rank-weights instead");
-    task.set_data_shard(distributed::rank(), weights);
-    ddp = std::make_unique<nn::DistributedDataParallel>(model.shared_from_this());
+    int rank = launch.elastic ? 0 : distributed::rank();
+    std::shared_ptr<distributed::ProcessGroup> group;
+    if (launch.elastic) {
+      MT_CHECK(!options.memory_plan, "--memory-plan cannot train with --elastic (a redone step's shapes change)");
+      agent = std::make_unique<distributed::ElasticAgent>(
+          distributed::ElasticOptions().rank_weights(launch.elastic_join ? std::vector<double>{} : weights));
+      agent->set_steps(result.first_step - 1);
+      agent->set_state({&model, &opt, &scaler, scheduler.get(),
+                        [&] { return result.records.empty() ? nlohmann::json() : step_record_json(result.records.back()); },
+                        [&](const nlohmann::json& j) { received_step = j; }});
+      agent->on_change([&](const distributed::MembershipChange& c) {
+        weights = c.weights;  // the members' shares: the global batch re-split among them
+        task.set_data_shard(c.rank, weights);
+        if (ddp) ddp->set_process_group(agent->group());
+        if (balancer) balancer = std::make_unique<distributed::RankBalancer>(weights);
+        measured_rows.clear();
+      });
+      agent->start();
+      weights = agent->weights();
+      rank = agent->rank();
+      group = agent->group();
+      if (agent->joined_late()) task.seek_batches(agent->steps());
+      result.first_step = agent->steps() + 1;
+    }
+    if (adaptive) balancer = std::make_unique<distributed::RankBalancer>(weights);
+    task.set_data_shard(rank, weights);
+    ddp = std::make_unique<nn::DistributedDataParallel>(
+        model.shared_from_this(), group,
+        nn::DistributedDataParallelOptions().init_sync(!agent || !agent->joined_late()));
     ddp->sync_grad_scaler(scaler);
   }
 
-  TrainResult result;
-  if (!options.resume_dir.empty()) {
-    io::CheckpointParts parts;
-    parts.scheduler = scheduler.get();
-    parts.data = task.loader();
-    const int64_t done = io::load_checkpoint(options.resume_dir, model, opt, scaler, nullptr, parts);
-    if (!parts.data) task.skip_batches(done);
-    result.first_step = done + 1;
-  }
   // One step, from zero_grad to the scheduler, returning values only: with a plan, nothing the
   // step allocates outlives it but optimizer and scaler state.
   struct StepValues {
@@ -214,11 +279,6 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     bool skipped = false;
     std::vector<int64_t> rank_rows;
   };
-  // Adaptive shares: every rank's rows of the last step, and this rank's compute time of it (the
-  // step to the end of backward, less the time spent waiting for other ranks), which is sent with
-  // the next step's loss.
-  std::vector<int64_t> measured_rows;
-  double measured_seconds = 0;
   auto run_step = [&]() -> StepValues {
     StepValues v;
     const auto t0 = clock::now();
@@ -291,24 +351,38 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
   memory::reset_peak_stats(options.device);
   const auto start = clock::now();
   for (int64_t step = result.first_step; step <= options.steps; ++step) {
+    distributed::kill_if_asked(step);  // the failure tests' kill -9 at a chosen step
     const auto t0 = clock::now();
     StepRecord rec;
     rec.step = step;
     rec.scale = scaler.get_scale();
     rec.lr = opt.param_groups()[0].options().get_lr();
     StepValues v;
-    if (plans) {
-      std::vector<int64_t> key = task.prepare_batch();
-      // The batch's shapes are the global batch's: a new split changes this rank's share of it.
-      if (balancer) key.push_back(balancer->changes());
-      v = plans->run(key, run_step);
+    auto attempt = [&](int redo) {
+      if (redo > 0) task.seek_batches(step - 1);  // elastic: the interrupted step again, on its batch
+      if (plans) {
+        std::vector<int64_t> key = task.prepare_batch();
+        // The batch's shapes are the global batch's: a new split changes this rank's share of it.
+        if (balancer) key.push_back(balancer->changes());
+        v = plans->run(key, run_step);
+      } else {
+        v = run_step();
+      }
+    };
+    if (agent && !agent->run_step(attempt)) {
+      // A rank died in the step's last collective after it completed on others: this rank took
+      // their state, and the step's record with it (or it joined again, further on).
+      rec = step_record_from_json(received_step);
+      step = agent->steps();
+      task.seek_batches(step);
     } else {
-      v = run_step();
+      if (!agent) attempt(0);
+      rec.loss = v.loss;
+      rec.grad_norm = v.grad_norm;
+      rec.skipped = v.skipped;
+      rec.rank_rows = v.rank_rows;
     }
-    rec.loss = v.loss;
-    rec.grad_norm = v.grad_norm;
-    rec.skipped = v.skipped;
-    rec.rank_rows = v.rank_rows;
+    rec.rank = ddp ? ddp->group().rank() : 0;
     rec.seconds = std::chrono::duration<double>(clock::now() - t0).count();
     result.skipped_steps += rec.skipped;
     result.records.push_back(rec);
@@ -316,15 +390,23 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     // A non-finite loss that loss scaling cannot recover from (fp32/bf16, or fp16 with the scale
     // at its floor) ends the run with an Error naming the step, instead of training on NaN.
     scaler.check_loss(rec.loss, step);
-    const bool last = step == options.steps;
+    const bool last = step >= options.steps;
     if (!options.save_dir.empty() && (last || (options.save_every > 0 && step % options.save_every == 0))) {
       // Data parallel: the replicas are identical; rank 0 writes once every rank is done with
       // the step, and nobody goes on (or reads it) before the file is complete.
-      if (ddp) ddp->group().barrier();
-      if (distributed::rank() == 0) io::save_checkpoint(options.save_dir, model, opt, scaler, step, nlohmann::json::object(),
-                                                         {scheduler.get(), task.loader()});
-      if (ddp) ddp->group().barrier();
+      auto save = [&](int) {
+        if (ddp) ddp->group().barrier();
+        if (!ddp || ddp->group().rank() == 0)
+          io::save_checkpoint(options.save_dir, model, opt, scaler, step, nlohmann::json::object(),
+                              {scheduler.get(), task.loader()});
+        if (ddp) ddp->group().barrier();
+      };
+      if (agent)
+        agent->run_collectives(save);
+      else
+        save(0);
     }
+    if (agent && !last) agent->step_boundary();
   }
   result.seconds = std::chrono::duration<double>(clock::now() - start).count();
   result.memory = memory::stats(options.device);

@@ -53,6 +53,11 @@ class TrainTask {
   // Advances the data stream by n batches without computing anything (resume from a checkpoint
   // saved without the loader's position).
   virtual void skip_batches(int64_t n) = 0;
+  // Moves the data stream to where it stands after n batches from the start, forward or back, so
+  // that the next next_loss draws the batch of step n + 1: elastic training redoes an interrupted
+  // step on its batch, and a joiner starts where the job is. The default refuses (such a task
+  // cannot train with --elastic).
+  virtual void seek_batches(int64_t n);
   // The training data loader, when the task has one: its position is saved in checkpoints.
   virtual data::DataLoader* loader() { return nullptr; }
   // The learning-rate schedule the model trains with (none: a constant rate).
@@ -140,11 +145,15 @@ struct StepRecord {
   double grad_norm = 0;  // total gradient norm after unscaling
   double seconds = 0;    // wall time of the step
   std::vector<int64_t> rank_rows;  // data parallel: every rank's rows of this step's batch
+  int rank = 0;          // data parallel: this process's rank when the step ended (rank 0 reports)
 };
 
 struct TrainResult {
   std::vector<StepRecord> records;
   int64_t first_step = 1;
+  // The checkpoint the run started from: TrainOptions::resume_dir, or save_dir when its launcher
+  // restarted it after a failure (--max-restarts: $MIXTRAIN_RESTART_COUNT > 0) and it holds one.
+  std::string resumed_from;
   int64_t skipped_steps = 0;
   double seconds = 0;
   memory::Stats memory;  // of options.device, peaks over the run

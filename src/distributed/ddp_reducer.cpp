@@ -186,6 +186,17 @@ void DistributedDataParallel::Reducer::finish() {
   active = false;
 }
 
+void DistributedDataParallel::Reducer::reset() {
+  for (Bucket& b : buckets) {
+    b.work = distributed::Work();  // of the old group, which failed or was replaced: not waited for
+    b.launched = false;
+    b.pending = b.params.size();
+  }
+  ready.assign(params.size(), false);
+  next_launch = 0;
+  active = false;
+}
+
 void DistributedDataParallel::Reducer::shadow_backward() {
   std::vector<distributed::Work> works;
   std::vector<Tensor> keep;

@@ -30,6 +30,8 @@ struct DistributedDataParallel::Reducer {
   void mark_ready(size_t param);
   // join(): the collectives of one backward with this rank contributing zeros.
   void shadow_backward();
+  // Forgets a backward that the old group's failure interrupted (set_process_group).
+  void reset();
 
   DistributedDataParallel& ddp;
   std::vector<Tensor> params;

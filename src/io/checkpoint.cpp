@@ -133,6 +133,12 @@ void check_replaceable(const fs::path& dir, const char* who) {
 
 }  // namespace
 
+bool checkpoint_exists(const std::string& dir_in) {
+  const fs::path dir = checkpoint_path(dir_in);
+  std::error_code ec;
+  return fs::exists(dir / kTrainerFile, ec) || fs::exists(sibling(dir, ".mixtrain-old") / kTrainerFile, ec);
+}
+
 void check_checkpoint_destination(const std::string& dir_in) {
   const fs::path dir = checkpoint_path(dir_in);
   check_replaceable(dir, "checkpoint destination");
