@@ -72,6 +72,11 @@ std::unique_ptr<CLI::App> train_app(TrainFlags& f) {
   app->add_option("--resume", f.options.resume_dir, "continue from this checkpoint (to --steps)")
       ->type_name("DIR")
       ->default_str("none");
+  app->add_option("--zero", f.options.zero_stage,
+                  "under a launcher, 1 shards AdamW's state (and master weights) across the ranks: ZeRO-1")
+      ->check(flags::integer_in(0, 1))
+      ->type_name("STAGE")
+      ->default_str("0");
   app->add_option("--log", f.log_path, "one JSON object per step (step, loss, lr, scale, memory, ...)")
       ->type_name("FILE")
       ->default_str("none");
@@ -187,7 +192,8 @@ int run_train(const std::vector<std::string>& argv) {
             << result.skipped_steps << " skipped steps of " << result.records.size() << "; " << std::setprecision(1)
             << result.seconds << " s (" << static_cast<double>(result.records.size()) / std::max(result.seconds, 1e-9)
             << " steps/s); peak memory allocated " << st.peak_allocated_bytes / kMiB << " MiB, reserved "
-            << st.peak_reserved_bytes / kMiB << " MiB" << std::defaultfloat;
+            << st.peak_reserved_bytes / kMiB << " MiB; optimizer state " << result.optimizer_state_bytes
+            << " B" << std::defaultfloat;
   if (options.memory_plan)
     std::cout << "; memory plan: " << result.memory_plans << " plans, " << result.plan_hits << " arena hits, "
               << result.plan_misses << " missed steps";

@@ -1,4 +1,5 @@
 #include "common/train_loop.h"
+#include "common/trainer_state.h"
 
 #include <algorithm>
 #include <chrono>
@@ -122,22 +123,6 @@ TrainResult train_with_log(TrainTask& task, const TrainOptions& options, std::os
   });
 }
 
-namespace {
-std::unique_ptr<optim::LRScheduler> make_scheduler(optim::Optimizer& opt, const LrSchedule& s, int64_t steps) {
-  MT_CHECK(s.warmup_steps >= -1, "warmup steps must be >= 0 (or -1: a tenth of the steps), got ", s.warmup_steps);
-  const int64_t warmup = std::min(s.warmup_steps < 0 ? steps / 10 : s.warmup_steps, steps);
-  const int64_t decay = std::max<int64_t>(1, steps - warmup);
-  if (warmup > 0 && s.cosine) {
-    auto w = std::make_shared<optim::LinearLR>(opt, 1.0 / static_cast<double>(warmup), 1.0, warmup);
-    auto c = std::make_shared<optim::CosineAnnealingLR>(opt, decay);
-    return std::make_unique<optim::SequentialLR>(opt, std::vector<std::shared_ptr<optim::LRScheduler>>{w, c},
-                                                 std::vector<int64_t>{warmup});
-  }
-  if (warmup > 0) return std::make_unique<optim::LinearLR>(opt, 1.0 / static_cast<double>(warmup), 1.0, warmup);
-  if (s.cosine) return std::make_unique<optim::CosineAnnealingLR>(opt, decay);
-  return nullptr;
-}
-}  // namespace
 
 namespace {
 // The logged loss's all-reduce for adaptive shares also carries this rank's compute time of the
@@ -180,12 +165,12 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     io::check_checkpoint_destination(options.save_dir);
   nn::Module& model = task.model();
   model.to(options.device);
-  optim::AdamW opt(model.parameters(), optim::AdamWOptions().lr(options.lr).weight_decay(options.weight_decay));
   // bf16 has fp32's range: no loss scaling needed, so the scaler is a pass-through there.
   amp::GradScaler scaler(amp::GradScalerOptions()
                              .init_scale(options.init_scale)
                              .enabled(options.precision == Precision::Fp16));
-  const std::unique_ptr<optim::LRScheduler> scheduler = make_scheduler(opt, options.constant_lr ? LrSchedule{} : task.schedule(), options.steps);
+  // AdamW and its schedule; sharded (ZeRO-1) once the DDP exists.
+  TrainerState state(model, scaler, options, task.schedule());
   const bool autocast = options.precision != Precision::Fp32;
   const DType amp_dtype = options.precision == Precision::Bf16 ? kBFloat16 : kFloat16;
 
@@ -195,19 +180,16 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
   result.resumed_from = options.resume_dir;
   if (launch.restart_count > 0 && !options.save_dir.empty() && io::checkpoint_exists(options.save_dir))
     result.resumed_from = options.save_dir;
-  if (!result.resumed_from.empty() && !launch.elastic_join) {  // a joiner gets the job's state instead
-    io::CheckpointParts parts;
-    parts.scheduler = scheduler.get();
-    parts.data = task.loader();
-    const int64_t done = io::load_checkpoint(result.resumed_from, model, opt, scaler, nullptr, parts);
-    if (!parts.data) task.skip_batches(done);
-    result.first_step = done + 1;
-  }
+  const bool sharded = options.zero_stage > 0 && launch.world_size > 1;
+  // (A joiner gets the job's state instead; a sharded run loads once its shard exists.)
+  if (!result.resumed_from.empty() && !launch.elastic_join && !sharded)
+    result.first_step = state.load(result.resumed_from, task, true) + 1;
 
   // Data parallel under a launcher: rank 0's parameters everywhere, each rank its share.
   std::unique_ptr<nn::DistributedDataParallel> ddp;
   std::unique_ptr<distributed::ElasticAgent> agent;  // --elastic: survivors go on without a restart
   nlohmann::json received_step;  // elastic: the record of a step this rank took from another
+  bool rollback = false;         // elastic ZeRO: the membership changed, so back to the last checkpoint
   std::vector<double> weights;  // the ranks' shares of the current step (data parallel)
   std::unique_ptr<distributed::RankBalancer> balancer;
   // Adaptive shares: every rank's rows of the last step, and this rank's compute time of it (the
@@ -247,13 +229,17 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
       agent = std::make_unique<distributed::ElasticAgent>(
           distributed::ElasticOptions().rank_weights(launch.elastic_join ? std::vector<double>{} : weights));
       agent->set_steps(result.first_step - 1);
-      agent->set_state({&model, &opt, &scaler, scheduler.get(),
+      // Sharded state cannot be sent to a joiner: a ZeRO job goes back to its last checkpoint
+      // at every change instead (rollback, below).
+      agent->set_state({&model, sharded ? nullptr : &state.optimizer(), &scaler, sharded ? nullptr : state.scheduler(),
                         [&] { return result.records.empty() ? nlohmann::json() : step_record_json(result.records.back()); },
                         [&](const nlohmann::json& j) { received_step = j; }});
       agent->on_change([&](const distributed::MembershipChange& c) {
         weights = c.weights;  // the members' shares: the global batch re-split among them
         task.set_data_shard(c.rank, weights);
         if (ddp) ddp->set_process_group(agent->group());
+        if (state.sharded()) state.reshard();
+        rollback = sharded;  // the shard of a rank that left is lost: back to the last checkpoint
         if (balancer) balancer = std::make_unique<distributed::RankBalancer>(weights);
         measured_rows.clear();
       });
@@ -270,6 +256,12 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
         model.shared_from_this(), group,
         nn::DistributedDataParallelOptions().init_sync(!agent || !agent->joined_late()));
     ddp->sync_grad_scaler(scaler);
+    if (sharded) {
+      state.shard(*ddp);
+      if (!result.resumed_from.empty() && !launch.elastic_join)
+        result.first_step = state.load(result.resumed_from, task, true) + 1;
+      rollback = agent && agent->joined_late();
+    }
   }
 
   // One step, from zero_grad to the scheduler, returning values only: with a plan, nothing the
@@ -282,7 +274,7 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
   auto run_step = [&]() -> StepValues {
     StepValues v;
     const auto t0 = clock::now();
-    opt.zero_grad();
+    state.zero_grad();
     Tensor loss;
     {
       amp::AutocastGuard guard(options.device.type, amp_dtype, autocast);
@@ -313,12 +305,12 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     if (ddp) v.rank_rows = distributed::DistributedSampler::split(task.last_global_rows(), weights);
     if (balancer)
       measured_seconds = std::chrono::duration<double>(clock::now() - t0).count() - ddp->step_wait_seconds();
-    scaler.unscale_(opt);
+    scaler.unscale_(state.optimizer());
     Tensor grad_norm;
-    if (options.clip_norm > 0) grad_norm = nn::utils::clip_grad_norm_(model.parameters(), options.clip_norm);
-    const amp::StepOutcome stepped = scaler.step(opt);
+    if (options.clip_norm > 0) grad_norm = state.clip_grad_norm_(options.clip_norm);
+    const amp::StepOutcome stepped = state.step();
     scaler.update();
-    if (scheduler) scheduler->step(stepped);  // a skipped step leaves the schedule where it was
+    if (state.scheduler()) state.scheduler()->step(stepped);  // a skipped step leaves the schedule where it was
     if (ddp) {
       global_loss_work.wait();
       if (!balancer) {
@@ -341,7 +333,7 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     v.skipped = !stepped;          // decided on the device; known by now
     // Planned: the gradients die inside the step, so they come from the arena too. The next
     // step's zero_grad would drop them anyway; nothing reads them in between.
-    if (options.memory_plan) opt.zero_grad();
+    if (options.memory_plan) state.zero_grad();
     return v;
   };
 
@@ -350,15 +342,31 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
   const memory::Stats plan_stats0 = memory::stats(options.device);
   memory::reset_peak_stats(options.device);
   const auto start = clock::now();
+  // Elastic ZeRO after a membership change: every rank goes back to the last checkpoint, resharded
+  // for the new world size, and computes the steps since then again. Returns the checkpoint's step.
+  auto roll_back = [&]() -> int64_t {
+    MT_CHECK(!options.save_dir.empty() && io::checkpoint_exists(options.save_dir), "elastic ZeRO: the membership ",
+             "changed and the optimizer shard of a rank that left is lost; training goes back to its last checkpoint, ",
+             "and there is none (give --save and --save-every)");
+    const int64_t done = state.load(options.save_dir, task, false);
+    agent->set_steps(done);
+    rollback = false;
+    return done;
+  };
   for (int64_t step = result.first_step; step <= options.steps; ++step) {
+    if (rollback) {
+      step = roll_back();
+      continue;
+    }
     distributed::kill_if_asked(step);  // the failure tests' kill -9 at a chosen step
     const auto t0 = clock::now();
     StepRecord rec;
     rec.step = step;
     rec.scale = scaler.get_scale();
-    rec.lr = opt.param_groups()[0].options().get_lr();
+    rec.lr = state.optimizer().param_groups()[0].options().get_lr();
     StepValues v;
     auto attempt = [&](int redo) {
+      if (rollback) return;                        // elastic ZeRO: to the checkpoint instead (below)
       if (redo > 0) task.seek_batches(step - 1);  // elastic: the interrupted step again, on its batch
       if (plans) {
         std::vector<int64_t> key = task.prepare_batch();
@@ -369,14 +377,22 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
         v = run_step();
       }
     };
-    if (agent && !agent->run_step(attempt)) {
+    bool completed = true;
+    if (agent)
+      completed = agent->run_step(attempt);
+    else
+      attempt(0);
+    if (rollback) {
+      step = roll_back();
+      continue;
+    }
+    if (!completed) {
       // A rank died in the step's last collective after it completed on others: this rank took
       // their state, and the step's record with it (or it joined again, further on).
       rec = step_record_from_json(received_step);
       step = agent->steps();
       task.seek_batches(step);
     } else {
-      if (!agent) attempt(0);
       rec.loss = v.loss;
       rec.grad_norm = v.grad_norm;
       rec.skipped = v.skipped;
@@ -395,10 +411,9 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
       // Data parallel: the replicas are identical; rank 0 writes once every rank is done with
       // the step, and nobody goes on (or reads it) before the file is complete.
       auto save = [&](int) {
+        if (rollback) return;  // elastic ZeRO: this state is being given up
         if (ddp) ddp->group().barrier();
-        if (!ddp || ddp->group().rank() == 0)
-          io::save_checkpoint(options.save_dir, model, opt, scaler, step, nlohmann::json::object(),
-                              {scheduler.get(), task.loader()});
+        state.save(options.save_dir, step, task, !ddp || ddp->group().rank() == 0);
         if (ddp) ddp->group().barrier();
       };
       if (agent)
@@ -406,10 +421,12 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
       else
         save(0);
     }
-    if (agent && !last) agent->step_boundary();
+    if (agent && !last && !rollback) agent->step_boundary();
+    if (rollback) step = roll_back();  // the membership changed while saving, or at the boundary
   }
   result.seconds = std::chrono::duration<double>(clock::now() - start).count();
   result.memory = memory::stats(options.device);
+  for (const auto& [name, t] : state.optimizer().state_tensors()) result.optimizer_state_bytes += t.nbytes();
   if (plans) {
     result.memory_plans = static_cast<int64_t>(plans->size());
     result.plan_hits = result.memory.num_plan_hits - plan_stats0.num_plan_hits;

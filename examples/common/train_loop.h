@@ -134,6 +134,9 @@ struct TrainOptions {
   // compute times as the step goes (distributed::RankBalancer); $MIXTRAIN_RANK_WEIGHTS=adaptive
   // sets it too. The steps stay those of one process over the global batch, whatever the split.
   bool adaptive_rank_weights = false;
+  // Data parallel: 1 shards AdamW's state across the ranks (distributed::ZeroRedundancyOptimizer,
+  // ZeRO-1); 0: every rank holds all of it.
+  int zero_stage = 0;
 };
 
 struct StepRecord {
@@ -157,6 +160,8 @@ struct TrainResult {
   int64_t skipped_steps = 0;
   double seconds = 0;
   memory::Stats memory;  // of options.device, peaks over the run
+  // This rank's optimizer state at the end (moments, master weights): a ZeRO-1 rank's shard.
+  int64_t optimizer_state_bytes = 0;
   // With memory_plan: plans built (one per batch shape), requests served from their arenas and
   // steps that differed from their plan, over this run.
   int64_t memory_plans = 0, plan_hits = 0, plan_misses = 0;

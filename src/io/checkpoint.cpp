@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -16,6 +17,7 @@
 #include "core/input_file.h"
 #include "core/json_limits.h"
 #include "io/checkpoint_files.h"
+#include "mixtrain/io/optimizer_state.h"
 #include "io/checkpoint_internal.h"
 #include "io/file_util.h"
 #include "io/safetensors_internal.h"
@@ -164,16 +166,29 @@ void set_save_hook(SaveHook hook) { save_hook() = std::move(hook); }
 void save_checkpoint(const std::string& dir_in, const NamedTensors& model, const optim::Optimizer& optimizer,
                      const amp::GradScaler& scaler, int64_t step, const nlohmann::json& extra,
                      const CheckpointParts& parts) {
+  // Whatever this writes, load_checkpoint must accept: check the state with the loader's rules
+  // before anything on disk is touched.
+  OptimizerState state{optimizer.name(), optimizer.state_dict(), optimizer.state_tensors()};
+  try {
+    optimizer.validate_state_dict(state.state, state.tensors);
+  } catch (const Error& e) {
+    MT_ERROR("save_checkpoint: refusing to write ", checkpoint_path(dir_in).string(), ", which load_checkpoint would ",
+             "reject (the previous checkpoint is left as it was): ", e.what());
+  }
+  save_checkpoint(dir_in, model, state, scaler, step, extra, parts);
+}
+
+void save_checkpoint(const std::string& dir_in, const NamedTensors& model, const OptimizerState& optimizer,
+                     const amp::GradScaler& scaler, int64_t step, const nlohmann::json& extra,
+                     const CheckpointParts& parts) {
   MT_CHECK(step >= 0, "save_checkpoint: step must be >= 0, got ", step);
   const fs::path dir = checkpoint_path(dir_in);
   check_replaceable(dir, "save_checkpoint");
-  // Whatever this writes, load_checkpoint must accept: check the state with the loader's rules
-  // before anything on disk is touched.
-  const NamedTensors opt_tensors = optimizer.state_tensors();
-  const nlohmann::json opt_state = optimizer.state_dict(), scaler_state = scaler.state_dict();
+  const NamedTensors& opt_tensors = optimizer.tensors;
+  const nlohmann::json& opt_state = optimizer.state;
+  const nlohmann::json scaler_state = scaler.state_dict();
   try {
     mixtrain::detail::check_json_depth(extra, "extra");
-    optimizer.validate_state_dict(opt_state, opt_tensors);
     scaler.validate_state_dict(scaler_state);
   } catch (const Error& e) {
     MT_ERROR("save_checkpoint: refusing to write ", dir.string(), ", which load_checkpoint would reject (the ",
@@ -191,7 +206,7 @@ void save_checkpoint(const std::string& dir_in, const NamedTensors& model, const
   files[kModelFile] = write_tensor_file(staged / kModelFile, model, {{"format", "pt"}});
   run_hook(kModelFile);
   files[kOptimizerFile] =
-      write_tensor_file(staged / kOptimizerFile, opt_tensors, {{"format", "pt"}, {"optimizer", optimizer.name()}});
+      write_tensor_file(staged / kOptimizerFile, opt_tensors, {{"format", "pt"}, {"optimizer", optimizer.type}});
   run_hook(kOptimizerFile);
 
   const GeneratorState rng = default_generator().state();
@@ -218,8 +233,59 @@ void save_checkpoint(const std::string& dir_in, const NamedTensors& model, const
   guard.done = true;
 }
 
+namespace {
+// Where the optimizer's part of a checkpoint goes: checked with the rest, then given the stand-ins'
+// real tensors to read into.
+struct OptimizerSink {
+  std::function<void(const nlohmann::json& state, const NamedTensors& stand_ins)> check;
+  std::function<std::map<std::string, Tensor>(const nlohmann::json& state, const NamedTensors& stand_ins)> apply;
+};
+int64_t load_with(const std::string& dir_in, const NamedTensors& model, const OptimizerSink& optimizer,
+                  amp::GradScaler& scaler, nlohmann::json* extra, const CheckpointParts& parts);
+}  // namespace
+
 int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, optim::Optimizer& optimizer,
                         amp::GradScaler& scaler, nlohmann::json* extra, const CheckpointParts& parts) {
+  OptimizerSink sink;
+  sink.check = [&](const nlohmann::json& state, const NamedTensors& stand_ins) {
+    optimizer.validate_state_dict(state, stand_ins);
+  };
+  sink.apply = [&](const nlohmann::json& state, const NamedTensors& stand_ins) {
+    optimizer.load_state_dict(state, stand_ins);
+    std::map<std::string, Tensor> live;
+    for (const auto& [n, t] : optimizer.state_tensors()) live.emplace(n, t);
+    return live;
+  };
+  return load_with(dir_in, model, sink, scaler, extra, parts);
+}
+
+int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, OptimizerState& optimizer,
+                        const std::function<void(const OptimizerState&)>& check, amp::GradScaler& scaler,
+                        nlohmann::json* extra, const CheckpointParts& parts) {
+  OptimizerSink sink;
+  sink.check = [&](const nlohmann::json& state, const NamedTensors& stand_ins) {
+    OptimizerState s{state.is_object() && state.contains("type") && state["type"].is_string()
+                         ? state["type"].get<std::string>()
+                         : std::string(),
+                     state, stand_ins};
+    if (check) check(s);
+  };
+  sink.apply = [&](const nlohmann::json& state, const NamedTensors& stand_ins) {
+    optimizer = OptimizerState{state.value("type", std::string()), state, {}};
+    std::map<std::string, Tensor> out;
+    for (const auto& [n, t] : stand_ins) {
+      Tensor real = Tensor::empty(t.shape(), TensorOptions(t.dtype()));
+      optimizer.tensors.emplace_back(n, real);
+      out.emplace(n, real);
+    }
+    return out;
+  };
+  return load_with(dir_in, model, sink, scaler, extra, parts);
+}
+
+namespace {
+int64_t load_with(const std::string& dir_in, const NamedTensors& model, const OptimizerSink& optimizer,
+                  amp::GradScaler& scaler, nlohmann::json* extra, const CheckpointParts& parts) {
   fs::path dir = checkpoint_path(dir_in);
   remove_stale_staging(dir);
   if (!fs::exists(dir) && fs::exists(sibling(dir, ".mixtrain-old"))) dir = sibling(dir, ".mixtrain-old");
@@ -273,7 +339,6 @@ int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, op
   NamedTensors stand_ins;
   for (const auto& e : opt_file.index().entries)
     stand_ins.emplace_back(e.name, zeros({}, TensorOptions(e.dtype)).expand(e.shape));
-  optimizer.validate_state_dict(trainer["optimizer"], stand_ins);
   scaler.validate_state_dict(trainer["scaler"]);
   auto part = [&](const void* given, const char* key, const char* what) -> const nlohmann::json* {
     if (!given) return nullptr;
@@ -285,13 +350,12 @@ int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, op
   const nlohmann::json* data_state = part(parts.data, "data", "a data loader");
   if (scheduler_state) parts.scheduler->validate_state_dict(*scheduler_state);
   if (data_state) parts.data->validate_state_dict(*data_state);
+  optimizer.check(trainer["optimizer"], stand_ins);
 
   // 2. Apply; nothing below can fail on the checked data (short of a file being rewritten in
   // place while it is read, which read_into reports).
   model_file.read_into(destinations);
-  optimizer.load_state_dict(trainer["optimizer"], stand_ins);
-  std::map<std::string, Tensor> live;
-  for (const auto& [n, t] : optimizer.state_tensors()) live.emplace(n, t);
+  const std::map<std::string, Tensor> live = optimizer.apply(trainer["optimizer"], stand_ins);
   std::vector<Tensor> opt_destinations;
   for (const auto& e : opt_file.index().entries) {
     auto it = live.find(e.name);
@@ -306,5 +370,7 @@ int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, op
   if (extra) *extra = trainer.contains("extra") ? trainer["extra"] : nlohmann::json::object();
   return step;
 }
+
+}  // namespace
 
 }  // namespace mixtrain::io

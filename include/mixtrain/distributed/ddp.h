@@ -19,6 +19,9 @@
 namespace mixtrain::amp {
 class GradScaler;
 }
+namespace mixtrain::distributed {
+class ZeroRedundancyOptimizer;
+}
 
 namespace mixtrain::nn {
 
@@ -126,6 +129,7 @@ class DistributedDataParallel {
   std::vector<std::vector<size_t>> bucket_assignment() const;
 
  private:
+  friend class distributed::ZeroRedundancyOptimizer;  // shards the buckets (zero.h)
   struct Reducer;
   void check_models_match();
   void broadcast_state();
