@@ -75,6 +75,10 @@ void ZeroRedundancyOptimizer::build() {
   pieces_ = pieces_of(buckets, numel, g.rank(), g.world_size());
   MT_CHECK(!pieces_.empty(), "ZeroRedundancyOptimizer: rank ", g.rank(), " of ", g.world_size(),
            " gets no parameter elements (the model has too few for this many ranks)");
+  for (size_t i = 0; i < params_.size(); ++i)
+    MT_CHECK(params_[i].is_contiguous(), "ZeroRedundancyOptimizer: parameter ", reducer.names[i], " (",
+             params_[i].summary(), ") is not contiguous (channels-last?); its shard is cut from its elements in ",
+             "order, so train contiguous parameters (or without ZeRO)");
   NoGradGuard no_grad;
   shard_params_.clear();
   for (const ZeroPiece& piece : pieces_)
