@@ -10,28 +10,21 @@
 #include <thread>
 
 #include "mixtrain/mixtrain.h"
+#include "compare.h"
 #include "ranks.h"
 
 namespace mt = mixtrain;
 namespace dist = mixtrain::distributed;
 namespace nn = mixtrain::nn;
+using mt_dist_test::max_rel_diff;
 using mt_dist_test::run_ranks;
 
 namespace {
 
+// The model of these tests, the same on every rank for a seed.
 mt::nn::Sequential make_mlp(uint64_t seed) {
   mt::manual_seed(seed);
   return mt::nn::Sequential(mt::nn::Linear(6, 24), mt::nn::Tanh(), mt::nn::Linear(24, 2));
-}
-
-double max_rel_diff(const std::vector<mt::Tensor>& a, const std::vector<mt::Tensor>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const auto x = a[i].to(mt::kFloat64).to_vector<double>();
-    const auto y = b[i].to(mt::kFloat64).to_vector<double>();
-    for (size_t k = 0; k < x.size(); ++k) worst = std::max(worst, std::abs(x[k] - y[k]) / std::max(1.0, std::abs(y[k])));
-  }
-  return worst;
 }
 
 // A digest of tensors' bytes (equal on two ranks iff, but for collisions, the bytes are).

@@ -13,11 +13,14 @@
 #include "mixtrain/mixtrain.h"
 #include "mixtrain/distributed/zero.h"
 #include "mixtrain/io/optimizer_state.h"
+#include "compare.h"
 #include "ranks.h"
 
 namespace mt = mixtrain;
 namespace dist = mixtrain::distributed;
 namespace nn = mixtrain::nn;
+using mt_dist_test::bit_equal;
+using mt_dist_test::max_rel_diff;
 using mt_dist_test::run_ranks;
 
 namespace {
@@ -43,24 +46,6 @@ mt::nn::Sequential make_mlp(uint64_t seed) {
   mt::manual_seed(seed);
   return mt::nn::Sequential(mt::nn::Linear(8, 48), mt::nn::ReLU(), mt::nn::Linear(48, 40), mt::nn::ReLU(),
                             mt::nn::Linear(40, 3));
-}
-
-// Largest |a - b| relative to max(1, |b|) over every tensor.
-double max_rel_diff(const std::vector<mt::Tensor>& a, const std::vector<mt::Tensor>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const auto x = a[i].to(mt::kFloat64).to_vector<double>();
-    const auto y = b[i].to(mt::kFloat64).to_vector<double>();
-    for (size_t k = 0; k < x.size(); ++k) worst = std::max(worst, std::abs(x[k] - y[k]) / std::max(1.0, std::abs(y[k])));
-  }
-  return worst;
-}
-
-bool bit_equal(const std::vector<mt::Tensor>& a, const std::vector<mt::Tensor>& b) {
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i].nbytes() != b[i].nbytes() || std::memcmp(a[i].contiguous().raw_data(), b[i].contiguous().raw_data(), a[i].nbytes()) != 0)
-      return false;
-  return true;
 }
 
 // The data of the tests: `steps` global batches of `global` rows, the same on every rank.
