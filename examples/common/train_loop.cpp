@@ -83,6 +83,16 @@ void TrainTask::seek_batches(int64_t) {
            "elastic training needs to redo a step on its batch; train it with mixtrain launch --max-restarts instead");
 }
 
+void TrainTask::seek_stream(int64_t n, data::DataLoader* loader, const nlohmann::json& start, size_t& next) {
+  MT_CHECK(n >= 0, "seek_batches: negative batch count ", n);
+  if (!loader) {
+    next = static_cast<size_t>(n);
+    return;
+  }
+  loader->load_state_dict(start);  // where it stood before the first batch
+  loader->skip(n);
+}
+
 data::DataLoaderOptions TrainTask::training_loader_options(int64_t batch_size, Device device) {
   return data::DataLoaderOptions().batch_size(batch_size).num_workers(1).device(device).pin_memory(device.is_cuda());
 }

@@ -82,6 +82,10 @@ class TrainTask {
   virtual std::vector<int64_t> prepare_batch() { return {}; }
 
  protected:
+  // seek_batches of a task that draws from `loader` (whose state before its first batch is
+  // `start`), or, without one, counts its batches in `next`.
+  static void seek_stream(int64_t n, data::DataLoader* loader, const nlohmann::json& start, size_t& next);
+
   // The tensors' shapes one after another, each followed by -1: a plan key.
   static std::vector<int64_t> shapes_key(std::initializer_list<Tensor> tensors);
 

@@ -121,14 +121,8 @@ class MlpTrainTask : public TrainTask {
   }
 
   void seek_batches(int64_t n) override {
-    MT_CHECK(n >= 0, "seek_batches: negative batch count ", n);
     pending_.reset();
-    if (loader_) {
-      loader_->load_state_dict(start_);  // where it stood before the first batch
-      loader_->skip(n);
-    } else {
-      next_ = static_cast<size_t>(n);
-    }
+    seek_stream(n, loader_.get(), start_, next_);
   }
 
   // Mean loss (and accuracy) over the test set, in eval mode without autograd or autocast.

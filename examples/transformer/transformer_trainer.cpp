@@ -76,14 +76,8 @@ class TransformerTrainTask : public TrainTask {
   }
 
   void seek_batches(int64_t n) override {
-    MT_CHECK(n >= 0, "seek_batches: negative batch count ", n);
     pending_.reset();
-    if (train_loader_) {
-      train_loader_->load_state_dict(start_);  // where it stood before the first batch
-      train_loader_->skip(n);
-    } else {
-      next_ = static_cast<size_t>(n);
-    }
+    seek_stream(n, train_loader_.get(), start_, next_);
   }
 
   // Mean loss over 8 held-out batches (the corpus' last 5%, or one fresh synthetic batch).
