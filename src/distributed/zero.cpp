@@ -148,8 +148,9 @@ Tensor ZeroRedundancyOptimizer::clip_grad_norm_(double max_norm, double norm_typ
       part = inf ? maximum(part, p) : add(part, p);
     }
   }
+  // One scalar of the same dtype on every rank: no need for the cross-rank signature check.
   Tensor total = part.reshape({1});
-  ddp_.group().all_reduce(total, inf ? ReduceOp::Max : ReduceOp::Sum);
+  UncheckedCollectives::all_reduce_async(ddp_.group(), total, inf ? ReduceOp::Max : ReduceOp::Sum).wait();
   total = total.reshape({});
   if (!inf) total = norm_type == 2.0 ? sqrt(total) : pow(total, 1.0 / norm_type);
   if (device.is_cpu()) {
