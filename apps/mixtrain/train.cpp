@@ -106,6 +106,9 @@ StepQuery step_query(const TaskSpec& spec, const examples::TrainOptions& options
   q.spec = spec;
   q.precision = options.precision;
   q.target = spec.device;
+  // --zero 1: each rank plans for AdamW's state of its shard only.
+  q.zero_stage = options.zero_stage;
+  q.world_size = distributed::read_launch_env().world_size;
   return q;
 }
 
