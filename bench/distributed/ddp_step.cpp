@@ -2,8 +2,8 @@
 // the same step (SGD) on the same local batch, plain and under nn::DistributedDataParallel,
 // alternated in rounds; the median and the fastest of each are printed. Run under the launcher,
 // one thread per rank:
-//   OMP_NUM_THREADS=1 mixtrain launch --nproc 2 -- build/bench/bench_dist_ddp_step \
-//       [batch] [rounds] [cpu|cuda] [mlp|gpt] [fp32|bf16]
+//   OMP_NUM_THREADS=1 mixtrain launch --nproc 2 -- build/bench/bench_dist_ddp_step [batch]
+//        [rounds] [cpu|cuda] [mlp|gpt] [fp32|bf16]
 // mlp: 215-1000-500-1 (default). gpt: the transformer trainer's GPT, its default size on the CPU
 // and BERT-base's sizes (context 128) on the GPU; batch counts sequences. bf16 runs the forward
 // under autocast. With cuda, each rank's model and batch live on the GPU and DDP's all-reduces go
@@ -83,6 +83,9 @@ int main(int argc, char** argv) {
   mt::optim::SGD opt_ddp(wrapped.model->parameters(), mt::optim::SGDOptions(1e-3));
   auto step = [&](Workload& w, mt::optim::SGD& opt) {
     opt.zero_grad();
+    // The wrapped model's forward is called directly, so DDP's round of bucket readiness starts
+    // here (ddp.forward would do it); without it only the first backward communicated.
+    if (&w == &wrapped) ddp.prepare_forward(batch);
     mt::Tensor loss;
     {
       mt::amp::AutocastGuard autocast(device.type, mt::kBFloat16, /*enabled=*/precision == "bf16");
