@@ -18,49 +18,13 @@
 #include <mixtrain/mixtrain.h>
 #include <mixtrain/distributed/zero.h>
 
-#include "transformer/gpt_model.h"
+#include "workload.h"
 
 namespace mt = mixtrain;
-namespace F = mt::nn::functional;
+using mt_bench::median;
+using mt_bench::Workload;
 
 namespace {
-
-struct Workload {
-  std::shared_ptr<mt::nn::Module> model;
-  mt::Tensor x, y;
-  int64_t vocab = 0;  // GPT: cross-entropy over the vocabulary
-
-  mt::Tensor loss() {
-    if (vocab == 0) return F::mse_loss(model->forward(x), y);
-    return F::cross_entropy(model->forward(x).reshape({-1, vocab}), y.reshape({-1}));
-  }
-};
-
-Workload make(const std::string& name, int64_t batch, uint64_t rank) {
-  mt::manual_seed(1);  // the same parameters on every rank and for both copies
-  Workload w;
-  if (name == "gpt") {
-    const mt::examples::GptOptions o{};
-    w.model = mt::examples::Gpt(o).ptr();
-    w.vocab = o.vocab;
-    mt::manual_seed(100 + rank);
-    w.x = mt::randint(0, o.vocab, {batch, o.context});
-    w.y = mt::randint(0, o.vocab, {batch, o.context});
-  } else {
-    w.model = mt::nn::Sequential(mt::nn::Linear(215, 1000), mt::nn::ReLU(), mt::nn::Linear(1000, 500), mt::nn::ReLU(),
-                                 mt::nn::Linear(500, 1))
-                  .ptr();
-    mt::manual_seed(100 + rank);
-    w.x = mt::randn({batch, 215});
-    w.y = mt::randn({batch, 1});
-  }
-  return w;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 int64_t state_bytes(const mt::optim::Optimizer& opt) {
   int64_t n = 0;
@@ -80,7 +44,9 @@ int main(int argc, char** argv) {
   }
   auto pg = mt::distributed::init_process_group();
   const uint64_t rank = static_cast<uint64_t>(pg->rank());
-  Workload whole = make(model, batch, rank), sharded = make(model, batch, rank);
+  const mt::Device cpu = mt::Device::cpu();
+  Workload whole = mt_bench::make_workload(model, batch, cpu, rank),
+           sharded = mt_bench::make_workload(model, batch, cpu, rank);
   mt::nn::DistributedDataParallel ddp_whole(whole.model), ddp_sharded(sharded.model);
   const auto adamw = mt::optim::AdamWOptions(1e-4);
   mt::optim::AdamW opt(whole.model->parameters(), adamw);
