@@ -262,17 +262,18 @@ TEST(MixtrainCli, EachCommandsHelpListsEveryFlagWithItsDefault) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> commands = {
       {"train", {"--precision", "--device", "--steps", "--batch-size", "--lr", "--seed", "--save", "--save-every",
                  "--resume", "--log", "--cpu-autocast", "--synthetic", "--channels-last",
-                 "--checkpoint-activations", "--memory-plan"}},
+                 "--checkpoint-activations", "--memory-plan", "--zero"}},
       {"bench", {"--models", "--precisions", "--device", "--steps", "--warmup", "--size", "--out", "--reference",
                  "--fp32-math", "--channels-last"}},
       {"policy", {"--load", "--json", "--markdown", "--cpu-autocast"}},
       {"launch", {"--nproc,--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port", "--run-id",
-                  "--rank-weights", "--rank-batches", "--rank-memory"}},
+                  "--rank-weights", "--rank-batches", "--rank-memory", "--max-restarts", "--elastic", "--join"}},
       {"plot", {"--out"}},
       {"memory", {"--batch-size", "--precision", "--device", "--size", "--checkpoint-activations", "--json", "--fit",
-                  "--measure", "--timeline"}}};
+                  "--measure", "--timeline", "--world-size", "--zero"}}};
   const std::vector<std::string> switches = {"--synthetic", "--channels-last", "--checkpoint-activations", "--json",
-                                             "--markdown", "--measure", "--memory-plan"};
+                                             "--markdown", "--measure", "--memory-plan",
+                                             "--elastic", "--join"};
   for (const auto& [command, flags] : commands) {
     for (const std::string& form : {command + " --help", command + " -h", "help " + command}) {
       SCOPED_TRACE(form);
