@@ -229,6 +229,62 @@ TEST(Zero, TrainsAsDdpWithAWholeOptimizerDoes) {
   }
 }
 
+// GradScaler under ZeRO: an inf in one rank's shard of the gradients (rank 1's, put there after
+// backward) makes every rank skip the step, its shard untouched, with the scale backed off on
+// both; without sync_grad_scaler rank 0 would update its shard and all-gather it. The clean step
+// after it is taken everywhere and leaves the ranks' parameters equal.
+MT_SCENARIO(zero_scaler_skips_together) {
+  auto g = dist::new_process_group();
+  const int r = g->rank(), n = g->world_size();
+  const Data d(12, 2);
+  auto model = make_mlp(5);
+  nn::DistributedDataParallel ddp(model, g, nn::DistributedDataParallelOptions().first_bucket_mb(0.002));
+  dist::ZeroRedundancyOptimizer zero(ddp, [](std::vector<mt::optim::ParamGroup> groups) {
+    return std::make_unique<mt::optim::AdamW>(std::move(groups), mt::optim::AdamWOptions(0.01));
+  });
+  mt::amp::GradScaler scaler(mt::amp::GradScalerOptions().init_scale(1024.0));
+  ddp.sync_grad_scaler(scaler);
+  const std::vector<double> even(static_cast<size_t>(n), 1.0);
+  auto copies = [&] {
+    std::vector<mt::Tensor> out;
+    for (const auto& p : model->parameters()) out.push_back(p.clone());
+    return out;
+  };
+  const std::vector<mt::Tensor> before = copies();
+  for (int64_t step = 0; step < 2; ++step) {
+    zero.zero_grad();
+    auto [x, y] = d.rows(step, even, r);
+    ddp.prepare_forward();
+    ddp.set_local_batch(x.size(0), d.global);
+    scaler.scale(ddp.scale_loss(mt::nn::functional::mse_loss(model->forward(x), y))).backward();
+    if (step == 0 && r == 1) {
+      mt::Tensor shard_grad = zero.optimizer().param_groups()[0].params()[0].grad();
+      SC_CHECK(shard_grad.defined());
+      shard_grad.narrow(0, 0, 1).fill_(INFINITY);
+    }
+    const bool taken = zero.step(scaler).taken();
+    scaler.update();
+    SC_CHECK(taken == (step == 1));
+    if (step == 0) {
+      SC_CHECK(bit_equal(model->parameters(), before));
+      SC_CHECK(scaler.get_scale() < 1024.0);
+    }
+  }
+  SC_CHECK(max_rel_diff(model->parameters(), before) > 0);
+  const auto mine = model->parameters();
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const std::vector<mt::Tensor> every = g->all_gather(mine[i].contiguous());
+    for (const auto& other : every) SC_CHECK(bit_equal({other}, {mine[i]}));
+  }
+  return 0;
+}
+
+TEST(Zero, AnInfInOneRanksShardMakesEveryRankSkipTheStep) {
+  if (!dist::gloo_available()) GTEST_SKIP() << dist::unavailable_reason();
+  const auto res = run_ranks("zero_scaler_skips_together", 2, std::chrono::seconds(50));
+  for (const auto& r : res) ASSERT_EQ(r.exit_code, 0) << mt_dist_test::describe(res);
+}
+
 // Checkpoints: MT_PHASE=save trains steps 0-2 at this world size and saves; MT_PHASE=resume loads
 // (another world size) and trains steps 3-5; each compares with one process's six steps.
 MT_SCENARIO(zero_checkpoint) {
