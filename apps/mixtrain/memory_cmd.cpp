@@ -54,10 +54,28 @@ std::unique_ptr<CLI::App> memory_app(MemoryFlags& f) {
       ->type_name("SIZE")
       ->default_str("none");
   app->add_flag("--measure", f.measure, "also run the step for real and show its measured peaks");
+  app->add_option("--world-size", f.query.world_size,
+                  "predict rank 0 of this many data-parallel ranks: its share of --batch-size (the global batch)")
+      ->check(flags::integer_in(1, 1 << 20))
+      ->type_name("N")
+      ->default_str("1");
+  app->add_option("--zero", f.query.zero_stage,
+                  "1: ZeRO-1, AdamW's state (and master weights) sharded over the --world-size ranks")
+      ->check(flags::integer_in(0, 1))
+      ->type_name("STAGE")
+      ->default_str("0");
   app->add_option("--timeline", f.timeline, "draw live bytes over the step and the arena layout as SVG")
       ->type_name("FILE.svg")
       ->default_str("none");
   return app;
+}
+
+// The batch of the task a spec builds when none is given (read off a task built on meta).
+int64_t preset_batch_size(TaskSpec spec) {
+  spec.device = Device::meta();
+  spec.synthetic = true;
+  nn::init::SkipInitGuard skip_init;
+  return make_task(spec)->batch_size();
 }
 
 constexpr const char* kRoleLabels[memory::kNumRoles] = {
@@ -84,6 +102,20 @@ int run_memory(const std::vector<std::string>& argv) {
   if (f.measure && q.target.is_cuda() && !examples::default_device().is_cuda())
     throw examples::cli::UsageError("--measure --device cuda needs a GPU; none is usable here");
   if (!f.timeline.empty()) check_timeline_path(f.timeline);
+  const int world = q.world_size;
+  if (world > 1 && (fit_limit > 0 || f.measure))
+    throw examples::cli::UsageError("--world-size predicts one rank of a data-parallel job; --fit and --measure are "
+                                    "for one process");
+  if (world > 1) {
+    // Rank 0's share of the global batch, split evenly as the trainers split it.
+    const int64_t global = q.spec.batch_size > 0 ? q.spec.batch_size : preset_batch_size(q.spec);
+    const std::vector<int64_t> rows = distributed::DistributedSampler::split(global, std::vector<double>(world, 1.0));
+    if (rows[static_cast<size_t>(world - 1)] < 1)
+      throw examples::cli::UsageError("--batch-size " + std::to_string(global) + " leaves a rank of " +
+                                      std::to_string(world) + " no samples");
+    q.global_batch_size = global;
+    q.spec.batch_size = rows[0];
+  }
 
   StepPrediction p;
   FitResult fit;
@@ -124,6 +156,9 @@ int run_memory(const std::vector<std::string>& argv) {
                           {"device", q.target.str()},
                           {"batch_size", p.batch_size},
                           {"checkpoint_activations", q.spec.checkpoint_activations},
+                          {"world_size", world},
+                          {"zero", q.zero_stage},
+                          {"global_batch_size", world > 1 ? q.global_batch_size : p.batch_size},
                           {"peak_bytes", p.peak_bytes},
                           {"reserved_bytes", reserved},
                           {"fragmentation_headroom_bytes", reserved - p.peak_bytes},
@@ -163,6 +198,10 @@ int run_memory(const std::vector<std::string>& argv) {
       << (q.spec.checkpoint_activations ? ", checkpointed activations" : "") << ", one training step on "
       << q.target.str() << ", by dry run (" << std::fixed << std::setprecision(1) << p.dry_run_ms << " ms)\n"
       << std::defaultfloat;
+  if (world > 1)
+    out << "  rank 0 of " << world << ": " << p.batch_size << " of the global batch's " << q.global_batch_size
+        << " samples" << (q.zero_stage == 1 ? "; ZeRO-1: AdamW's state for its shard of the parameters only" : "")
+        << "\n";
   if (fit_limit > 0 && fit.capped) {
     out << "  --fit " << f.fit << ": batch " << p.batch_size << " fits (" << format_bytes(reserved) << " reserved, "
         << format_bytes(p.peak_bytes) << " allocated), and the search goes no further (it stops at " << kMaxFitBatch

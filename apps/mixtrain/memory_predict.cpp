@@ -13,20 +13,25 @@
 #include "common/cli.h"
 #include "mixtrain/core/checked_int.h"
 #include "mixtrain/memory/plan.h"
+#include "mixtrain/distributed/zero.h"
 
 namespace mixtrain::cli {
 
 namespace {
 
-// One optimizer and scaler per task, as examples::train makes them.
+// One optimizer and scaler per task, as examples::train makes them. ZeRO-1: the optimizer over
+// rank 0's shard (`shard`: views of the parameters' elements it updates, `pieces` where they lie).
 struct Trainer {
   std::unique_ptr<examples::TrainTask> task;
   std::unique_ptr<optim::AdamW> opt;
   std::unique_ptr<amp::GradScaler> scaler;
   std::unique_ptr<amp::Fp8Scaling> fp8;  // --precision fp8
+  std::vector<distributed::ZeroPiece> pieces;
+  std::vector<Tensor> shard;
 };
 
-Trainer make_trainer(TaskSpec spec, examples::Precision p, Device device, bool initialise_weights = true) {
+Trainer make_trainer(TaskSpec spec, examples::Precision p, Device device, bool initialise_weights = true,
+                     int zero_world = 0) {
   spec.device = device;
   spec.synthetic = true;
   Trainer t;
@@ -37,7 +42,15 @@ Trainer make_trainer(TaskSpec spec, examples::Precision p, Device device, bool i
     if (!initialise_weights) skip_init.emplace();
     t.task = make_task(spec);
   }
-  t.opt = std::make_unique<optim::AdamW>(t.task->model().parameters(), optim::AdamWOptions().lr(default_lr(spec.model)));
+  std::vector<Tensor> params = t.task->model().parameters();
+  if (zero_world > 0) {
+    t.pieces = distributed::zero_pieces(params, nn::DistributedDataParallelOptions(), 0, zero_world);
+    NoGradGuard no_grad;
+    for (const auto& piece : t.pieces)
+      t.shard.push_back(params[piece.param].detach().view({-1}).narrow(0, piece.offset, piece.numel));
+    params = t.shard;
+  }
+  t.opt = std::make_unique<optim::AdamW>(params, optim::AdamWOptions().lr(default_lr(spec.model)));
   t.scaler = std::make_unique<amp::GradScaler>(
       amp::GradScalerOptions().init_scale(65536.0).enabled(p == examples::Precision::Fp16));
   t.fp8 = examples::make_fp8_scaling(t.task->model(), p, amp::Fp8Recipe());
@@ -50,14 +63,20 @@ Trainer make_trainer(TaskSpec spec, examples::Precision p, Device device, bool i
 // (a meta one cannot give the found_inf flag).
 amp::StepOutcome train_step(Trainer& t, DeviceType autocast_type, examples::Precision p) {
   t.opt->zero_grad();
+  if (!t.shard.empty())
+    for (Tensor& param : t.task->model().parameters()) param.set_grad(Tensor());
   Tensor loss;
   {
     const examples::ForwardScope scope(autocast_type, p);
     loss = t.task->next_loss();
   }
   t.scaler->scale(loss).backward();
+  // ZeRO-1: the shard's gradients are its elements of the (reduced) gradients, read in place.
+  const std::vector<Tensor> params = t.task->model().parameters();
+  for (size_t i = 0; i < t.shard.size(); ++i)
+    t.shard[i].set_grad(params[t.pieces[i].param].grad().view({-1}).narrow(0, t.pieces[i].offset, t.pieces[i].numel));
   t.scaler->unscale_(*t.opt);
-  nn::utils::clip_grad_norm_(t.task->model().parameters(), 1.0);
+  nn::utils::clip_grad_norm_(t.shard.empty() ? params : t.shard, 1.0);
   amp::StepOutcome outcome = t.scaler->step(*t.opt);
   t.scaler->update();
   if (t.fp8) t.fp8->update();
@@ -152,7 +171,10 @@ StepPrediction predict_step(const StepQuery& query) {
              " samples must lie in [1, ", query.global_batch_size, "], the global batch");
     spec.batch_size = query.global_batch_size;
   }
-  Trainer t = make_trainer(spec, query.precision, Device::meta(), query.initialise_weights);
+  MT_CHECK(query.zero_stage == 0 || (query.zero_stage == 1 && query.world_size >= 1), "predict_step: ZeRO stage ",
+           query.zero_stage, " over ", query.world_size, " ranks is not predicted (0, or 1 over one or more ranks)");
+  Trainer t = make_trainer(spec, query.precision, Device::meta(), query.initialise_weights,
+                           query.zero_stage == 1 ? query.world_size : 0);
   // Rank 0 of two whose shares are `rows` and the rest: its step computes on its rows only.
   if (shard) t.task->set_data_shard(0, {static_cast<double>(rows), static_cast<double>(query.global_batch_size - rows)});
   const auto start = std::chrono::steady_clock::now();

@@ -28,6 +28,10 @@ struct StepQuery {
   // (every rank holds the global batch's data) and the step computes on spec.batch_size of them
   // (at most this many), as train() shards it.
   int64_t global_batch_size = 0;
+  // > 1 with zero_stage 1: rank 0 of this many under ZeroRedundancyOptimizer (ZeRO-1), its AdamW
+  // state (and master weights) only for its shard of DDP's buckets, as the real run cuts them.
+  int zero_stage = 0;
+  int world_size = 1;
 };
 
 struct StepPrediction {

@@ -69,6 +69,11 @@ class TrainTask {
   // Advances the data stream by n batches without computing anything (resume from a checkpoint
   // saved without the loader's position).
   virtual void skip_batches(int64_t n) = 0;
+  // Moves the data stream to where it stands after n batches from the start, forward or back, so
+  // that the next next_loss draws the batch of step n + 1: elastic training redoes an interrupted
+  // step on its batch, and a joiner starts where the job is. The default refuses (such a task
+  // cannot train with --elastic).
+  virtual void seek_batches(int64_t n);
   // The training data loader, when the task has one: its position is saved in checkpoints.
   virtual data::DataLoader* loader() { return nullptr; }
   // The learning-rate schedule the model trains with (none: a constant rate).
@@ -93,6 +98,10 @@ class TrainTask {
   virtual std::vector<int64_t> prepare_batch() { return {}; }
 
  protected:
+  // seek_batches of a task that draws from `loader` (whose state before its first batch is
+  // `start`), or, without one, counts its batches in `next`.
+  static void seek_stream(int64_t n, data::DataLoader* loader, const nlohmann::json& start, size_t& next);
+
   // The tensors' shapes one after another, each followed by -1: a plan key.
   static std::vector<int64_t> shapes_key(std::initializer_list<Tensor> tensors);
 
@@ -146,6 +155,9 @@ struct TrainOptions {
   // compute times as the step goes (distributed::RankBalancer); $MIXTRAIN_RANK_WEIGHTS=adaptive
   // sets it too. The steps stay those of one process over the global batch, whatever the split.
   bool adaptive_rank_weights = false;
+  // Data parallel: 1 shards AdamW's state across the ranks (distributed::ZeroRedundancyOptimizer,
+  // ZeRO-1); 0: every rank holds all of it.
+  int zero_stage = 0;
 };
 
 struct StepRecord {
@@ -157,14 +169,20 @@ struct StepRecord {
   double grad_norm = 0;  // total gradient norm after unscaling
   double seconds = 0;    // wall time of the step
   std::vector<int64_t> rank_rows;  // data parallel: every rank's rows of this step's batch
+  int rank = 0;          // data parallel: this process's rank when the step ended (rank 0 reports)
 };
 
 struct TrainResult {
   std::vector<StepRecord> records;
   int64_t first_step = 1;
+  // The checkpoint the run started from: TrainOptions::resume_dir, or save_dir when its launcher
+  // restarted it after a failure (--max-restarts: $MIXTRAIN_RESTART_COUNT > 0) and it holds one.
+  std::string resumed_from;
   int64_t skipped_steps = 0;
   double seconds = 0;
   memory::Stats memory;  // of options.device, peaks over the run
+  // This rank's optimizer state at the end (moments, master weights): a ZeRO-1 rank's shard.
+  int64_t optimizer_state_bytes = 0;
   // With memory_plan: plans built (one per batch shape), requests served from their arenas and
   // steps that differed from their plan, over this run.
   int64_t memory_plans = 0, plan_hits = 0, plan_misses = 0;

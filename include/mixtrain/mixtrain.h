@@ -40,3 +40,5 @@
 #include "mixtrain/distributed/sampler.h"
 #include "mixtrain/distributed/rank_balancer.h"
 #include "mixtrain/distributed/ddp.h"
+#include "mixtrain/distributed/elastic.h"
+#include "mixtrain/distributed/store_server.h"

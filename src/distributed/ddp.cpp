@@ -56,10 +56,22 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
   const DType c = options_.compression();
   MT_CHECK(c == kFloat32 || c == kFloat16 || c == kBFloat16, "DistributedDataParallel: compression must be ",
            "float32 (none), float16 or bfloat16, got ", c);
-  check_models_match();
-  broadcast_state();
+  if (options_.init_sync()) {
+    check_models_match();
+    broadcast_state();
+  }
   reducer_ = std::make_unique<Reducer>(*this, module_->named_parameters());
   weight_ = 1.0 / group_->world_size();
+  scaler_group_ = std::make_shared<std::shared_ptr<distributed::ProcessGroup>>(group_);
+}
+
+void DistributedDataParallel::set_process_group(std::shared_ptr<distributed::ProcessGroup> group) {
+  MT_CHECK(group != nullptr, "DistributedDataParallel.set_process_group: null group");
+  group_ = std::move(group);
+  *scaler_group_ = group_;
+  reducer_->reset();
+  weight_ = 1.0 / group_->world_size();
+  global_batch_ = 0;
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;
@@ -155,9 +167,10 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
 }
 
 void DistributedDataParallel::sync_grad_scaler(amp::GradScaler& scaler) {
-  auto group = group_;
-  scaler.set_found_inf_hook([group](Tensor& found) {
-    if (group->world_size() > 1) group->all_reduce(found, distributed::ReduceOp::Max);
+  auto cell = scaler_group_;
+  scaler.set_found_inf_hook([cell](Tensor& found) {
+    distributed::ProcessGroup& group = **cell;
+    if (group.world_size() > 1) group.all_reduce(found, distributed::ReduceOp::Max);
   });
   scaler_synced_ = true;
 }

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -16,6 +17,7 @@
 #include "core/input_file.h"
 #include "core/json_limits.h"
 #include "io/checkpoint_files.h"
+#include "mixtrain/io/optimizer_state.h"
 #include "io/checkpoint_internal.h"
 #include "io/file_util.h"
 #include "io/safetensors_internal.h"
@@ -133,6 +135,12 @@ void check_replaceable(const fs::path& dir, const char* who) {
 
 }  // namespace
 
+bool checkpoint_exists(const std::string& dir_in) {
+  const fs::path dir = checkpoint_path(dir_in);
+  std::error_code ec;
+  return fs::exists(dir / kTrainerFile, ec) || fs::exists(sibling(dir, ".mixtrain-old") / kTrainerFile, ec);
+}
+
 void check_checkpoint_destination(const std::string& dir_in) {
   const fs::path dir = checkpoint_path(dir_in);
   check_replaceable(dir, "checkpoint destination");
@@ -157,21 +165,21 @@ void set_save_hook(SaveHook hook) { save_hook() = std::move(hook); }
 
 namespace {
 
-// scaler: null for a run without one (fp32, bf16); the checkpoint then has no "scaler" entry.
-void save_impl(const std::string& dir_in, const NamedTensors& model, const optim::Optimizer& optimizer,
+// scaler: null for a run without one (fp32, bf16); the checkpoint then has no "scaler" entry. The
+// optimizer's part comes as data (checked by the caller where an optimizer can check it).
+void save_impl(const std::string& dir_in, const NamedTensors& model, const OptimizerState& optimizer,
                const amp::GradScaler* scaler, int64_t step, const nlohmann::json& extra, const CheckpointParts& parts) {
   MT_CHECK(step >= 0, "save_checkpoint: step must be >= 0, got ", step);
   const fs::path dir = checkpoint_path(dir_in);
   check_replaceable(dir, "save_checkpoint");
   // Whatever this writes, load_checkpoint must accept: check the state with the loader's rules
   // before anything on disk is touched.
-  const NamedTensors opt_tensors = optimizer.state_tensors();
-  const nlohmann::json opt_state = optimizer.state_dict();
+  const NamedTensors& opt_tensors = optimizer.tensors;
+  const nlohmann::json& opt_state = optimizer.state;
   const nlohmann::json scaler_state = scaler ? scaler->state_dict() : nlohmann::json();
   const nlohmann::json fp8_state = parts.fp8 ? parts.fp8->state_dict() : nlohmann::json();
   try {
     mixtrain::detail::check_json_depth(extra, "extra");
-    optimizer.validate_state_dict(opt_state, opt_tensors);
     if (scaler) scaler->validate_state_dict(scaler_state);
     if (parts.fp8) parts.fp8->validate_state_dict(fp8_state, std::map<std::string, Tensor>(model.begin(), model.end()));
   } catch (const Error& e) {
@@ -190,7 +198,7 @@ void save_impl(const std::string& dir_in, const NamedTensors& model, const optim
   files[kModelFile] = write_tensor_file(staged / kModelFile, model, {{"format", "pt"}});
   run_hook(kModelFile);
   files[kOptimizerFile] =
-      write_tensor_file(staged / kOptimizerFile, opt_tensors, {{"format", "pt"}, {"optimizer", optimizer.name()}});
+      write_tensor_file(staged / kOptimizerFile, opt_tensors, {{"format", "pt"}, {"optimizer", optimizer.type}});
   run_hook(kOptimizerFile);
 
   const GeneratorState rng = default_generator().state();
@@ -218,9 +226,16 @@ void save_impl(const std::string& dir_in, const NamedTensors& model, const optim
   guard.done = true;
 }
 
+// Where the optimizer's part of a checkpoint goes: checked with the rest, then given the stand-ins'
+// real tensors to read into.
+struct OptimizerSink {
+  std::function<void(const nlohmann::json& state, const NamedTensors& stand_ins)> check;
+  std::function<std::map<std::string, Tensor>(const nlohmann::json& state, const NamedTensors& stand_ins)> apply;
+};
+
 // scaler: null when the run has none; a checkpoint's "scaler" entry is then left unread, as a
 // part saved but not asked for.
-int64_t load_impl(const std::string& dir_in, const NamedTensors& model, optim::Optimizer& optimizer,
+int64_t load_with(const std::string& dir_in, const NamedTensors& model, const OptimizerSink& optimizer,
                   amp::GradScaler* scaler, nlohmann::json* extra, const CheckpointParts& parts) {
   fs::path dir = checkpoint_path(dir_in);
   remove_stale_staging(dir);
@@ -280,7 +295,6 @@ int64_t load_impl(const std::string& dir_in, const NamedTensors& model, optim::O
   NamedTensors stand_ins;
   for (const auto& e : opt_file.index().entries)
     stand_ins.emplace_back(e.name, zeros({}, TensorOptions(e.dtype)).expand(e.shape));
-  optimizer.validate_state_dict(trainer["optimizer"], stand_ins);
   auto part = [&](const void* given, const char* key, const char* what) -> const nlohmann::json* {
     if (!given) return nullptr;
     MT_CHECK(trainer.contains(key), "load_checkpoint: ", where, " has no \"", key, "\" entry, but ", what,
@@ -301,13 +315,12 @@ int64_t load_impl(const std::string& dir_in, const NamedTensors& model, optim::O
       if (auto it = saved.find(n); it != saved.end()) fp8_tensors.emplace(n, model_file.read_entry(*it->second));
     parts.fp8->validate_state_dict(*fp8_state, fp8_tensors);
   }
+  optimizer.check(trainer["optimizer"], stand_ins);
 
   // 2. Apply; nothing below can fail on the checked data (short of a file being rewritten in
   // place while it is read, which read_into reports).
   model_file.read_into(destinations);
-  optimizer.load_state_dict(trainer["optimizer"], stand_ins);
-  std::map<std::string, Tensor> live;
-  for (const auto& [n, t] : optimizer.state_tensors()) live.emplace(n, t);
+  const std::map<std::string, Tensor> live = optimizer.apply(trainer["optimizer"], stand_ins);
   std::vector<Tensor> opt_destinations;
   for (const auto& e : opt_file.index().entries) {
     auto it = live.find(e.name);
@@ -324,27 +337,83 @@ int64_t load_impl(const std::string& dir_in, const NamedTensors& model, optim::O
   return step;
 }
 
+// The optimizer's state as data, checked by the optimizer that holds it.
+OptimizerState checked_state(const std::string& dir, const optim::Optimizer& optimizer) {
+  OptimizerState state{optimizer.name(), optimizer.state_dict(), optimizer.state_tensors()};
+  try {
+    optimizer.validate_state_dict(state.state, state.tensors);
+  } catch (const Error& e) {
+    MT_ERROR("save_checkpoint: refusing to write ", checkpoint_path(dir).string(), ", which load_checkpoint would ",
+             "reject (the previous checkpoint is left as it was): ", e.what());
+  }
+  return state;
+}
+
+OptimizerSink sink_of(optim::Optimizer& optimizer) {
+  OptimizerSink sink;
+  sink.check = [&](const nlohmann::json& state, const NamedTensors& stand_ins) {
+    optimizer.validate_state_dict(state, stand_ins);
+  };
+  sink.apply = [&](const nlohmann::json& state, const NamedTensors& stand_ins) {
+    optimizer.load_state_dict(state, stand_ins);
+    std::map<std::string, Tensor> live;
+    for (const auto& [n, t] : optimizer.state_tensors()) live.emplace(n, t);
+    return live;
+  };
+  return sink;
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& dir, const NamedTensors& model, const optim::Optimizer& optimizer,
                      const amp::GradScaler& scaler, int64_t step, const nlohmann::json& extra,
                      const CheckpointParts& parts) {
-  save_impl(dir, model, optimizer, &scaler, step, extra, parts);
+  save_impl(dir, model, checked_state(dir, optimizer), &scaler, step, extra, parts);
 }
 
 void save_checkpoint(const std::string& dir, const NamedTensors& model, const optim::Optimizer& optimizer,
                      int64_t step, const nlohmann::json& extra, const CheckpointParts& parts) {
-  save_impl(dir, model, optimizer, nullptr, step, extra, parts);
+  save_impl(dir, model, checked_state(dir, optimizer), nullptr, step, extra, parts);
+}
+
+void save_checkpoint(const std::string& dir, const NamedTensors& model, const OptimizerState& optimizer,
+                     const amp::GradScaler& scaler, int64_t step, const nlohmann::json& extra,
+                     const CheckpointParts& parts) {
+  save_impl(dir, model, optimizer, &scaler, step, extra, parts);
 }
 
 int64_t load_checkpoint(const std::string& dir, const NamedTensors& model, optim::Optimizer& optimizer,
                         amp::GradScaler& scaler, nlohmann::json* extra, const CheckpointParts& parts) {
-  return load_impl(dir, model, optimizer, &scaler, extra, parts);
+  return load_with(dir, model, sink_of(optimizer), &scaler, extra, parts);
 }
 
 int64_t load_checkpoint(const std::string& dir, const NamedTensors& model, optim::Optimizer& optimizer,
                         nlohmann::json* extra, const CheckpointParts& parts) {
-  return load_impl(dir, model, optimizer, nullptr, extra, parts);
+  return load_with(dir, model, sink_of(optimizer), nullptr, extra, parts);
+}
+
+int64_t load_checkpoint(const std::string& dir, const NamedTensors& model, OptimizerState& optimizer,
+                        const std::function<void(const OptimizerState&)>& check, amp::GradScaler& scaler,
+                        nlohmann::json* extra, const CheckpointParts& parts) {
+  OptimizerSink sink;
+  sink.check = [&](const nlohmann::json& state, const NamedTensors& stand_ins) {
+    OptimizerState s{state.is_object() && state.contains("type") && state["type"].is_string()
+                         ? state["type"].get<std::string>()
+                         : std::string(),
+                     state, stand_ins};
+    if (check) check(s);
+  };
+  sink.apply = [&](const nlohmann::json& state, const NamedTensors& stand_ins) {
+    optimizer = OptimizerState{state.value("type", std::string()), state, {}};
+    std::map<std::string, Tensor> out;
+    for (const auto& [n, t] : stand_ins) {
+      Tensor real = Tensor::empty(t.shape(), TensorOptions(t.dtype()));
+      optimizer.tensors.emplace_back(n, real);
+      out.emplace(n, real);
+    }
+    return out;
+  };
+  return load_with(dir, model, sink, &scaler, extra, parts);
 }
 
 }  // namespace mixtrain::io

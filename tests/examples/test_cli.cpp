@@ -244,7 +244,7 @@ TEST(MixtrainCli, TrainWithMemoryPlanLogsTheSameLosses) {
 
 TEST(MixtrainCli, UsageErrorsAreOneLineWithExitCode2) {
   for (const std::string args :
-       {"train mlp --bogus 1", "train mlp --precision fp8", "train resnet", "bench --size huge", "bench --fp32-math tf16",
+       {"train mlp --bogus 1", "train mlp --precision fp4", "train resnet", "bench --size huge", "bench --fp32-math tf16",
         "bench --models mlp,resnet", "train mlp --steps -3", "train mlp --save-every -1", "train mlp --lr 0",
         "train mlp --seed -1", "train", "train mlp unet", "policy --bogus", "policy --cpu-autocast tpu",
         "bench --steps 0", "launch --nproc x -- true", "train mlp --cpu-autocast gpu", "frobnicate"}) {
@@ -292,17 +292,18 @@ TEST(MixtrainCli, EachCommandsHelpListsEveryFlagWithItsDefault) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> commands = {
       {"train", {"--precision", "--device", "--steps", "--batch-size", "--lr", "--seed", "--save", "--save-every",
                  "--resume", "--log", "--cpu-autocast", "--synthetic", "--channels-last",
-                 "--checkpoint-activations", "--memory-plan"}},
+                 "--checkpoint-activations", "--memory-plan", "--zero"}},
       {"bench", {"--models", "--precisions", "--device", "--steps", "--warmup", "--size", "--out", "--reference",
                  "--fp32-math", "--channels-last"}},
       {"policy", {"--load", "--json", "--markdown", "--cpu-autocast"}},
       {"launch", {"--nproc,--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port", "--run-id",
-                  "--rank-weights", "--rank-batches", "--rank-memory"}},
+                  "--rank-weights", "--rank-batches", "--rank-memory", "--max-restarts", "--elastic", "--join"}},
       {"plot", {"--out"}},
       {"memory", {"--batch-size", "--precision", "--device", "--size", "--checkpoint-activations", "--json", "--fit",
-                  "--measure", "--timeline"}}};
+                  "--measure", "--timeline", "--world-size", "--zero"}}};
   const std::vector<std::string> switches = {"--synthetic", "--channels-last", "--checkpoint-activations", "--json",
-                                             "--markdown", "--measure", "--memory-plan"};
+                                             "--markdown", "--measure", "--memory-plan",
+                                             "--elastic", "--join"};
   for (const auto& [command, flags] : commands) {
     for (const std::string& form : {command + " --help", command + " -h", "help " + command}) {
       SCOPED_TRACE(form);
@@ -432,7 +433,7 @@ TEST(ExamplePrograms, HelpAndUsageErrors) {
       switches += std::count(flags.begin(), flags.end(), std::string(sw));
     EXPECT_GE(count_of(help.out, "(default: "), flags.size() - switches) << help.out;
     for (const auto& [args, named] : std::vector<std::pair<std::string, std::string>>{
-             {"--bogus", "--bogus"}, {"--steps 0", "--steps"}, {"--seed -1", "--seed"}, {"--precision fp8", "fp8"}}) {
+             {"--bogus", "--bogus"}, {"--steps 0", "--steps"}, {"--seed -1", "--seed"}, {"--precision fp4", "fp4"}}) {
       const CliRun bad = run(args);
       EXPECT_EQ(bad.code, 2) << args << ": " << bad.err;
       EXPECT_EQ(count_of(bad.err, "\n"), 1u) << bad.err;

@@ -114,6 +114,14 @@ std::map<std::string, Case> cases() {
   c["clamp"] = {one({3, 4}), [](const Inputs& i) { return V{mt::clamp(i[0], 0.7, 1.2)}; }};
   c["clamp_min"] = {one({3, 4}), [](const Inputs& i) { return V{mt::clamp_min(i[0], 0.7)}; }};
   c["clamp_max"] = {one({3, 4}), [](const Inputs& i) { return V{mt::clamp_max(i[0], 1.2)}; }};
+  // FP8 operands (no grad: scaled_mm is not differentiable; fp8_linear has the layer's backward).
+  c["scaled_mm"] = {[] {
+                      const Tensor s = mt::ones({1});
+                      return Inputs{mt::to_float8(random_tensor({16, 32}, mt::kFloat32, 1, -2, 2), mt::kFloat8E4M3FN),
+                                    mt::to_float8(random_tensor({32, 16}, mt::kFloat32, 2, -2, 2), mt::kFloat8E4M3FN), s,
+                                    s * 0.5};
+                    },
+                    [](const Inputs& i) { return V{mt::scaled_mm(i[0], i[1], i[2], i[3])}; }};
   c["all"] = {one({3, 4}), [](const Inputs& i) { return V{mt::all(i[0], {1}), mt::all(i[0])}; }};
   c["any"] = {one({3, 4}), [](const Inputs& i) { return V{mt::any(i[0], {0}, true), mt::any(i[0])}; }};
   c["topk"] = {one({3, 5}), [](const Inputs& i) {
@@ -223,7 +231,7 @@ TEST(MetaOps, GradFnNamesAreTheOpNameInCamelCaseAndBackward0) {
     EXPECT_EQ(mt::ops::backward_name(static_cast<mt::ops::OpId>(k)), camel(name));
     const Inputs in = all.at(name).inputs();
     const Tensor out = all.at(name).run(in).front();
-    if (!out.grad_fn()) continue;  // no gradient: compare, argmax, all, any
+    if (!out.grad_fn()) continue;  // no gradient: compare, argmax, all, any, scaled_mm
     const auto composite = composites.find(name);
     EXPECT_EQ(out.grad_fn()->name(), composite == composites.end() ? camel(name) : composite->second) << name;
   }

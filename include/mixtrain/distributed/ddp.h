@@ -20,6 +20,9 @@ namespace mixtrain::amp {
 class GradScaler;
 class Fp8Scaling;
 }
+namespace mixtrain::distributed {
+class ZeroRedundancyOptimizer;
+}
 
 namespace mixtrain::nn {
 
@@ -37,6 +40,10 @@ class DistributedDataParallelOptions {
   // Weight each rank's gradient by its batch (forward's input.size(0)) over the global batch.
   // Off: plain mean over ranks.
   MT_ARG(bool, weight_by_batch) = true;
+  // At construction, compare the ranks' models and broadcast rank 0's parameters and buffers
+  // (collectives every rank must call). Off for a rank that joins a running elastic job: the
+  // others built theirs long ago, and the elastic agent sends it the state.
+  MT_ARG(bool, init_sync) = true;
 };
 
 class DistributedDataParallel {
@@ -79,6 +86,10 @@ class DistributedDataParallel {
   Module& module() { return *module_; }
   std::vector<Tensor> parameters() const { return module_->parameters(); }
   distributed::ProcessGroup& group() { return *group_; }
+  // Communicates over `group` from now on (an elastic job's next generation, with other ranks and
+  // another world size): the buckets stay, a backward interrupted by the old group's failure is
+  // forgotten, and the scaler synced by sync_grad_scaler follows. Between steps only.
+  void set_process_group(std::shared_ptr<distributed::ProcessGroup> group);
 
   // While alive, backward accumulates into the grads without communicating (gradient
   // accumulation); the first backward after it reduces the accumulated gradients.
@@ -122,6 +133,7 @@ class DistributedDataParallel {
   std::vector<std::vector<size_t>> bucket_assignment() const;
 
  private:
+  friend class distributed::ZeroRedundancyOptimizer;  // shards the buckets (zero.h)
   struct Reducer;
   void check_models_match();
   void broadcast_state();
@@ -130,6 +142,8 @@ class DistributedDataParallel {
 
   std::shared_ptr<Module> module_;
   std::shared_ptr<distributed::ProcessGroup> group_;
+  // What sync_grad_scaler's hook reduces over: the current group_, also after set_process_group.
+  std::shared_ptr<std::shared_ptr<distributed::ProcessGroup>> scaler_group_;
   DistributedDataParallelOptions options_;
   std::unique_ptr<Reducer> reducer_;
   bool sync_ = true;

@@ -63,6 +63,10 @@ void save_checkpoint(const std::string& dir, const NamedTensors& model, const op
 int64_t load_checkpoint(const std::string& dir, const NamedTensors& model, optim::Optimizer& optimizer,
                         amp::GradScaler& scaler, nlohmann::json* extra = nullptr, const CheckpointParts& parts = {});
 
+// Whether `dir` holds a checkpoint to load (or the fallback copy of an interrupted save): a
+// trainer restarted after a failure resumes from its save directory when it does.
+bool checkpoint_exists(const std::string& dir);
+
 // Throws Error naming `dir` unless save_checkpoint could write there: `dir` absent or a directory
 // holding only a checkpoint's files, and the nearest existing directory above it taking a new file
 // (one is created and removed). For programs that save after a long run: check first.
