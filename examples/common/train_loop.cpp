@@ -41,19 +41,26 @@ std::unique_ptr<amp::Fp8Scaling> make_fp8_scaling(nn::Module& model, Precision p
 
 int rank_cuda_index(const distributed::LaunchEnv& env) { return env.world_size > 1 ? env.local_rank : 0; }
 
-Device default_device() { return cuda::is_available() ? parse_device("cuda") : Device::cpu(); }
+// Not checked here: a default is set before the flags are read, and `--device cpu` on a rank whose
+// GPU does not exist must not fail on it; train() checks the device it is given.
+Device default_device() {
+  return cuda::is_available() ? Device::cuda(rank_cuda_index(distributed::read_launch_env())) : Device::cpu();
+}
+
+// `name`: as the user spelled it ("cuda" is this rank's GPU under a launcher).
+void check_device_available(const Device& d, const std::string& name) {
+  if (!d.is_cuda()) return;
+  std::string what = "'" + name + "'";
+  if (name == "cuda" && d.index != 0) what += " (" + d.str() + ", this rank's LOCAL_RANK)";
+  MT_CHECK(cuda::is_available() && d.index < cuda::device_count(), "device ", what, " is not available: ",
+           cuda::is_available() ? "no such CUDA device" : "no CUDA device (or built without CUDA)", "; use --device cpu");
+}
 
 Device parse_device(const std::string& name) {
   MT_CHECK(name == "cpu" || name.rfind("cuda", 0) == 0, "unknown device '", name, "' (expected cpu or cuda)");
   // The launch environment is read only for plain "cuda": a CPU run never depends on it.
-  const int rank_index = name == "cuda" ? rank_cuda_index(distributed::read_launch_env()) : 0;
-  const Device d = name == "cuda" ? Device::cuda(rank_index) : Device::parse(name);
-  std::string what = "'" + name + "'";
-  if (name == "cuda" && rank_index != 0) what += " (" + d.str() + ", this rank's LOCAL_RANK)";
-  MT_CHECK(
-      !d.is_cuda() || (cuda::is_available() && d.index < cuda::device_count()), "device ", what,
-      " is not available: ", cuda::is_available() ? "no such CUDA device" : "no CUDA device (or built without CUDA)",
-      "; use --device cpu");
+  const Device d = name == "cuda" ? Device::cuda(rank_cuda_index(distributed::read_launch_env())) : Device::parse(name);
+  check_device_available(d, name);
   return d;
 }
 
@@ -180,6 +187,7 @@ StepRecord step_record_from_json(const nlohmann::json& j) {
 TrainResult train(TrainTask& task, const TrainOptions& options, const std::function<void(const StepRecord&)>& on_step) {
   using clock = std::chrono::steady_clock;
   MT_CHECK(options.save_every >= 0, "save_every must be >= 0, got ", options.save_every);
+  check_device_available(options.device, "cuda");
   // Only rank 0 writes checkpoints; a destination it cannot write fails now, not after the run.
   // (Elastic: whoever is rank 0 then; the first generation's rank 0 checks.)
   if (!options.save_dir.empty() && distributed::read_launch_env().rank == 0)

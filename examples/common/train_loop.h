@@ -35,6 +35,8 @@ std::unique_ptr<amp::Fp8Scaling> make_fp8_scaling(nn::Module& model, Precision p
 
 // CUDA when a device is present, else the CPU: the trainers' default.
 Device default_device();
+// Throws naming the device (and this rank's LOCAL_RANK) unless a CUDA device exists here.
+void check_device_available(const Device& d, const std::string& name);
 // "cpu" or "cuda" (or "cuda:N"); "cuda" without a usable device is an Error that says so. Under a
 // launcher with several ranks, "cuda" without an index is the rank's own GPU (rank_cuda_index).
 Device parse_device(const std::string& name);

@@ -37,8 +37,12 @@ bool fused_attention_enabled() { return fused_enabled.load(std::memory_order_rel
 
 bool fused_attention_applies(const Tensor& q, const Tensor& attn_mask, int64_t s) {
   if (!fused_attention_enabled() || attn_mask.defined() || s == 0) return false;
-  const Device dev = q.device().type == DeviceType::Meta ? memory::dry_run_target() : q.device();
-  return backends::attention_forward.has(dev.type);
+  if (q.device().type != DeviceType::Meta) return backends::attention_forward.has(q.device().type);
+  // A dry run plans its target as a build with that backend runs it: a CUDA target takes the fused
+  // kernels the CUDA backend always registers, in a build without CUDA too (whose plan for a GPU
+  // would otherwise be the composite's, larger, and not what the GPU runs).
+  const DeviceType target = memory::dry_run_target().type;
+  return target == DeviceType::CUDA || backends::attention_forward.has(target);
 }
 
 Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Shape& batch, double scale,

@@ -103,9 +103,9 @@ Fp8Plan build_plan(DeviceContext& ctx, const Tensor& a, const Tensor& b, const T
     }
     p.a = layout(lt_data_type(b.dtype(), "scaled_mm"), k, n, k);
     p.b = layout(lt_data_type(a.dtype(), "scaled_mm"), k, m, k);
-    // C is never read (beta 0); its type is the bias's when there is one, as PyTorch's _scaled_mm
-    // describes it (an fp32 output with a bf16 bias takes a bf16 C).
-    p.c = layout(lt_data_type(bias.defined() ? bias.dtype() : out.dtype(), "scaled_mm"), n, m, n);
+    // C is never read (beta 0) but must be a type cuBLASLt's fp8 table pairs with D: D's own (an
+    // fp32 output with a bf16 bias takes an fp32 C; a bf16 C was refused on an H200, 2026-11-28).
+    p.c = layout(lt_data_type(out.dtype(), "scaled_mm"), n, m, n);
     p.d = layout(lt_data_type(out.dtype(), "scaled_mm"), n, m, n);
     cublasLtMatmulPreference_t pref = nullptr;
     MT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -179,9 +179,15 @@ void scaled_mm(const Tensor& a_in, const Tensor& b_in, const Tensor& scale_a, co
   set_pointer(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, scale_a.raw_data());
   if (bias.defined()) set_pointer(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_c.raw_data());
   const float alpha = 1.0f, beta = 0.0f;
-  MT_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, plan.desc, &alpha, bt.raw_data(), plan.a, a.raw_data(), plan.b, &beta,
-                                 out.raw_data(), plan.c, out.raw_data(), plan.d, &plan.algo, ctx.gemm_workspace,
-                                 ctx.gemm_workspace_bytes, ctx.stream));
+  const cublasStatus_t st = cublasLtMatmul(ctx.lt, plan.desc, &alpha, bt.raw_data(), plan.a, a.raw_data(), plan.b,
+                                           &beta, out.raw_data(), plan.c, out.raw_data(), plan.d, &plan.algo,
+                                           ctx.gemm_workspace, ctx.gemm_workspace_bytes, ctx.stream);
+  MT_CHECK(st == CUBLAS_STATUS_SUCCESS, "scaled_mm: cublasLtMatmul failed with ", cublasLtGetStatusName(st), " for ",
+           a.dtype(), " [", m, ", ", k, "] x ", b_in.dtype(), " [", k, ", ", n, "] -> ", out.dtype(),
+           bias.defined() ? std::string(" with a ") + dtype_name(bias.dtype()) + " bias" : std::string(),
+           " on ", ctx.props.name, " (alignments of b^T, a, out, bias: ", align[0], ", ", align[1], ", ", align[2],
+           ", ", bias.defined() ? alignment(bias_c.raw_data()) : 0, " bytes; workspace ", ctx.gemm_workspace_bytes,
+           " bytes at ", ctx.gemm_workspace, ")");
 }
 
 }  // namespace

@@ -30,6 +30,16 @@ template <class T> using acc_t = typename Acc<T>::type;
 template <class T> constexpr bool is_half_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
 template <class T> constexpr bool is_float8_v = std::is_same_v<T, Float8E4M3FN> || std::is_same_v<T, Float8E5M2>;
 
+// fp16 -> fp32 as the CPU converts it (F16C): a NaN keeps its sign and payload, made quiet. The
+// hardware's cvt.f32.f16 gives the canonical NaN instead, whose lost sign the fp8 encoders would
+// write (0x7f where the CPU and PyTorch write 0xff for a negative NaN).
+__device__ __forceinline__ float half_to_float(__half h) {
+  const unsigned b = __half_as_ushort(h);
+  if ((b & 0x7C00u) == 0x7C00u && (b & 0x03FFu) != 0u)
+    return __uint_as_float(((b & 0x8000u) << 16) | 0x7FC00000u | ((b & 0x03FFu) << 13));
+  return __half2float(h);
+}
+
 // Converts like the CPU backend's copy(): half and fp8 types go through fp32 (so fp64 -> half
 // rounds twice, as PyTorch and the CPU backend do), bool is "nonzero". The fp8 encoders are
 // core/float8.h's, the CPU's own: the same bytes on both backends.
@@ -39,6 +49,8 @@ __device__ __forceinline__ To convert(From v) {
     return v;
   } else if constexpr (std::is_same_v<To, bool>) {
     return static_cast<float>(v) != 0.0f;  // as the CPU backend: a double below fp32's range is false
+  } else if constexpr (std::is_same_v<From, __half>) {
+    return convert<To>(half_to_float(v));
   } else if constexpr (is_half_v<From> || is_float8_v<From>) {
     return convert<To>(static_cast<float>(v));
   } else if constexpr (is_float8_v<To>) {

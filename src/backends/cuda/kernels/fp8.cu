@@ -22,7 +22,7 @@ __global__ void cast_to_fp8_kernel(const In* __restrict__ src, uint8_t* __restri
   int64_t local_count = 0;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const float x = static_cast<float>(src[i]);
+    const float x = convert<float>(src[i]);  // a negative fp16 NaN stays negative (common.cuh)
     const float v = kScale ? __fmul_rn(x, s) : x;  // as the CPU: one fp32 product, no contraction
     if (dst) dst[i] = Float8Traits<F8>::encode(v, saturate);
     if constexpr (kStats) {
