@@ -93,7 +93,7 @@ if [ "$part" != bench ]; then
   if [ -n "$prebuilt" ] && fits "test programs" 150; then
     # All at once (16 cores; the GPU tests are small): the slowest program sets the time.
     for t in "$build"/tests/test_*; do
-      (timeout 120 "$t" --gtest_brief=1 > "$out/$(basename "$t").log" 2>&1; echo "exit $?" >> "$out/$(basename "$t").log") &
+      (timeout 120 stdbuf -oL -eL "$t" --gtest_brief=1 > "$out/$(basename "$t").log" 2>&1; echo "exit $?" >> "$out/$(basename "$t").log") &
     done
     wait
     for t in "$build"/tests/test_*; do

@@ -82,12 +82,16 @@ TEST_F(CudaFp8, ScaleUpdateIsTheCpusBitForBit) {
 }
 
 // scaled_mm against the fp64 reference (support/fp8_reference.h), on the CPU copies of a and b.
+// Hopper's fp8 tensor cores sum with about 14 bits between cuBLASLt's promotions to fp32
+// (fp8_reference.h), so the GPU's products are further from the fp64 reference than fp32 sums.
+constexpr int kTensorCoreAccumulatorBits = 14;
+
 ::testing::AssertionResult matches_reference(const Tensor& got, const Tensor& a, const Tensor& b, double s,
                                              const Tensor& bias, DType out) {
   return fp8::within(to_doubles(got.to(Device::cpu())),
                      fp8::product_reference(to_doubles(a.contiguous().to(kFloat32)), to_doubles(b.contiguous().to(kFloat32)),
                                             a.size(0), a.size(1), b.size(1), s, bias.defined() ? to_doubles(bias) : std::vector<double>(),
-                                            out));
+                                            out, kTensorCoreAccumulatorBits));
 }
 
 TEST_F(CudaFp8, ScaledMmMatchesTheFp64ReferenceInEveryLayoutAndDtype) {
@@ -125,7 +129,8 @@ TEST_F(CudaFp8, ScaledMmNamesWhatCublasLtCannotTake) {
 
 TEST_F(CudaFp8, Fp8LinearForwardAndBackwardMatchTheCpu) {
   // Delayed scaling with fixed scales: both backends cast the same values to the same bytes, so
-  // the products differ only in their fp32 summation order.
+  // the products differ only in how they are summed (fp32 on the CPU, the tensor cores' narrower
+  // partial sums on the GPU).
   auto make_state = [](Device d) {
     Fp8LinearState s;
     s.scale = from_vector<float>({40.0f, 3000.0f, 20000.0f}, {3}).to(d);
@@ -150,7 +155,9 @@ TEST_F(CudaFp8, Fp8LinearForwardAndBackwardMatchTheCpu) {
   // fp32 gradients: sums of exact products in another order, k ulps of sum |terms| apart at most
   // (terms up to about 0.6 for the input's, 42 for the weight's).
   const char* names[] = {"output", "input grad", "weight grad", "bias grad"};
-  const Tolerance tols[] = {tolerance_for(kBFloat16), {1e-5, 1e-5, 1e-3}, {1e-5, 1e-5, 5e-3}, tolerance_for(kBFloat16)};
+  // The tensor cores' narrower partial sums (kTensorCoreAccumulatorBits): 4 roundings of 2^-14 over
+  // the terms' magnitudes, relative to results of about their size.
+  const Tolerance tols[] = {tolerance_for(kBFloat16), {1e-3, 1e-3, 1e-3}, {1e-3, 1e-3, 5e-2}, tolerance_for(kBFloat16)};
   for (size_t i = 0; i < 4; ++i) {
     const std::vector<double>& gpu = results[1][i];
     EXPECT_TRUE(all_close(from_vector<double>(gpu, {static_cast<int64_t>(gpu.size())}, TensorOptions(kFloat64)),

@@ -162,13 +162,17 @@ inline std::string hex32(uint32_t v) {
 // row-major fp64 values, an empty bias for none), and per element the bound an implementation with
 // exact products, fp32 sums over k terms and one rounding into `out` stays within: k + 2 ulps of
 // fp32 over the sum of the products' magnitudes, plus the output's rounding (fp16's subnormal
-// step included).
+// step included). accumulator_bits < 24: an implementation whose partial sums keep fewer bits
+// (Hopper's fp8 tensor cores keep about 14 between cuBLASLt's promotions to fp32, as DeepSeek-V3's
+// report measured; 2026-11-28 on an H200 our errors were up to 2^-14.5 of the magnitudes' sum)
+// gets 4 roundings of that width over the magnitudes' sum as well.
 struct ProductReference {
   std::vector<double> value, bound;
 };
 
 inline ProductReference product_reference(const std::vector<double>& a, const std::vector<double>& b, int64_t m,
-                                          int64_t k, int64_t n, double s, const std::vector<double>& bias, DType out) {
+                                          int64_t k, int64_t n, double s, const std::vector<double>& bias, DType out,
+                                          int accumulator_bits = 24) {
   const double u = out == kBFloat16 ? std::ldexp(1.0, -8) : out == kFloat16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -24);
   ProductReference r;
   for (int64_t i = 0; i < m; ++i)
@@ -180,7 +184,8 @@ inline ProductReference product_reference(const std::vector<double>& a, const st
       }
       const double v = s * sum + (bias.empty() ? 0.0 : bias[j]);
       r.value.push_back(v);
-      r.bound.push_back(static_cast<double>(k + 2) * std::ldexp(1.0, -24) * std::fabs(s) * abs_sum +
+      const double narrow = accumulator_bits < 24 ? 4.0 * std::ldexp(1.0, -accumulator_bits) : 0.0;
+      r.bound.push_back((static_cast<double>(k + 2) * std::ldexp(1.0, -24) + narrow) * std::fabs(s) * abs_sum +
                         u * std::fabs(v) * 1.0001 + (out == kFloat16 ? std::ldexp(1.0, -25) : 1e-30));
     }
   return r;

@@ -175,8 +175,13 @@ void scaled_mm(const Tensor& a_in, const Tensor& b_in, const Tensor& scale_a, co
   auto it = cache.plans.find(key);
   if (it == cache.plans.end()) it = cache.plans.emplace(key, build_plan(ctx, a, b_in, bias_c, out, m, n, k, align)).first;
   const Fp8Plan& plan = it->second;
-  set_pointer(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, scale_b.raw_data());  // cuBLAS's A is our b
-  set_pointer(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, scale_a.raw_data());
+  // A scale that is one element of a layer's scale vector (fp8_linear's slots) sits 4 or 8 bytes
+  // into it, and cuBLASLt refused such a pointer at launch (CUBLAS_STATUS_NOT_SUPPORTED, H200,
+  // 2026-11-28): a 16-byte-aligned copy of the one float instead.
+  auto aligned = [&](const Tensor& scale) { return alignment(scale.raw_data()) >= 16 ? scale : scale.clone(); };
+  const Tensor sa = aligned(scale_a), sb = aligned(scale_b);
+  set_pointer(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, sb.raw_data());  // cuBLAS's A is our b
+  set_pointer(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, sa.raw_data());
   if (bias.defined()) set_pointer(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_c.raw_data());
   const float alpha = 1.0f, beta = 0.0f;
   const cublasStatus_t st = cublasLtMatmul(ctx.lt, plan.desc, &alpha, bt.raw_data(), plan.a, a.raw_data(), plan.b,
