@@ -17,8 +17,8 @@ trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/runlibs"
 echo "$src" > "$stage/source_dir.txt"
 for lib in libdnnl.so.2 libOpenCL.so.1 libgomp.so.1 libgloo.so.0 libhiredis.so.0.14 libibverbs.so.1 libnl-3.so.200 \
-           libnl-route-3.so.200 libz.so.1; do
-  f=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+           libnl-route-3.so.200 libz.so.1 libbenchmark.so.1debian; do
+  f=$(ldconfig -p | awk -v l="$lib" '$1 == l && !f {print $NF; f = 1}')
   [ -n "$f" ] || f=/usr/lib/$lib
   cp -L "$f" "$stage/runlibs/$lib"
 done

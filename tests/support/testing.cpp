@@ -36,7 +36,7 @@ std::vector<double> to_doubles(const Tensor& t) {
 }
 
 std::vector<uint8_t> bytes_of(const Tensor& t) {
-  const Tensor c = t.contiguous();
+  const Tensor c = t.to(Device::cpu()).contiguous();  // a device tensor's bytes are not the host's to read
   const auto* p = static_cast<const uint8_t*>(c.raw_data());
   return std::vector<uint8_t>(p, p + c.nbytes());
 }
