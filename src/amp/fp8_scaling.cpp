@@ -151,8 +151,10 @@ void Fp8Scaling::validate_state_dict(const nlohmann::json& state, const std::map
   MT_CHECK(names.is_array() && names == nlohmann::json(layer_names()), where, ".layers ", names.dump(),
            " are not this model's FP8 layers ", nlohmann::json(layer_names()).dump());
   json_io::json_integer(state, "updates", where, 0, std::numeric_limits<int64_t>::max());
-  for (const auto& [layer, module] : layers_) {
-    const int64_t rows = module->fp8_state()->amax_history.size(0);
+  for (const auto& entry : layers_) {
+    // Not a structured binding: lambdas capture those only from C++20 (clang refuses it in C++17).
+    const std::string& layer = entry.first;
+    const int64_t rows = entry.second->fp8_state()->amax_history.size(0);
     auto get = [&](const char* n, const Shape& shape) -> std::vector<double> {
       const std::string name = joined(layer, n);
       auto it = tensors.find(name);

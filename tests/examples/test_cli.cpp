@@ -406,7 +406,9 @@ TEST(ExamplePrograms, HelpAndUsageErrors) {
                          "--checkpoint-activations"}},
       {MT_EXAMPLE_TRANSFORMER,
        {"--synthetic", "--text", "--preset", "--layers", "--width", "--heads", "--context", "--checkpoint-activations"}}};
-  for (const auto& [exe, own] : programs) {
+  for (const auto& program : programs) {
+    const std::string& exe = program.first;  // not a structured binding: the lambda below captures it (C++20 for bindings)
+    const auto& own = program.second;
     SCOPED_TRACE(exe);
     const std::string base = ::testing::TempDir() + "example_" + std::to_string(::getpid());
     auto run = [&](const std::string& args) {
