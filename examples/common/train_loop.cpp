@@ -200,6 +200,9 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
                              .enabled(options.precision == Precision::Fp16));
   // AdamW and its schedule; sharded (ZeRO-1) once the DDP exists. FP8: the Linear layers' scaling
   // state, saved and loaded with the rest.
+  // Declared before the optimizer state: a ZeRO optimizer refers to the DDP it shards, so the DDP
+  // must outlive it (members are destroyed in reverse order).
+  std::unique_ptr<nn::DistributedDataParallel> ddp;
   TrainerState state(model, scaler, options, task.schedule());
   const std::unique_ptr<amp::Fp8Scaling> fp8 = make_fp8_scaling(model, options.precision, options.fp8_recipe);
   state.set_fp8(fp8.get());
@@ -216,7 +219,6 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     result.first_step = state.load(result.resumed_from, task, true) + 1;
 
   // Data parallel under a launcher: rank 0's parameters everywhere, each rank its share.
-  std::unique_ptr<nn::DistributedDataParallel> ddp;
   std::unique_ptr<distributed::ElasticAgent> agent;  // --elastic: survivors go on without a restart
   nlohmann::json received_step;  // elastic: the record of a step this rank took from another
   bool rollback = false;         // elastic ZeRO: the membership changed, so back to the last checkpoint

@@ -66,6 +66,7 @@ struct ZeroPiece {
 std::vector<ZeroPiece> zero_pieces(const std::vector<Tensor>& params, const nn::DistributedDataParallelOptions& options,
                                    int rank, int world);
 
+// Refers to the DDP it shards (its reducer and group): the DDP must outlive it.
 class ZeroRedundancyOptimizer {
  public:
   // Builds the optimizer over this rank's shard (one group with its defaults).
