@@ -38,7 +38,8 @@ class TrainerState {
   amp::StepOutcome step();
 
   // Checkpoints: the model, optimizer, scaler, schedule and data position. Sharded: collective
-  // (save gathers the state into rank 0, which writes; every rank loads its shard). Returns the
+  // (save gathers the state into rank 0, which writes, or with checkpoint_sharded every rank
+  // writes its shard; every rank loads its shard). Returns the
   // checkpoint's step; the task's data stream is where it was then (`fresh`: the task has drawn
   // nothing yet, so skipping forward is enough).
   int64_t load(const std::string& dir, TrainTask& task, bool fresh);
@@ -50,6 +51,7 @@ class TrainerState {
   amp::GradScaler& scaler_;
   double lr_, weight_decay_;
   int64_t steps_;
+  bool checkpoint_sharded_;
   LrSchedule schedule_;
   std::unique_ptr<optim::AdamW> full_;
   std::unique_ptr<distributed::ZeroRedundancyOptimizer> zero_;

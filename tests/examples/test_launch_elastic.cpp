@@ -149,22 +149,31 @@ TEST(MixtrainLaunchFailures, ElasticSurvivorsAndAJoinerFollowOneProcessCurve) {
 
 // ZeRO-1 under --elastic: rank 2 killed at step 7 takes its shard with it, so the two left go back
 // to the checkpoint of step 4, resharded, and compute steps 5 and 6 again: the curve is still one
-// process's, and the run ends with two ranks' shards.
+// process's, and the run ends with two ranks' shards. Gathered checkpoints, and sharded ones (three
+// shard files read by two ranks).
 TEST(MixtrainLaunchFailures, ElasticZeroGoesBackToItsLastCheckpoint) {
   TempDir dir("mt_elastic_zero");
   const std::string common = "--steps 12 --batch-size 48 --log ";
   ASSERT_EQ(run(kTrainArgs + common + (dir / "one.jsonl"), "", dir / "one.out").code, 0);
-  const LaunchResult r = run("launch --nproc 3 --elastic -- " + kTrain + "--zero 1 --save-every 4 --save " + (dir / "ckpt") +
-                        " " + common + (dir / "zero.jsonl"),
-                    "MIXTRAIN_TIMEOUT_S=3 MIXTRAIN_TEST_KILL=2:7", dir / "zero.out");
-  ASSERT_EQ(r.code, 0) << r.out;
-  const auto got = steps_of(dir / "zero.jsonl");
-  expect_same_curve(got, steps_of(dir / "one.jsonl"), 12);
-  for (int64_t step = 5; step <= 12; ++step) EXPECT_EQ(got.at(step).at("rank_rows").size(), 2u) << "step " << step;
-  std::ifstream in(dir / "zero.jsonl");
-  int lines = 0;
-  for (std::string line; std::getline(in, line);) ++lines;
-  EXPECT_EQ(lines, 14) << "steps 5 and 6 are computed again after going back to step 4";
+  for (const std::string layout : {"", "--checkpoint-sharded "}) {
+    SCOPED_TRACE(layout);
+    fs::remove_all(dir / "ckpt");
+    fs::remove(dir / "zero.jsonl");
+    const LaunchResult r = run("launch --nproc 3 --elastic -- " + kTrain + "--zero 1 " + layout +
+                                   "--save-every 4 --save " + (dir / "ckpt") + " " + common + (dir / "zero.jsonl"),
+                               "MIXTRAIN_TIMEOUT_S=3 MIXTRAIN_TEST_KILL=2:7", dir / "zero.out");
+    ASSERT_EQ(r.code, 0) << r.out;
+    const auto got = steps_of(dir / "zero.jsonl");
+    expect_same_curve(got, steps_of(dir / "one.jsonl"), 12);
+    for (int64_t step = 5; step <= 12; ++step) EXPECT_EQ(got.at(step).at("rank_rows").size(), 2u) << "step " << step;
+    std::ifstream in(dir / "zero.jsonl");
+    int lines = 0;
+    for (std::string line; std::getline(in, line);) ++lines;
+    EXPECT_EQ(lines, 14) << "steps 5 and 6 are computed again after going back to step 4";
+    // The last checkpoint (step 12, two ranks) holds two shards when sharded, one file gathered.
+    EXPECT_EQ(fs::exists(dir / "ckpt/optimizer-rank-00001-of-00002.safetensors"), !layout.empty());
+    EXPECT_EQ(fs::exists(dir / "ckpt/optimizer.safetensors"), layout.empty());
+  }
 }
 
 TEST(MixtrainLaunchFailures, BadUsageIsAnError) {
