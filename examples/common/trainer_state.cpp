@@ -92,12 +92,13 @@ int64_t TrainerState::load(const std::string& dir, TrainTask& task, bool fresh) 
 
 void TrainerState::save(const std::string& dir, int64_t step, TrainTask& task, bool writer) {
   const io::CheckpointParts parts{scheduler_.get(), task.loader(), fp8_};
-  if (zero_ && checkpoint_sharded_)
+  if (!zero_) {
+    if (writer) io::save_checkpoint(dir, model_, *full_, scaler_, step, nlohmann::json::object(), parts);
+  } else if (checkpoint_sharded_) {
     distributed::save_sharded_checkpoint(dir, model_, *zero_, scaler_, step, nlohmann::json::object(), parts);
-  else if (zero_)
+  } else {
     distributed::save_checkpoint(dir, model_, *zero_, scaler_, step, nlohmann::json::object(), parts);
-  else if (writer)
-    io::save_checkpoint(dir, model_, *full_, scaler_, step, nlohmann::json::object(), parts);
+  }
 }
 
 }  // namespace mixtrain::examples

@@ -13,16 +13,16 @@
 #include <set>
 
 #include "core/input_file.h"
+#include "core/json_fields.h"
 #include "core/json_limits.h"
 #include "io/checkpoint_dir.h"
 #include "io/checkpoint_files.h"
 #include "io/optimizer_files.h"
-#include "mixtrain/io/optimizer_state.h"
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/core/rng.h"
-#include "core/json_fields.h"
+#include "mixtrain/io/optimizer_state.h"
 
 namespace mixtrain::io {
 
@@ -86,7 +86,7 @@ struct OptimizerSink {
 
 std::string type_of(const nlohmann::json& state) {
   return state.is_object() && state.contains("type") && state["type"].is_string() ? state["type"].get<std::string>()
-                                                                                    : std::string();
+                                                                                  : std::string();
 }
 
 std::vector<detail::StateDestination> whole_destinations(const NamedTensors& tensors) {
@@ -108,15 +108,15 @@ int64_t load_with(const std::string& dir_in, const NamedTensors& model, const Op
   const std::string where = (dir / kTrainerFile).string();
   // A save writes the index last: shards without it are a save that never finished.
   std::error_code ec;
-  MT_CHECK(fs::exists(where, ec) || fs::is_symlink(where, ec), "load_checkpoint: ", where, " is missing: ", dir.string(),
+  MT_CHECK(fs::exists(where, ec) || fs::is_symlink(where, ec), "load_checkpoint: ", where,
+           " is missing: ", dir.string(),
            " is no complete checkpoint (trainer.json, the index, is written last; without it nothing is loaded)");
   const mixtrain::detail::InputFile manifest(where, "load_checkpoint");
   const nlohmann::json trainer =
       mixtrain::detail::parse_json_bounded(manifest.read_all(mixtrain::detail::kMaxTextFileBytes), where);
   // "scaler" is optional since runs without a GradScaler save none; older checkpoints all have one.
   json_io::check_object_keys(trainer, {"format", "version", "step", "files", "optimizer", "rng"},
-                             {"extra", "scheduler", "data", "scaler", "fp8", "sharded"},
-                             where);
+                             {"extra", "scheduler", "data", "scaler", "fp8", "sharded"}, where);
   MT_CHECK(json_io::json_string(trainer, "format", where) == detail::kFormat, where, ".format must be \"",
            detail::kFormat, "\"");
   const int64_t version = json_io::json_integer(trainer, "version", where, 0, std::numeric_limits<int64_t>::max());
@@ -258,7 +258,8 @@ int64_t load_checkpoint(const std::string& dir, const NamedTensors& model, Optim
   };
   sink.apply = [&](const nlohmann::json& state, const NamedTensors& stand_ins) {
     optimizer = OptimizerState{state.value("type", std::string()), state, {}};
-    for (const auto& [n, t] : stand_ins) optimizer.tensors.emplace_back(n, Tensor::empty(t.shape(), TensorOptions(t.dtype())));
+    for (const auto& [n, t] : stand_ins)
+      optimizer.tensors.emplace_back(n, Tensor::empty(t.shape(), TensorOptions(t.dtype())));
     return whole_destinations(optimizer.tensors);
   };
   return load_with(dir, model, sink, &scaler, extra, parts);
@@ -281,7 +282,8 @@ int64_t load_checkpoint(const std::string& dir, const NamedTensors& model, const
                            ? static_cast<size_t>(std::strtoull(n.c_str() + 6, nullptr, 10))
                            : optimizer.pieces.size();
       MT_CHECK(k < optimizer.pieces.size() && t.numel() == optimizer.pieces[k].numel, "load_checkpoint: internal ",
-               "error: the optimizer's state tensor \"", n, "\" is not one of its ", optimizer.pieces.size(), " pieces'");
+               "error: the optimizer's state tensor \"", n, "\" is not one of its ", optimizer.pieces.size(),
+               " pieces'");
       const StatePiece& p = optimizer.pieces[k];
       out.push_back({"state." + std::to_string(p.param) + n.substr(dot), p.offset, t});
     }
