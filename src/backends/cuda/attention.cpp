@@ -3,6 +3,7 @@
 #include "backends/attention.h"
 #include "backends/cuda/context.h"
 #include "backends/cuda/operands.h"
+#include "backends/cuda/kernels/attention.h"
 
 namespace mixtrain::backends::cuda {
 

@@ -16,6 +16,7 @@
 // kernels (attention_mma.cu) instead.
 #include <cfloat>
 
+#include "backends/cuda/kernels/attention.h"
 #include "attention_common.cuh"
 #include "mixtrain/core/rng.h"
 

@@ -1,6 +1,7 @@
 // Negative log-likelihood over log-probabilities [outer, classes, inner] with ignore_index and
 // label smoothing (the mean over non-ignored targets), its backward, and the index check that
 // cross_entropy and embedding run on the device.
+#include "backends/cuda/kernels/loss.h"
 #include "common.cuh"
 
 namespace mixtrain::kernels {

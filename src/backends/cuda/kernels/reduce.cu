@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "backends/cuda/kernels/reduce.h"
 #include "common.cuh"
 
 namespace mixtrain::kernels {

@@ -5,6 +5,7 @@
 // every number, then value, then index), and a block reduction keeps the best of those. That
 // costs k passes over the row, which suits the small k topk is called with (top-1/5 accuracy,
 // sampling); the picks come out sorted, and equal values in index order as on the CPU.
+#include "backends/cuda/kernels/reduce.h"
 #include "common.cuh"
 
 namespace mixtrain::kernels {
