@@ -11,9 +11,6 @@
 
 namespace mixtrain::backends::cuda {
 
-// Registers the CUDA kernels of every family (backends/cuda/register.cpp).
-void register_kernels();
-
 // Iteration over operands of out's shape (operand 0 is the output), dimensions merged where
 // every operand allows. Checks that all operands are CUDA tensors of one device.
 template <int N>
