@@ -376,10 +376,6 @@ void attention_forward(DType dtype, const void* q, const void* k, const void* v,
   check_launch("attention_forward");
 }
 
-size_t attention_workspace_bytes(DType dtype, const AttentionDims& d) {
-  return static_cast<size_t>(d.batch * d.l) * (dtype == DType::Float64 ? sizeof(double) : sizeof(float));
-}
-
 void attention_backward(DType dtype, const void* q, const void* k, const void* v, const void* out, const void* grad_out,
                         const void* lse, const AttentionDims& d, void* grad_q, void* grad_k, void* grad_v,
                         void* workspace, cudaStream_t stream) {

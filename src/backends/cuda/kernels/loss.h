@@ -5,9 +5,8 @@
 
 namespace mixtrain::kernels {
 
-// workspace: kNllWorkspaceBytes of device memory. Targets out of range are skipped
-// (the backend checks them first with check_indices).
-constexpr size_t kNllWorkspaceBytes = 32;
+// workspace: backends::cuda::kNllWorkspaceBytes (cuda/workspace.h) of device memory. Targets
+// out of range are skipped (the backend checks them first with check_indices).
 void nll_loss(DType dtype, const void* logp, const int64_t* target, int64_t outer, int64_t classes, int64_t inner,
               const backends::NllLossArgs& args, void* loss, int64_t* count, void* workspace, cudaStream_t stream);
 void nll_loss_backward(DType dtype, const int64_t* target, int64_t outer, int64_t classes, int64_t inner,
