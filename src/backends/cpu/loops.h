@@ -233,13 +233,6 @@ void store_acc(const acc_t<T>* src, int64_t n, T* p) {
   }
 }
 
-// v != v for floating types, false for integers (where the self-comparison only draws a warning).
-template <class A>
-inline bool is_nan_value(A v) {
-  if constexpr (std::is_floating_point_v<A>) return v != v;
-  else return false;
-}
-
 // One definition for unary(Relu) and the GEMM's ReLU epilogue, so the fused linear + ReLU agrees
 // with the two ops bit for bit. NaN stays NaN.
 template <class A>
