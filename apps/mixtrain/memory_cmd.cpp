@@ -62,7 +62,7 @@ constexpr const char* kRoleLabels[memory::kNumRoles] = {"parameters",  "gradient
                                                        "activations", "temporaries", "workspace",       "input"};
 
 void print_row(std::ostream& out, const std::string& name, int64_t bytes, const std::string& note = "") {
-  out << "  " << std::left << std::setw(28) << name << std::right << std::setw(12) << format_bytes(bytes) << "  "
+  out << "  " << std::left << std::setw(28) << name << std::right << std::setw(12) << memory::format_bytes(bytes) << "  "
       << std::setw(15) << bytes << " B" << (note.empty() ? "" : "  " + note) << "\n";
 }
 
@@ -93,10 +93,10 @@ int run_memory(const std::vector<std::string>& argv) {
       const std::string size = f.fit + " (" + std::to_string(fit_limit) + " B)";
       if (fit.best.persistent_bytes > fit_limit)
         std::cerr << "mixtrain memory: --fit " << size << " is smaller than the step's persistent bytes alone ("
-                  << format_bytes(fit.best.persistent_bytes) << ", " << fit.best.persistent_bytes
+                  << memory::format_bytes(fit.best.persistent_bytes) << ", " << fit.best.persistent_bytes
                   << " B: weights, optimizer state, data at batch " << fit.best.batch_size << "); no batch fits\n";
       else
-        std::cerr << "mixtrain memory: --fit " << size << ": even batch " << fit.over_batch << " peaks at " << format_bytes(fit.over_peak_bytes)
+        std::cerr << "mixtrain memory: --fit " << size << ": even batch " << fit.over_batch << " peaks at " << memory::format_bytes(fit.over_peak_bytes)
                   << " (" << fit.over_peak_bytes << " B); no batch fits\n";
       return 1;
     }
@@ -105,7 +105,7 @@ int run_memory(const std::vector<std::string>& argv) {
   } else {
     p = predict_step(q);
   }
-  const int64_t reserved = predicted_reserved_bytes(p.trace);
+  const int64_t reserved = memory::replay_reserved_bytes(p.trace);
   const std::vector<memory::BufferLifetime> lifetimes = p.trace.lifetimes();
   const int64_t arena = arena_bytes(lifetimes);
   StepMeasurement measured;
@@ -163,7 +163,7 @@ int run_memory(const std::vector<std::string>& argv) {
         << static_cast<int64_t>(fit_ms) << " ms)\n";
   else if (fit_limit > 0)
     out << "  --fit " << f.fit << ": batch " << p.batch_size << " is the largest that fits; batch " << fit.over_batch
-        << " would peak at " << format_bytes(fit.over_peak_bytes) << " (" << fit.dry_runs << " dry runs, "
+        << " would peak at " << memory::format_bytes(fit.over_peak_bytes) << " (" << fit.dry_runs << " dry runs, "
         << static_cast<int64_t>(fit_ms) << " ms)\n";
   print_row(out, "peak allocated", p.peak_bytes);
   print_row(out, "reserved (estimated)", reserved, "allocator replay");

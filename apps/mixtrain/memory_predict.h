@@ -6,7 +6,8 @@
 #include <string>
 #include <vector>
 
-#include <mixtrain/memory/caching_allocator.h>
+#include <mixtrain/memory/batch_fit.h>
+#include <mixtrain/memory/device_memory.h>
 #include <mixtrain/memory/dry_run.h>
 #include <mixtrain/mixtrain.h>
 
@@ -47,13 +48,6 @@ struct StepPrediction {
 // which the second finds alive before it).
 StepPrediction predict_step(const StepQuery& query);
 
-// The reserved bytes the target's caching allocator would peak at on this trace: the trace's
-// requests replayed, in order, through a real CachingAllocator over a backing allocator that
-// hands out addresses it never maps. Alive-before-step buffers are allocated first, in trace
-// order; the real process's earlier history (construction temporaries) is not known, so the
-// measured figure can be higher.
-int64_t predicted_reserved_bytes(const memory::MemoryTrace& trace);
-
 struct StepMeasurement {
   int64_t peak_bytes = 0;           // peak allocated during the step, less what was held before the task existed
   int64_t peak_reserved_bytes = 0;  // peak reserved during the step, less what was reserved before
@@ -73,10 +67,8 @@ struct ArenaLayout {
 ArenaLayout arena_layout(const std::vector<memory::BufferLifetime>& buffers);
 int64_t arena_bytes(const std::vector<memory::BufferLifetime>& buffers);  // the arena it needs
 
-// "8GiB", "512MiB", "1.5GB", "4096": bytes (KiB/MiB/GiB/TiB binary, kB/MB/GB/TB decimal, B or none
-// for bytes). Anything else throws a UsageError naming `flag`.
+// memory::parse_bytes for a flag: anything but a size throws a UsageError naming `flag`.
 int64_t parse_byte_size(const std::string& text, const std::string& flag);
-std::string format_bytes(int64_t bytes);  // "1.50 MiB"
 
 struct FitResult {
   bool fits = false;               // the smallest batch searched (2) fits
@@ -86,11 +78,9 @@ struct FitResult {
   bool capped = false;             // fits: best is max_batch, larger batches were not tried
   int dry_runs = 0;
 };
-// The largest batch whose predicted peak is at most `limit`, from 2 up: a linear guess from the
-// peaks at 2 and 4 and its neighbour, then doubling and interpolating until exact (the peak grows with
-// the batch). Goes no further than max_batch (kMaxFitBatch by default: a dry run's cost does not
-// grow with the batch, but a batch of 2^30 samples is past any device); `capped` says it got there.
-constexpr int64_t kMaxFitBatch = int64_t{1} << 30;
+// The largest batch whose predicted peak is at most `limit`, from 2 up to max_batch
+// (memory::fit_batch's search over predict_step).
+using memory::kMaxFitBatch;
 FitResult fit_batch(StepQuery query, int64_t limit, int64_t max_batch = kMaxFitBatch);
 
 }  // namespace mixtrain::cli

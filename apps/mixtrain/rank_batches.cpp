@@ -27,7 +27,7 @@ std::vector<double> rank_weights_from_fits(const std::vector<RankFit>& fits, int
   for (size_t r = 0; r < fits.size(); ++r) {
     total += fits[r].batch;
     none_fits = none_fits || fits[r].batch == 0;
-    each << (r ? ", " : "") << "rank " << r << " fits " << fits[r].batch << " in " << format_bytes(fits[r].budget_bytes);
+    each << (r ? ", " : "") << "rank " << r << " fits " << fits[r].batch << " in " << memory::format_bytes(fits[r].budget_bytes);
   }
   MT_CHECK(!none_fits && total >= global_batch, "--rank-batches auto: the global batch of ", global_batch,
            " samples does not fit the ranks' memory (", each.str(), "; ", total, " together",
@@ -83,7 +83,7 @@ std::vector<double> auto_rank_weights(StepQuery query, int64_t global_batch, std
     std::ostringstream os;
     os << "rank batches (auto, by dry run): global batch " << global_batch;
     for (size_t r = 0; r < fits.size(); ++r)
-      os << "; rank " << r << ": " << format_bytes(fits[r].budget_bytes) << " fits " << fits[r].batch << ", takes "
+      os << "; rank " << r << ": " << memory::format_bytes(fits[r].budget_bytes) << " fits " << fits[r].batch << ", takes "
          << shares[r];
     *report = os.str();
   }

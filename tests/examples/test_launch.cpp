@@ -276,7 +276,7 @@ TEST(MixtrainLaunch, RankBatchesAutoSizesEachRanksShareToItsMemory) {
                                std::to_string(cap1) + " -- " + MIXTRAIN_EXE + " " + common + " --log " + multi);
   ASSERT_EQ(two.code, 0) << two.out;
   for (int r = 0; r < 2; ++r) {
-    const std::string expect = "rank " + std::to_string(r) + ": " + cli::format_bytes(r ? cap1 : cap0) + " fits " +
+    const std::string expect = "rank " + std::to_string(r) + ": " + mixtrain::memory::format_bytes(r ? cap1 : cap0) + " fits " +
                                std::to_string(r ? fit1 : fit0) + ", takes " + std::to_string(shares[size_t(r)]);
     EXPECT_NE(two.out.find(expect), std::string::npos) << expect << " missing from:\n" << two.out;
   }

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/cli.h"
 #include "memory_predict.h"
 #include "examples/cli_run.h"
 #include "support/testing.h"
@@ -93,18 +94,15 @@ TEST(MemoryArena, TinyTransformerTraceIsPlannedWithoutOverlap) {
   EXPECT_LE(static_cast<double>(layout.bytes), 1.25 * static_cast<double>(p.lower_bound_bytes));
 }
 
+// A bad size given to a flag is a usage error (exit 2) naming the flag; memory::parse_bytes decides
+// what a size is (tests/memory/test_step_fit.cpp).
 TEST(MemoryCli, ByteSizesParseStrictlyAndErrorsNameTheFlag) {
   EXPECT_EQ(cli::parse_byte_size("8GiB", "--fit"), int64_t{8} << 30);
-  EXPECT_EQ(cli::parse_byte_size("512MiB", "--fit"), int64_t{512} << 20);
-  EXPECT_EQ(cli::parse_byte_size("1.5KiB", "--fit"), 1536);
-  EXPECT_EQ(cli::parse_byte_size("2GB", "--fit"), 2000000000);
-  EXPECT_EQ(cli::parse_byte_size("4096", "--fit"), 4096);
-  EXPECT_EQ(cli::parse_byte_size("4096B", "--fit"), 4096);
-  for (const char* bad : {"", "GiB", "8 GiB", "8gib", "-1", "0", "1.5", "1..5MiB", ".5MiB", "8GiBs", "1e9", "0.1B"}) {
+  for (const char* bad : {"", "8 GiB", "0"}) {
     try {
       cli::parse_byte_size(bad, "--fit");
       ADD_FAILURE() << "accepted '" << bad << "'";
-    } catch (const std::runtime_error& e) {
+    } catch (const mixtrain::examples::cli::UsageError& e) {
       EXPECT_NE(std::string(e.what()).find("--fit"), std::string::npos) << e.what();
     }
   }
@@ -217,7 +215,7 @@ TEST(MemoryCli, UninitialisedMetaBuildPredictsAsTheInitialisedOne) {
     expect_same_trace(a.trace, b.trace);
     EXPECT_EQ(a.peak_bytes, b.peak_bytes);
     EXPECT_EQ(a.persistent_bytes, b.persistent_bytes);
-    EXPECT_EQ(cli::predicted_reserved_bytes(a.trace), cli::predicted_reserved_bytes(b.trace));
+    EXPECT_EQ(mixtrain::memory::replay_reserved_bytes(a.trace), mixtrain::memory::replay_reserved_bytes(b.trace));
     // The fit search, at a limit a few batches above the preset's.
     const int64_t limit = a.peak_bytes + 3 * (a.activation_bytes / std::max<int64_t>(a.batch_size, 1));
     const cli::FitResult fa = cli::fit_batch(fast, limit), fb = cli::fit_batch(initialised, limit);
