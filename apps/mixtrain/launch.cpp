@@ -31,7 +31,6 @@
 #include "common/cli.h"
 #include "launch_guardian.h"
 #include "memory_predict.h"
-#include "rank_batches.h"
 
 extern char** environ;
 
@@ -158,7 +157,7 @@ int run_launch(const std::vector<std::string>& argv) {
   if (!weights.empty() && weights != "adaptive") {
     // The ranks apply the same rule; checked here so that a bad list stops before any rank starts.
     try {
-      examples::parse_rank_weights(weights, world);
+      distributed::parse_rank_weights(weights, world);
     } catch (const std::exception& e) {
       throw flags::UsageError(std::string("launch: --rank-weights: ") + e.what());
     }
@@ -200,9 +199,9 @@ int run_launch(const std::vector<std::string>& argv) {
     if (!tcp_store) env.push_back("MIXTRAIN_STORE=file:" + dir + "/store");
     if (!run_id.empty()) env.push_back("MIXTRAIN_RUN_ID=" + run_id);
     if (!user_threads) env.push_back("OMP_NUM_THREADS=" + threads);
-    if (!weights.empty()) env.push_back("MIXTRAIN_RANK_WEIGHTS=" + weights);
-    if (!rank_batches.empty()) env.push_back(std::string(kRankBatchesEnv) + "=" + rank_batches);
-    if (!memory_of_rank.empty()) env.push_back(std::string(kRankMemoryEnv) + "=" + memory_of_rank[static_cast<size_t>(r)]);
+    if (!weights.empty()) env.push_back(std::string(distributed::kRankWeightsEnv) + "=" + weights);
+    if (!rank_batches.empty()) env.push_back(std::string(distributed::kRankBatchesEnv) + "=" + rank_batches);
+    if (!memory_of_rank.empty()) env.push_back(std::string(distributed::kRankMemoryEnv) + "=" + memory_of_rank[static_cast<size_t>(r)]);
     for (char** e = environ; *e; ++e) {
       const std::string s = *e;
       const std::string key = s.substr(0, s.find('=') + 1);

@@ -16,8 +16,8 @@
 #include "commands.h"
 #include "common/cli.h"
 #include "cpu_autocast.h"
+#include "memory_predict.h"
 #include "progress.h"
-#include "rank_batches.h"
 #include "step_log.h"
 #include "tasks.h"
 
@@ -104,6 +104,26 @@ StepQuery step_query(const TaskSpec& spec, const examples::TrainOptions& options
   return q;
 }
 
+// --rank-batches auto under a launcher: each rank's share of the global batch sized to its memory
+// by the dry-run fit of `mixtrain memory --fit`, before the real task takes any of it
+// (distributed::fit_rank_shares gathers the fits). Empty without it or without a launcher. The
+// launcher's variables, wrong, are usage errors here: they come from its flags.
+std::vector<double> memory_sized_rank_weights(StepQuery query, int64_t global_batch, std::string* report) {
+  const int world = distributed::read_launch_env().world_size;
+  distributed::RankShares shares;
+  try {
+    shares = distributed::launch_rank_shares(world);
+  } catch (const Error& e) {
+    throw examples::cli::UsageError(e.what());
+  }
+  if (!shares.by_memory || world <= 1) return {};  // one process: its batch is the global batch
+  query.global_batch_size = global_batch;
+  return distributed::fit_rank_shares(query.target, global_batch, [&](int64_t budget) {
+    const FitResult fit = fit_batch(query, budget, global_batch);
+    return fit.fits ? fit.best.batch_size : int64_t{0};
+  }, report);
+}
+
 // --batch-size, or the model's default (read off a task built on meta, weights uninitialised).
 int64_t global_batch_size(TaskSpec spec) {
   if (spec.batch_size > 0) return spec.batch_size;
@@ -145,8 +165,8 @@ int run_train(const std::vector<std::string>& argv) {
   // --rank-batches auto (under a launcher): each rank's share sized to its memory by dry run,
   // before the real task takes any of it.
   std::string rank_report;
-  if (std::getenv(kRankBatchesEnv))
-    options.rank_weights = auto_rank_weights(step_query(spec, options), global_batch_size(spec), &rank_report);
+  if (std::getenv(distributed::kRankBatchesEnv))
+    options.rank_weights = memory_sized_rank_weights(step_query(spec, options), global_batch_size(spec), &rank_report);
 
   const auto task = make_task(spec);
   if (!rank_report.empty()) std::cout << rank_report << "\n";

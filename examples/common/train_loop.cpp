@@ -63,20 +63,6 @@ Tensor DataShard::rows(const Tensor& batch) const {
   return batch.narrow(0, begin, sizes[static_cast<size_t>(rank)]).contiguous();
 }
 
-std::vector<double> parse_rank_weights(const std::string& text, int world_size) {
-  std::vector<double> w;
-  std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');) {
-    char* end = nullptr;
-    const double v = std::strtod(item.c_str(), &end);
-    MT_CHECK(!item.empty() && end && *end == '\0', "rank weights \"", text, "\": '", item,
-             "' is not a positive number");
-    w.push_back(v);
-  }
-  distributed::check_rank_weights(w, world_size, "rank weights \"" + text + "\"");
-  return w;
-}
-
 data::DataLoaderOptions TrainTask::training_loader_options(int64_t batch_size, Device device) {
   return data::DataLoaderOptions().batch_size(batch_size).num_workers(1).device(device).pin_memory(device.is_cuda());
 }
@@ -134,18 +120,6 @@ std::unique_ptr<optim::LRScheduler> make_scheduler(optim::Optimizer& opt, const 
 }
 }  // namespace
 
-namespace {
-// The logged loss's all-reduce for adaptive shares also carries this rank's compute time of the
-// previous step: [loss, seconds of each rank]. Each slot but the first is a sum with one non-zero
-// term, so every rank reads the same numbers. (The rows need no exchange: every rank knows the
-// split.)
-Tensor with_step_timing(const Tensor& weighted_loss, int rank, int world, double seconds) {
-  std::vector<float> mine(static_cast<size_t>(world), 0.0f);
-  mine[static_cast<size_t>(rank)] = static_cast<float>(seconds);
-  return cat({weighted_loss.reshape({1}), from_vector(mine, {world}).to(weighted_loss.device())}, 0);
-}
-}  // namespace
-
 TrainResult train(TrainTask& task, const TrainOptions& options, const std::function<void(const StepRecord&)>& on_step) {
   using clock = std::chrono::steady_clock;
   MT_CHECK(options.save_every >= 0, "save_every must be >= 0, got ", options.save_every);
@@ -163,37 +137,26 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
   const bool autocast = options.precision != Precision::Fp32;
   const DType amp_dtype = options.precision == Precision::Bf16 ? kBFloat16 : kFloat16;
 
-  // Data parallel under a launcher: rank 0's parameters everywhere, each rank its share.
+  // Data parallel under a launcher: rank 0's parameters everywhere, each rank its share. The
+  // process group holds the shares (the launcher's, or the options'), and DDP moves adaptive ones.
   std::unique_ptr<nn::DistributedDataParallel> ddp;
-  std::vector<double> weights;  // the ranks' shares of the current step (data parallel)
-  std::unique_ptr<distributed::RankBalancer> balancer;
+  distributed::RankShares shares;
   if (distributed::read_launch_env().world_size > 1) {
     if (!distributed::is_initialized()) distributed::init_process_group();
-    weights.assign(static_cast<size_t>(distributed::world_size()), 1.0);
-    bool adaptive = options.adaptive_rank_weights;
+    distributed::ProcessGroup& group = distributed::default_group();
+    shares = group.rank_shares();
     if (!options.rank_weights.empty()) {
-      distributed::check_rank_weights(options.rank_weights, distributed::world_size(),
-                                      "rank weights (train's options)");
-      weights = options.rank_weights;
-    } else if (const char* w = std::getenv("MIXTRAIN_RANK_WEIGHTS")) {
-      if (std::string(w) == "adaptive") {
-        adaptive = true;
-      } else {
-        weights = parse_rank_weights(w, distributed::world_size());
-      }
+      distributed::check_rank_weights(options.rank_weights, group.world_size(), "rank weights (train's options)");
+      shares.weights = options.rank_weights;
+      shares.by_memory = false;
     }
-    // On CUDA the host runs ahead of the device, and NCCL shares the compute stream, so host
-    // time to the end of backward is not the device's compute time (that needs CUDA events).
-    MT_CHECK(!adaptive || !options.device.is_cuda(), "--rank-weights adaptive (MIXTRAIN_RANK_WEIGHTS=adaptive) ",
-             "times each rank's compute on the host, which measures CPU ranks only, not ", options.device.str(),
-             "; give fixed shares with --rank-weights W0,W1,... or size them by memory with --rank-batches auto");
-    if (adaptive) balancer = std::make_unique<distributed::RankBalancer>(weights);
+    shares.adaptive = shares.adaptive || options.adaptive_rank_weights;
     // The launcher's --rank-batches auto needs each rank's fit found by dry run, which only
     // `mixtrain train` does (before the task exists); refuse rather than split evenly.
-    MT_CHECK(!options.rank_weights.empty() || !std::getenv("MIXTRAIN_RANK_BATCHES"),
-             "MIXTRAIN_RANK_BATCHES (mixtrain launch --rank-batches auto) is resolved by `mixtrain train`; this ",
-             "trainer takes fixed shares: use --rank-weights instead");
-    task.set_data_shard(distributed::rank(), weights);
+    MT_CHECK(!shares.by_memory, "MIXTRAIN_RANK_BATCHES (mixtrain launch --rank-batches auto) is resolved by ",
+             "`mixtrain train`; this trainer takes fixed shares: use --rank-weights instead");
+    group.set_rank_shares(shares);
+    task.set_data_shard(group.rank(), shares.weights_for(group.world_size()));
     ddp = std::make_unique<nn::DistributedDataParallel>(model.shared_from_this());
     ddp->sync_grad_scaler(scaler);
   }
@@ -214,14 +177,17 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     bool skipped = false;
     std::vector<int64_t> rank_rows;
   };
-  // Adaptive shares: every rank's rows of the last step, and this rank's compute time of it (the
-  // step to the end of backward, less the time spent waiting for other ranks), which is sent with
-  // the next step's loss.
-  std::vector<int64_t> measured_rows;
-  double measured_seconds = 0;
   auto run_step = [&]() -> StepValues {
     StepValues v;
-    const auto t0 = clock::now();
+    // Adaptive shares move at the end of a backward (DDP's balancer): this step's rows are split
+    // by the shares it started with.
+    std::vector<double> weights;
+    if (ddp) {
+      const distributed::RankShares now = ddp->group().rank_shares();
+      if (now.changes != shares.changes) task.set_data_shard(ddp->group().rank(), now.weights_for(ddp->group().world_size()));
+      shares = now;
+      weights = now.weights_for(ddp->group().world_size());
+    }
     opt.zero_grad();
     Tensor loss;
     {
@@ -239,20 +205,15 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     // runs: queued before the gradient buckets, it is done when they are.
     Tensor global_loss;
     distributed::Work global_loss_work;
-    const int world = ddp ? ddp->group().world_size() : 1;
     if (ddp) {
       NoGradGuard no_grad;
       global_loss = loss.detach().to(kFloat32) * ddp->gradient_weight();
-      if (balancer)
-        global_loss = with_step_timing(global_loss, ddp->group().rank(), world, measured_seconds);
       global_loss_work = ddp->group().all_reduce_async(global_loss);
     }
     // Data parallel: this rank's rows' part of the global mean (loss times n_r/N) is what goes
     // back, so the gradients have one process's magnitude and fp16 overflows where it would.
     scaler.scale(ddp ? ddp->scale_loss(loss) : loss).backward();
     if (ddp) v.rank_rows = distributed::DistributedSampler::split(task.last_global_rows(), weights);
-    if (balancer)
-      measured_seconds = std::chrono::duration<double>(clock::now() - t0).count() - ddp->step_wait_seconds();
     scaler.unscale_(opt);
     Tensor grad_norm;
     if (options.clip_norm > 0) grad_norm = nn::utils::clip_grad_norm_(model.parameters(), options.clip_norm);
@@ -261,19 +222,7 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     if (scheduler) scheduler->step(stepped);  // a skipped step leaves the schedule where it was
     if (ddp) {
       global_loss_work.wait();
-      if (!balancer) {
-        v.loss = global_loss.item<double>();
-      } else {
-        const std::vector<float> sums = global_loss.to(Device::cpu()).to_vector<float>();
-        v.loss = sums[0];
-        // The first step has no earlier one: nothing to observe yet.
-        if (!measured_rows.empty() &&
-            balancer->observe(measured_rows, std::vector<double>(sums.begin() + 1, sums.end()))) {
-          weights = balancer->weights();
-          task.set_data_shard(ddp->group().rank(), weights);
-        }
-        measured_rows = v.rank_rows;
-      }
+      v.loss = global_loss.item<double>();
     } else {
       v.loss = loss.item<double>();  // waits for the device, after the update is queued
     }
@@ -300,7 +249,7 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     if (plans) {
       std::vector<int64_t> key = task.prepare_batch();
       // The batch's shapes are the global batch's: a new split changes this rank's share of it.
-      if (balancer) key.push_back(balancer->changes());
+      if (shares.adaptive) key.push_back(ddp->group().rank_shares().changes);
       v = plans->run(key, run_step);
     } else {
       v = run_step();

@@ -101,8 +101,9 @@ class TrainTask {
 
 // Under a launcher (WORLD_SIZE > 1 in the environment: `mixtrain launch`, torchrun, mpirun,
 // Slurm) train() joins the process group, wraps the model in nn::DistributedDataParallel and has
-// each rank compute its share of every batch (even, or by $MIXTRAIN_RANK_WEIGHTS); batch sizes
-// stay global, losses reported are the global batch's, and only rank 0 saves checkpoints.
+// each rank compute its share of every batch (the group's shares: even, or the launcher's
+// --rank-weights, which DDP moves when adaptive); batch sizes stay global, losses reported are
+// the global batch's, and only rank 0 saves checkpoints.
 struct TrainOptions {
   Precision precision = Precision::Fp16;
   Device device = Device::cpu();
@@ -122,12 +123,14 @@ struct TrainOptions {
   // gradients and parameters are those of the unplanned loop bit for bit.
   bool memory_plan = false;
   // Data parallel: each rank's share of every batch (one positive weight per rank), overriding
-  // $MIXTRAIN_RANK_WEIGHTS. `mixtrain train` fills it for $MIXTRAIN_RANK_BATCHES=auto (each
-  // rank's largest fitting batch, docs/DISTRIBUTED.md); empty: the environment's or even.
+  // the launcher's (the process group's rank_shares). `mixtrain train` fills it for
+  // $MIXTRAIN_RANK_BATCHES=auto (each rank's largest fitting batch, docs/DISTRIBUTED.md); empty:
+  // the group's.
   std::vector<double> rank_weights;
-  // Data parallel: start from rank_weights (or even) and move each rank's share toward equal
-  // compute times as the step goes (distributed::RankBalancer); $MIXTRAIN_RANK_WEIGHTS=adaptive
-  // sets it too. The steps stay those of one process over the global batch, whatever the split.
+  // Data parallel: start from rank_weights (or the group's) and have DDP move each rank's share
+  // toward equal compute times as the steps go (distributed::RankBalancer); the launcher's
+  // --rank-weights adaptive sets it too. The steps stay those of one process over the global
+  // batch, whatever the split.
   bool adaptive_rank_weights = false;
 };
 
@@ -156,8 +159,6 @@ struct TrainResult {
 TrainResult train(TrainTask& task, const TrainOptions& options,
                   const std::function<void(const StepRecord&)>& on_step = {});
 
-// "3,1" -> {3, 1}: one positive weight per rank (Error otherwise).
-std::vector<double> parse_rank_weights(const std::string& text, int world_size);
 // Number of elements over a module's parameters.
 int64_t parameter_count(const nn::Module& model);
 

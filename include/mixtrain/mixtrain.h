@@ -36,6 +36,7 @@
 #include "mixtrain/nn/utils.h"
 #include "mixtrain/optim/optim.h"
 #include "mixtrain/distributed/process_group.h"
+#include "mixtrain/distributed/rank_shares.h"
 #include "mixtrain/distributed/sampler.h"
 #include "mixtrain/distributed/rank_balancer.h"
 #include "mixtrain/distributed/ddp.h"

@@ -184,6 +184,7 @@ void DistributedDataParallel::Reducer::finish() {
     }
   }
   active = false;
+  ddp.end_of_backward();
 }
 
 void DistributedDataParallel::Reducer::shadow_backward() {

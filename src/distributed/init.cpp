@@ -147,7 +147,12 @@ std::shared_ptr<ProcessGroup> new_process_group(const ProcessGroupOptions& optio
   const GlooAddress address = advertised_address(e, options.hostname());
   const JoinResult joined = join(*store, e, address, check, deadline);
   std::unique_ptr<ProcessGroup::Backend> cpu = make_gloo_backend(*store, e.rank, e.world_size, address, deadline);
-  return std::make_shared<ProcessGroup>(e, timeout, std::move(cpu), std::move(store), check, joined.hosts);
+  auto group = std::make_shared<ProcessGroup>(e, timeout, std::move(cpu), std::move(store), check, joined.hosts);
+  // The launcher's shares, read once every rank has joined: every rank reads the same variables,
+  // so a bad value stops every rank with the same message, none of them before the others are
+  // there to say it too.
+  group->set_rank_shares(launch_rank_shares(e.world_size));
+  return group;
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(const ProcessGroupOptions& options) {

@@ -155,22 +155,6 @@ TEST(TrainLoop, EachRankOfSeveralTakesItsLocalRanksGpu) {
   EXPECT_EQ(ex::rank_cuda_index(env), 0);
 }
 
-// --rank-weights / MIXTRAIN_RANK_WEIGHTS: one positive, finite number per rank, or an Error that
-// quotes the text.
-TEST(TrainLoop, RankWeightsAreOnePositiveNumberPerRank) {
-  EXPECT_EQ(ex::parse_rank_weights("3,1", 2), std::vector<double>({3.0, 1.0}));
-  EXPECT_EQ(ex::parse_rank_weights("0.5,0.25,0.25", 3), std::vector<double>({0.5, 0.25, 0.25}));
-  for (const auto& [text, world] : std::vector<std::pair<std::string, int>>{
-           {"3,x", 2}, {"3,-1", 2}, {"3,0", 2}, {"3,inf", 2}, {"3,nan", 2}, {"3", 2}, {"3,1,1", 2}, {"", 1}, {"3,,1", 3}}) {
-    try {
-      ex::parse_rank_weights(text, world);
-      ADD_FAILURE() << "\"" << text << "\" was accepted for " << world << " ranks";
-    } catch (const mixtrain::Error& e) {
-      EXPECT_NE(std::string(e.what()).find("\"" + text + "\""), std::string::npos) << e.what();
-    }
-  }
-}
-
 // A learning rate that makes the weights overflow: the run stops with an Error naming the first
 // step whose loss is not finite (fp32), instead of training on to the end on NaN.
 TEST(TrainLoop, ANonFiniteLossThatScalingCannotHelpStopsTheRun) {

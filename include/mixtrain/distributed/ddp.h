@@ -6,7 +6,10 @@
 // communication thread as soon as its last gradient is accumulated, overlapping the rest of
 // backward, and backward returns once every bucket is reduced. Each rank's gradient is weighted
 // by its share of the global batch, so uneven per-rank batches give the single-process step over
-// the whole global batch. docs/DISTRIBUTED.md describes it.
+// the whole global batch. When the group's shares are adaptive (mixtrain launch --rank-weights
+// adaptive), it times each rank's compute and moves the shares toward equal compute times.
+// docs/DISTRIBUTED.md describes it.
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,6 +21,9 @@
 
 namespace mixtrain::amp {
 class GradScaler;
+}
+namespace mixtrain::distributed {
+class RankBalancer;
 }
 
 namespace mixtrain::nn {
@@ -109,10 +115,13 @@ class DistributedDataParallel {
   double gradient_weight() const { return weight_; }
   // Seconds this step (since prepare_forward) has spent waiting for the other ranks: the buffer
   // broadcast at forward, and the all-reduces still running once backward's own work was done.
-  // The step's time less this is what the rank's share cost it (RankBalancer's input) on CPU
-  // ranks. On CUDA it also holds the device work queued before the collectives, which the host
-  // waits for with them.
+  // On CUDA it also holds the device work queued before the collectives, which the host waits
+  // for with them.
   double step_wait_seconds() const { return wait_seconds_; }
+  // What this rank's share of the last synchronised step cost it: from prepare_forward to the end
+  // of backward, less step_wait_seconds() (0 before the first). On CPU ranks that is the compute
+  // a RankBalancer needs; on CUDA the host runs ahead of the device, so it is not.
+  double step_compute_seconds() const { return compute_seconds_; }
   int64_t num_buckets() const;
   // Parameter indices (registration order) per bucket, in reduction order.
   std::vector<std::vector<size_t>> bucket_assignment() const;
@@ -123,6 +132,19 @@ class DistributedDataParallel {
   void broadcast_state();
   void exchange_batch(int64_t local_batch);
   void set_weight(int64_t local_batch);
+  // Adaptive shares: every rank's rows and compute seconds of its last step, all-reduced (each
+  // rank fills its own slots) from prepare_forward on, and observed at the end of the next backward.
+  void send_step_timing();
+  void observe_step_timing();
+  void end_of_backward();
+
+  std::unique_ptr<distributed::RankBalancer> balancer_;  // adaptive shares only
+  Tensor timing_;
+  distributed::Work timing_work_;
+  std::chrono::steady_clock::time_point step_start_;
+  double compute_seconds_ = 0;
+  int64_t local_rows_ = 0;
+  bool measured_ = false;  // compute_seconds_ and local_rows_ describe a step not yet sent
 
   std::shared_ptr<Module> module_;
   std::shared_ptr<distributed::ProcessGroup> group_;
