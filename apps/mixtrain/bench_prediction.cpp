@@ -5,7 +5,7 @@
 
 namespace mixtrain::cli {
 
-StepMemoryPrediction predict_step_memory(TaskSpec spec, examples::Precision precision, double lr) {
+StepMemoryPrediction predict_step_memory(TaskSpec spec, train::Precision precision, double lr) {
   const Device target = spec.device;
   spec.device = Device::meta();
   // Never read on meta: the weights are left uninitialised (nn/skip_init.h), which saves the
@@ -16,13 +16,13 @@ StepMemoryPrediction predict_step_memory(TaskSpec spec, examples::Precision prec
   }();
   nn::Module& model = task->model();
   model.to(Device::meta());
-  // As examples::train sets up and steps (TrainOptions' defaults: clipping at 1, loss scaling
+  // As train::train sets up and steps (TrainOptions' defaults: clipping at 1, loss scaling
   // for fp16 only), with zero_grad at the end as --memory-plan takes it: the gradients are then
   // in-step buffers, and the peak is the same as with zero_grad first.
   optim::AdamW opt(model.parameters(), optim::AdamWOptions().lr(lr));
-  amp::GradScaler scaler(amp::GradScalerOptions().enabled(precision == examples::Precision::Fp16));
-  const bool autocast = precision != examples::Precision::Fp32;
-  const DType amp_dtype = precision == examples::Precision::Bf16 ? kBFloat16 : kFloat16;
+  amp::GradScaler scaler(amp::GradScalerOptions().enabled(precision == train::Precision::Fp16));
+  const bool autocast = precision != train::Precision::Fp32;
+  const DType amp_dtype = precision == train::Precision::Bf16 ? kBFloat16 : kFloat16;
   auto step = [&](DeviceType autocast_type) {
     opt.zero_grad();
     Tensor loss;

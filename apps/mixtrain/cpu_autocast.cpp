@@ -27,9 +27,9 @@ void apply_cpu_autocast_preset(const std::string& name) {
   amp::apply_policy_preset(name == "pytorch" ? amp::PolicyPreset::TorchCpu : amp::PolicyPreset::Cuda);
 }
 
-examples::Precision cpu_autocast_precision(const std::string& name) {
+train::Precision cpu_autocast_precision(const std::string& name) {
   check_name(name);
-  return name == "pytorch" ? examples::Precision::Bf16 : examples::Precision::Fp16;
+  return name == "pytorch" ? train::Precision::Bf16 : train::Precision::Fp16;
 }
 
 }  // namespace mixtrain::cli

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "common/train_loop.h"
+#include <mixtrain/train/train_loop.h>
 
 namespace mixtrain::cli {
 
@@ -16,6 +16,6 @@ const std::vector<std::string>& cpu_autocast_presets();  // {"cuda", "pytorch"}
 void apply_cpu_autocast_preset(const std::string& name);
 
 // The precision a preset trains with when --precision is not given.
-examples::Precision cpu_autocast_precision(const std::string& name);
+train::Precision cpu_autocast_precision(const std::string& name);
 
 }  // namespace mixtrain::cli

@@ -73,12 +73,12 @@ int run_memory(const std::vector<std::string>& argv) {
   const auto app = memory_app(f);
   if (!examples::cli::parse(*app, argv, std::cout)) return 0;
   StepQuery& q = f.query;
-  q.precision = examples::parse_precision(f.precision);
+  q.precision = train::parse_precision(f.precision);
   q.target = f.device == "cuda" ? Device::cuda(0) : Device::cpu();
   q.spec.size = parse_task_size(f.size);
   q.spec.device = q.target;
   const int64_t fit_limit = f.fit.empty() ? 0 : parse_byte_size(f.fit, "--fit");
-  if (f.measure && q.target.is_cuda() && !examples::default_device().is_cuda())
+  if (f.measure && q.target.is_cuda() && !train::default_device().is_cuda())
     throw examples::cli::UsageError("--measure --device cuda needs a GPU; none is usable here");
   if (!f.timeline.empty()) check_timeline_path(f.timeline);
 

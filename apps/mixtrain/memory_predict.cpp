@@ -16,14 +16,14 @@ namespace mixtrain::cli {
 
 namespace {
 
-// One optimizer and scaler per task, as examples::train makes them.
+// One optimizer and scaler per task, as train::train makes them.
 struct Trainer {
-  std::unique_ptr<examples::TrainTask> task;
+  std::unique_ptr<train::TrainTask> task;
   std::unique_ptr<optim::AdamW> opt;
   std::unique_ptr<amp::GradScaler> scaler;
 };
 
-Trainer make_trainer(TaskSpec spec, examples::Precision p, Device device, bool initialise_weights = true) {
+Trainer make_trainer(TaskSpec spec, train::Precision p, Device device, bool initialise_weights = true) {
   spec.device = device;
   spec.synthetic = true;
   Trainer t;
@@ -36,20 +36,20 @@ Trainer make_trainer(TaskSpec spec, examples::Precision p, Device device, bool i
   }
   t.opt = std::make_unique<optim::AdamW>(t.task->model().parameters(), optim::AdamWOptions().lr(default_lr(spec.model)));
   t.scaler = std::make_unique<amp::GradScaler>(
-      amp::GradScalerOptions().init_scale(65536.0).enabled(p == examples::Precision::Fp16));
+      amp::GradScalerOptions().init_scale(65536.0).enabled(p == train::Precision::Fp16));
   return t;
 }
 
-// One step as examples::train takes it (train_loop.cpp): autocast forward, scaled backward,
+// One step as train::train takes it (train_loop.cpp): autocast forward, scaled backward,
 // unscale, clip at 1, scaler step and update. `autocast_type` is the device type whose autocast
 // state applies (the target's, also for a meta step). The outcome is read only for a real step
 // (a meta one cannot give the found_inf flag).
-amp::StepOutcome train_step(Trainer& t, DeviceType autocast_type, examples::Precision p) {
+amp::StepOutcome train_step(Trainer& t, DeviceType autocast_type, train::Precision p) {
   t.opt->zero_grad();
   Tensor loss;
   {
-    const DType half = p == examples::Precision::Bf16 ? kBFloat16 : kFloat16;
-    amp::AutocastGuard guard(autocast_type, half, p != examples::Precision::Fp32);
+    const DType half = p == train::Precision::Bf16 ? kBFloat16 : kFloat16;
+    amp::AutocastGuard guard(autocast_type, half, p != train::Precision::Fp32);
     loss = t.task->next_loss();
   }
   t.scaler->scale(loss).backward();

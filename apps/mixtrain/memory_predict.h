@@ -19,7 +19,7 @@ namespace mixtrain::cli {
 // (spec.device is ignored: the task is built on meta); `target` is the device it is planned for.
 struct StepQuery {
   TaskSpec spec;
-  examples::Precision precision = examples::Precision::Fp32;
+  train::Precision precision = train::Precision::Fp32;
   Device target = Device::cpu();
   // Build the model as a real run would (weights initialised on the CPU, then moved to meta)
   // instead of under nn::init::SkipInitGuard. The prediction is the same either way (a dry run

@@ -29,14 +29,14 @@ constexpr double kMiB = 1024.0 * 1024.0;
 
 struct TrainFlags {
   TaskSpec spec;
-  examples::TrainOptions options;
+  train::TrainOptions options;
   std::string log_path, cpu_autocast = "cuda";
 };
 
 std::unique_ptr<CLI::App> train_app(TrainFlags& f) {
   namespace flags = examples::cli;
   auto app = flags::make_app("mixtrain train", "Trains an example model with autocast, GradScaler and AdamW.");
-  f.spec.device = examples::default_device();
+  f.spec.device = train::default_device();
   f.options.steps = 200;
   app->add_option("model", f.spec.model, "mlp, unet or transformer")
       ->required()
@@ -96,7 +96,7 @@ struct QuietUnlessRankZero {
   ~QuietUnlessRankZero() { std::cout.rdbuf(saved); }
 };
 
-StepQuery step_query(const TaskSpec& spec, const examples::TrainOptions& options) {
+StepQuery step_query(const TaskSpec& spec, const train::TrainOptions& options) {
   StepQuery q;
   q.spec = spec;
   q.precision = options.precision;
@@ -143,7 +143,7 @@ int run_train(const std::vector<std::string>& argv) {
   if (app->count("--lr") == 0) f.options.lr = default_lr(f.spec.model);
   const QuietUnlessRankZero quiet;
   TaskSpec& spec = f.spec;
-  examples::TrainOptions& options = f.options;
+  train::TrainOptions& options = f.options;
   options.device = spec.device;
   if (f.cpu_autocast != "cuda") {
     if (!spec.device.is_cpu())
@@ -172,12 +172,12 @@ int run_train(const std::vector<std::string>& argv) {
   if (!rank_report.empty()) std::cout << rank_report << "\n";
   std::cout << task->describe() << "\n"
             << "training " << options.steps << " steps, batch " << task->batch_size() << ", "
-            << examples::precision_name(options.precision) << " on " << options.device << ", lr " << options.lr
+            << train::precision_name(options.precision) << " on " << options.device << ", lr " << options.lr
             << (f.cpu_autocast != "cuda" ? ", CPU autocast preset " + f.cpu_autocast : std::string()) << "\n"
             << std::flush;
   std::unique_ptr<Progress> progress;
   const bool terminal = ::isatty(::fileno(stdout)) != 0;
-  const examples::TrainResult result = examples::train(*task, options, [&](const examples::StepRecord& r) {
+  const train::TrainResult result = train::train(*task, options, [&](const train::StepRecord& r) {
     if (!progress)  // the first step tells where a resumed run starts
       progress = std::make_unique<Progress>(std::cout, terminal, terminal_columns(::fileno(stdout)), r.step,
                                             options.steps);

@@ -40,3 +40,4 @@
 #include "mixtrain/distributed/sampler.h"
 #include "mixtrain/distributed/rank_balancer.h"
 #include "mixtrain/distributed/ddp.h"
+#include "mixtrain/train/train_loop.h"

@@ -195,7 +195,7 @@ int64_t mlp_rank_fit(int64_t global, int64_t budget) {
   cli::StepQuery q;
   q.spec.model = "mlp";
   q.spec.synthetic = true;
-  q.precision = mixtrain::examples::Precision::Fp32;
+  q.precision = mixtrain::train::Precision::Fp32;
   q.global_batch_size = global;
   const cli::FitResult fit = cli::fit_batch(q, budget, global);
   return fit.fits ? fit.best.batch_size : 0;
@@ -206,7 +206,7 @@ int64_t mlp_rank_peak(int64_t global, int64_t rows) {
   q.spec.model = "mlp";
   q.spec.synthetic = true;
   q.spec.batch_size = rows;
-  q.precision = mixtrain::examples::Precision::Fp32;
+  q.precision = mixtrain::train::Precision::Fp32;
   q.global_batch_size = global;
   return cli::predict_step(q).peak_bytes;
 }

@@ -84,7 +84,7 @@ TEST(MemoryArena, TinyTransformerTraceIsPlannedWithoutOverlap) {
   cli::StepQuery q;
   q.spec.model = "transformer";
   q.spec.size = cli::TaskSize::Tiny;
-  q.precision = mt::examples::Precision::Bf16;
+  q.precision = mt::train::Precision::Bf16;
   const cli::StepPrediction p = cli::predict_step(q);
   const auto buffers = p.trace.lifetimes();
   ASSERT_GT(buffers.size(), 10u);
@@ -194,14 +194,14 @@ void expect_same_trace(const mt::memory::MemoryTrace& a, const mt::memory::Memor
 TEST(MemoryCli, UninitialisedMetaBuildPredictsAsTheInitialisedOne) {
   struct Case {
     const char* model;
-    mt::examples::Precision precision;
+    mt::train::Precision precision;
     mt::Device target;
     bool checkpoint;
   };
-  for (const Case& c : {Case{"mlp", mt::examples::Precision::Fp32, mt::Device::cpu(), false},
-                        Case{"unet", mt::examples::Precision::Bf16, mt::Device::cpu(), true},
-                        Case{"transformer", mt::examples::Precision::Fp16, mt::Device::cuda(0), false},
-                        Case{"transformer", mt::examples::Precision::Bf16, mt::Device::cpu(), true}}) {
+  for (const Case& c : {Case{"mlp", mt::train::Precision::Fp32, mt::Device::cpu(), false},
+                        Case{"unet", mt::train::Precision::Bf16, mt::Device::cpu(), true},
+                        Case{"transformer", mt::train::Precision::Fp16, mt::Device::cuda(0), false},
+                        Case{"transformer", mt::train::Precision::Bf16, mt::Device::cpu(), true}}) {
     SCOPED_TRACE(std::string(c.model) + " on " + c.target.str() + (c.checkpoint ? ", checkpointed" : ""));
     cli::StepQuery fast;
     fast.spec.model = c.model;

@@ -1,7 +1,9 @@
 #pragma once
-// The training loop the example trainers share: autocast around the forward pass, dynamic loss
-// scaling, gradient clipping after unscaling, AdamW, checkpoints and resume. A model plugs in as
-// a TrainTask that builds its loss on the next batch. Public mixtrain API only.
+// The training loop: autocast around the forward pass, dynamic loss scaling, gradient clipping
+// after unscaling, AdamW, a learning-rate schedule, checkpoints and resume, and data parallelism
+// under a launcher (DDP, each rank its share of every batch as the process group's shares say).
+// A model plugs in as a TrainTask that builds its loss on the next batch. The example trainers
+// and `mixtrain train` run on it (docs/TRAINERS.md).
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -9,9 +11,14 @@
 #include <string>
 #include <vector>
 
-#include <mixtrain/mixtrain.h>
+#include "mixtrain/core/device.h"
+#include "mixtrain/core/tensor.h"
+#include "mixtrain/data/dataloader.h"
+#include "mixtrain/distributed/process_group.h"
+#include "mixtrain/memory/allocator.h"
+#include "mixtrain/nn/module.h"
 
-namespace mixtrain::examples {
+namespace mixtrain::train {
 
 enum class Precision { Fp32, Fp16, Bf16 };
 Precision parse_precision(const std::string& name);  // "fp32", "fp16", "bf16"
@@ -166,45 +173,4 @@ int64_t parameter_count(const nn::Module& model);
 // "step N  loss L  scale S  (R steps/s)", averaging the losses since the previous line.
 TrainResult train_with_log(TrainTask& task, const TrainOptions& options, std::ostream* log, int64_t log_every);
 
-// What the examples' run_mlp / run_unet / run_transformer share.
-struct RunSettings {
-  Precision precision = Precision::Fp16;
-  Device device = Device::cpu();
-  int64_t steps = 0, batch_size = 0;
-  double lr = 1e-3;
-  std::ostream* log = nullptr;
-  int64_t log_every = 0;
-  bool memory_plan = false;
-};
-struct RunOutcome {
-  std::vector<double> losses;  // every step's training loss
-  double seconds = 0;
-  int64_t skipped_steps = 0;
-  std::string evaluation;      // the task's evaluate() line
-  int64_t plan_hits = 0, plan_misses = 0;  // with memory_plan (TrainResult's)
-};
-// Logs "<description>; batch B, N steps, <precision> on <device>", trains the task with
-// train_with_log, evaluates it and logs "<evaluation>; trained in S s, K skipped steps".
-RunOutcome run_task(TrainTask& task, const RunSettings& settings);
-
-// What every example's result holds (MlpResult, UnetResult, TransformerResult add their own).
-struct RunSummary {
-  std::vector<double> losses;  // training loss of every step
-  int64_t parameters = 0;
-  int64_t skipped_steps = 0;   // optimizer steps the GradScaler skipped (inf/NaN gradients)
-  double seconds = 0;          // training loop wall time (data loading excluded)
-  std::string description;     // the task's describe()
-};
-
-// run_task with an example config's run settings, filling the summary part of its result.
-template <class Config>
-void run_into(TrainTask& task, const Config& c, RunSummary& out) {
-  out.description = task.describe();
-  out.parameters = parameter_count(task.model());
-  const RunOutcome run = run_task(task, {c.precision, c.device, c.steps, c.batch_size, c.lr, c.log, c.log_every, c.memory_plan});
-  out.losses = run.losses;
-  out.seconds = run.seconds;
-  out.skipped_steps = run.skipped_steps;
-}
-
-}  // namespace mixtrain::examples
+}  // namespace mixtrain::train

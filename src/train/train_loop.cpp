@@ -1,15 +1,29 @@
-#include "common/train_loop.h"
+// The training loop (train_loop.h): one step from zero_grad to the scheduler, run plain or from a
+// memory plan, under DDP when a launcher started several ranks.
+#include "mixtrain/train/train_loop.h"
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <cstdlib>
 #include <iomanip>
 #include <memory>
 #include <ostream>
 #include <sstream>
 
-namespace mixtrain::examples {
+#include <nlohmann/json.hpp>
+
+#include "mixtrain/amp/autocast.h"
+#include "mixtrain/amp/grad_scaler.h"
+#include "mixtrain/autograd/grad_mode.h"
+#include "mixtrain/core/error.h"
+#include "mixtrain/distributed/ddp.h"
+#include "mixtrain/distributed/sampler.h"
+#include "mixtrain/io/checkpoint.h"
+#include "mixtrain/memory/plan_cache.h"
+#include "mixtrain/nn/utils.h"
+#include "mixtrain/optim/adamw.h"
+#include "mixtrain/optim/schedulers.h"
+
+namespace mixtrain::train {
 
 Precision parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::Fp32;
@@ -285,33 +299,4 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
   return result;
 }
 
-RunOutcome run_task(TrainTask& task, const RunSettings& s) {
-  if (s.log)
-    *s.log << task.describe() << "; batch " << s.batch_size << ", " << s.steps << " steps, "
-           << precision_name(s.precision) << " on " << s.device << std::endl;
-  TrainOptions options;
-  options.precision = s.precision;
-  options.device = s.device;
-  options.steps = s.steps;
-  options.lr = s.lr;
-  options.memory_plan = s.memory_plan;
-  const TrainResult tr = train_with_log(task, options, s.log, s.log_every);
-  RunOutcome r;
-  for (const auto& rec : tr.records) r.losses.push_back(rec.loss);
-  r.seconds = tr.seconds;
-  r.skipped_steps = tr.skipped_steps;
-  r.plan_hits = tr.plan_hits;
-  r.plan_misses = tr.plan_misses;
-  r.evaluation = task.evaluate();
-  if (s.log) {
-    *s.log << r.evaluation << "; trained in " << std::fixed << std::setprecision(1) << r.seconds << " s, "
-           << r.skipped_steps << " skipped steps" << std::defaultfloat;
-    if (s.memory_plan)
-      *s.log << "; memory plan: " << tr.memory_plans << " plans, " << tr.plan_hits << " arena hits, "
-             << tr.plan_misses << " missed steps";
-    *s.log << std::endl;
-  }
-  return r;
-}
-
-}  // namespace mixtrain::examples
+}  // namespace mixtrain::train
