@@ -35,6 +35,7 @@
   _(sigmoid, Passthrough)                                  \
   _(relu, Passthrough)                                     \
   _(gelu, Passthrough)                                     \
+  _(silu, Passthrough)                                     \
   _(where, Passthrough)                                    \
   _(compare, Passthrough)                                  \
   /* numerically unsafe in half precision */               \
