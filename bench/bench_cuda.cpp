@@ -2,6 +2,9 @@
 //   Gemm/<dtype>/<n>:        mixtrain::matmul on n x n x n (dispatch, allocation, cuBLASLt)
 //   CublasGemmEx/<dtype>/<n>: the same product through cublasGemmEx alone, into a preallocated
 //                            output: the ceiling our dispatch is measured against
+//   ScaledMm/<n>:            mixtrain::scaled_mm, e4m3 x e4m3 -> bf16 on n x n x n (cuBLASLt's fp8
+//                            GEMM; the bar: >= 1.6x Gemm/bf16 at 8192, and >= 0.95x
+//                            torch._scaled_mm, bench/reference/torch_scaled_mm.py)
 //   DeviceCopy/<bytes>:      a device-to-device copy: the measured memory bandwidth
 //   ScalerUnscaleUpdate/<n>: the GradScaler's check + unscale over n fp16 gradient elements
 //                            (100 tensors, in place) plus the on-device scale update
@@ -70,6 +73,20 @@ void BM_Gemm(benchmark::State& state) {
   timed(state, [&] { benchmark::DoNotOptimize(mt::matmul(a, b)); });
   state.counters["TFLOP/s"] = benchmark::Counter(2.0 * n * n * n * state.iterations() / 1e12, benchmark::Counter::kIsRate);
   state.SetLabel(mt::dtype_name(dt));
+}
+
+void BM_ScaledMm(benchmark::State& state) {
+  if (!need_gpu(state)) return;
+  const int64_t n = state.range(0);
+  mt::NoGradGuard no_grad;
+  const mt::TensorOptions o = mt::TensorOptions(mt::kFloat32).device(mt::Device::cuda());
+  // b column-major, as torch._scaled_mm wants it (the layout cuBLASLt's fp8 GEMM takes).
+  const mt::Tensor a = mt::randn({n, n}, o).to(mt::kFloat8E4M3FN), b = mt::randn({n, n}, o).to(mt::kFloat8E4M3FN).t();
+  const mt::Tensor scale = mt::ones({1}, o);
+  for (int i = 0; i < 3; ++i) mt::scaled_mm(a, b, scale, scale, mt::kBFloat16);
+  timed(state, [&] { benchmark::DoNotOptimize(mt::scaled_mm(a, b, scale, scale, mt::kBFloat16)); });
+  state.counters["TFLOP/s"] = benchmark::Counter(2.0 * n * n * n * state.iterations() / 1e12, benchmark::Counter::kIsRate);
+  state.SetLabel("float8_e4m3fn -> bfloat16");
 }
 
 void BM_CublasGemmEx(benchmark::State& state) {
@@ -158,6 +175,7 @@ void BM_Attention(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_Gemm)->ArgsProduct({{0, 1, 2}, {4096, 8192}})->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_ScaledMm)->Arg(4096)->Arg(8192)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_CublasGemmEx)->ArgsProduct({{0, 1, 2}, {4096, 8192}})->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_DeviceCopy)->Arg(int64_t{400} << 20)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ScalerUnscaleUpdate)->Arg(100'000'000)->UseManualTime()->Unit(benchmark::kMillisecond);

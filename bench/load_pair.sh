@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Speed under load: times one training alone and two of the same training at once, and prints
-# each binary's median times and the paired speed as a fraction of the alone speed (1.0: no
-# loss; 0.5: a fair share of the cores when the alone run keeps them all busy).
+# Speed under load: times one training alone and N of the same training at once (-n, default 2),
+# and prints each binary's median times and the shared speed as a fraction of the alone speed
+# (1.0: no loss; 1/N: a fair share of the cores when the alone run keeps them all busy).
 #
-#   bench/load_pair.sh [-r ROUNDS] [BIN ...] [-- TRAIN ARGS]
+#   bench/load_pair.sh [-r ROUNDS] [-n N] [BIN ...] [-- TRAIN ARGS]
 #
 # BIN defaults to build/apps/mixtrain/mixtrain; TRAIN ARGS to `train transformer --synthetic
 # --steps 30`. With several binaries the rounds alternate between them (alone, pair, next binary),
@@ -13,10 +13,12 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 rounds=5
+together=2
 bins=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -r) rounds=$2; shift 2 ;;
+    -n) together=$2; shift 2 ;;
     --) shift; break ;;
     *) bins+=("$(realpath "$1")"); shift ;;
   esac
@@ -40,28 +42,31 @@ timed_run() {
   "$1" "${train_args[@]}" >/dev/null 2>"$work/err.$$.$BASHPID" || {
     echo "load_pair: $1 ${train_args[*]} failed:" >&2; cat "$work/err.$$.$BASHPID" >&2; exit 1; }
   t1=$(now)
-  echo "$t1 - $t0" | bc -l
+  awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f\n", b - a }' 
 }
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-echo "load_pair: ${train_args[*]}, $rounds rounds, $(nproc) CPUs, OMP_NUM_THREADS=${OMP_NUM_THREADS-unset}"
+echo "load_pair: ${train_args[*]}, $rounds rounds, $together at once, $(nproc) CPUs, OMP_NUM_THREADS=${OMP_NUM_THREADS-unset}"
 for ((r = 1; r <= rounds; ++r)); do
   for i in "${!bins[@]}"; do
     b=${bins[$i]}
     timed_run "$b" >>"$work/alone.$i"
-    timed_run "$b" >"$work/p1" &
-    p1=$!
-    timed_run "$b" >"$work/p2" &
-    p2=$!
-    wait "$p1" "$p2"
-    cat "$work/p1" "$work/p2" >>"$work/paired.$i"
-    printf '  round %d %s: alone %.2f s, paired %.2f s %.2f s\n' "$r" "$(basename "$(dirname "$b")")/$(basename "$b")" \
-      "$(tail -1 "$work/alone.$i")" "$(cat "$work/p1")" "$(cat "$work/p2")"
+    pids=()
+    for ((k = 1; k <= together; ++k)); do
+      timed_run "$b" >"$work/p$k" &
+      pids+=($!)
+    done
+    wait "${pids[@]}"
+    shared=()
+    for ((k = 1; k <= together; ++k)); do cat "$work/p$k" >>"$work/shared.$i"; shared+=("$(cat "$work/p$k")"); done
+    printf '  round %d %s: alone %.2f s, %d at once %s s\n' "$r" "$(basename "$(dirname "$b")")/$(basename "$b")" \
+      "$(tail -1 "$work/alone.$i")" "$together" "${shared[*]}"
   done
 done
 for i in "${!bins[@]}"; do
   alone=$(median <"$work/alone.$i")
-  paired=$(median <"$work/paired.$i")
-  printf '%s\n  alone %.2f s (median of %d), paired %.2f s (median of %d), paired speed %.3fx alone\n' \
-    "${bins[$i]}" "$alone" "$rounds" "$paired" $((2 * rounds)) "$(echo "$alone / $paired" | bc -l)"
+  shared=$(median <"$work/shared.$i")
+  printf '%s\n  alone %.2f s (median of %d), %d at once %.2f s (median of %d), shared speed %.3fx alone\n' \
+    "${bins[$i]}" "$alone" "$rounds" "$together" "$shared" $((together * rounds)) \
+    "$(awk -v a="$alone" -v s="$shared" 'BEGIN { print a / s }')"
 done

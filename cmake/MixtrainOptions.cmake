@@ -60,10 +60,10 @@ endif()
 # a branch to the library for negative inputs, and loops that call it do not vectorize.
 list(APPEND MT_TARGET_FLAGS -fno-math-errno)
 
-if(MIXTRAIN_FUZZ)
-  # Coverage feedback for libFuzzer in every mixtrain object; the fuzz targets link the runtime.
-  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link>)
-endif()
+# MIXTRAIN_FUZZ: coverage feedback for libFuzzer in the library and the fuzz targets (the top-level
+# CMakeLists.txt and tests/fuzz put it there), not in the tests, which CI runs from the same
+# sanitizer build.
+set(MT_FUZZ_COVERAGE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link>)
 
 if(MIXTRAIN_SANITIZE)
   list(APPEND MT_TARGET_FLAGS -fsanitize=${MIXTRAIN_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)

@@ -12,7 +12,7 @@ import sys
 
 # Lowest first. A path is matched against the patterns in order; the first match wins.
 LAYERS = [
-    ("base", [r"core/(arg|checked_int|device|dtype|dtype_traits|elementwise_ops|error|half|host_device|shape|rng)\.(h|cpp)$", r"core/config\.h", r"core/cpu_features\.h$"]),
+    ("base", [r"core/(arg|checked_int|device|dtype|dtype_traits|elementwise_ops|error|float8|half|host_device|shape|rng)\.(h|cpp)$", r"core/config\.h", r"core/cpu_features\.h$"]),
     ("memory", [r"memory/"]),
     ("tensor", [r"core/"]),
     # Grad mode is a thread-local flag that kernels set too (NoGradGuard around their scratch

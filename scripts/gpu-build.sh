@@ -36,7 +36,13 @@ export LD_LIBRARY_PATH="$(dirname "${cudnn_lib:-/x}"):$(dirname "${nccl_lib:-/x}
 if [ -d .gpu-deps/usr/share/datasets ]; then mkdir -p /usr/share/datasets && cp -rn .gpu-deps/usr/share/datasets/* /usr/share/datasets/; fi
 if [ -d .gpu-deps/usr/share/games ]; then mkdir -p /usr/share/games && cp -rn .gpu-deps/usr/share/games/* /usr/share/games/; fi
 
-# ---- Build.
+# ---- Build, or a build made elsewhere (gpu-check.sh --prebuilt): its libraries on the path.
+if [ -n "${prebuilt_dir:-}" ]; then
+  build=$prebuilt_dir
+  export LD_LIBRARY_PATH="$build:$build/../runlibs:$LD_LIBRARY_PATH"
+  build_seconds=0
+  return 0
+fi
 build=$root/build-gpu
 gen=""
 command -v ninja >/dev/null && gen="-G Ninja"

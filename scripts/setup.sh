@@ -25,6 +25,8 @@ done
 packages=(build-essential cmake ninja-build libeigen3-dev nlohmann-json3-dev libgtest-dev libgmock-dev
           libbenchmark-dev zlib1g-dev dataset-fashion-mnist fortunes ccache libgloo-dev libcli11-dev
           libdnnl-dev ocl-icd-opencl-dev)
+# A clang build (CXX=clang++: CI's sanitizer stages) also needs clang's sanitizer runtimes and libomp.
+case "${CXX:-}" in *clang*) packages+=(clang libclang-rt-dev libomp-dev) ;; esac
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

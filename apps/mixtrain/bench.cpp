@@ -124,7 +124,7 @@ int run_bench(const std::vector<std::string>& argv) {
   // A subset (e.g. --precisions fp16 under a profiler); the speedup column needs fp32 first.
   app->add_option("--precisions", precision_names, "the precisions to run (the speedup needs fp32 first)")
       ->delimiter(',')
-      ->check(flags::one_of({"fp32", "fp16", "bf16"}))
+      ->check(flags::one_of({"fp32", "fp16", "bf16", "fp8"}))
       ->type_name("P1,P2")
       ->default_str("fp32,fp16,bf16");
   flags::add_device_flag(*app, spec.device);

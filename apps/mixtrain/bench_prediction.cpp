@@ -1,7 +1,14 @@
 #include "bench_prediction.h"
 
+#include <memory>
+
+#include <mixtrain/amp/fp8.h>
+#include <mixtrain/amp/grad_scaler.h>
 #include <mixtrain/memory/dry_run.h>
 #include <mixtrain/memory/plan.h>
+#include <mixtrain/nn/skip_init.h>
+#include <mixtrain/nn/utils.h>
+#include <mixtrain/optim/adamw.h>
 
 namespace mixtrain::cli {
 
@@ -21,13 +28,12 @@ StepMemoryPrediction predict_step_memory(TaskSpec spec, train::Precision precisi
   // in-step buffers, and the peak is the same as with zero_grad first.
   optim::AdamW opt(model.parameters(), optim::AdamWOptions().lr(lr));
   amp::GradScaler scaler(amp::GradScalerOptions().enabled(precision == train::Precision::Fp16));
-  const bool autocast = precision != train::Precision::Fp32;
-  const DType amp_dtype = precision == train::Precision::Bf16 ? kBFloat16 : kFloat16;
+  const std::unique_ptr<amp::Fp8Scaling> fp8 = train::make_fp8_scaling(model, precision, amp::Fp8Recipe());
   auto step = [&](DeviceType autocast_type) {
     opt.zero_grad();
     Tensor loss;
     {
-      amp::AutocastGuard guard(autocast_type, amp_dtype, autocast);
+      const train::ForwardScope scope(autocast_type, precision);
       loss = task->next_loss();
     }
     scaler.scale(loss).backward();
@@ -35,6 +41,7 @@ StepMemoryPrediction predict_step_memory(TaskSpec spec, train::Precision precisi
     nn::utils::clip_grad_norm_(model.parameters(), 1.0);
     scaler.step(opt);
     scaler.update();
+    if (fp8) fp8->update();
     opt.zero_grad();
   };
   // Outside a dry run meta tensors follow the meta device's autocast state; inside, the target's.

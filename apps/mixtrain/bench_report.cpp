@@ -14,8 +14,8 @@ namespace mixtrain::cli {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
-const char* const kPrecisions[] = {"fp32", "fp16", "bf16"};
-const char* const kColors[] = {"#4c72b0", "#dd8452", "#55a868"};
+const char* const kPrecisions[] = {"fp32", "fp16", "bf16", "fp8"};
+const char* const kColors[] = {"#4c72b0", "#dd8452", "#55a868", "#c44e52"};
 // The dry run's prediction beside the measured peaks: absent or null where not computed.
 const char* const kOptionalMemoryFields[] = {"predicted_peak_bytes", "plan_arena_bytes"};
 
@@ -44,6 +44,19 @@ std::vector<std::string> models_of(const nlohmann::json& doc) {
 }
 
 std::string xml_escape(const std::string& s) { return svg::escape(s); }
+
+// Indices into kPrecisions of the precisions either document has rows for, in that order.
+std::vector<int> precisions_of(const nlohmann::json& doc, const nlohmann::json* ref) {
+  std::vector<int> out;
+  for (int p = 0; p < static_cast<int>(sizeof(kPrecisions) / sizeof(kPrecisions[0])); ++p) {
+    bool any = false;
+    for (const nlohmann::json* d : {&doc, ref})
+      if (d)
+        for (const auto& r : d->at("results")) any = any || r.at("precision") == kPrecisions[p];
+    if (any) out.push_back(p);
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -121,7 +134,9 @@ void print_bench_table(std::ostream& out, const nlohmann::json& doc, const nlohm
 
 std::string bench_svg(const nlohmann::json& doc, const nlohmann::json* ref) {
   const std::vector<std::string> models = models_of(doc);
-  const int series = ref ? 6 : 3;  // ours fp32/fp16/bf16, then the reference's
+  const std::vector<int> precs = precisions_of(doc, ref);
+  const int np = static_cast<int>(precs.size());
+  const int series = ref ? 2 * np : np;  // ours fp32/fp16/bf16(/fp8), then the reference's
   const double bar = 16, gap = 26, axis_w = 60, plot_h = 220, top = 70;
   const double group_w = series * bar + gap;
   const double panel_w = std::max(300.0, axis_w + 20 + group_w * static_cast<double>(models.size()));
@@ -138,9 +153,9 @@ std::string bench_svg(const nlohmann::json& doc, const nlohmann::json* ref) {
     << "<text x=\"10\" y=\"18\" font-size=\"14\">" << xml_escape(ours) << " AMP benchmark: "
     << xml_escape(doc.value("device", std::string("?"))) << ", size " << xml_escape(doc.value("size", std::string("?")))
     << (ref ? " (hatched: " + xml_escape(theirs) + ")" : std::string()) << "</text>\n";
-  for (int p = 0; p < 3; ++p)
-    s << "<rect x=\"" << 10 + p * 70 << "\" y=\"28\" width=\"10\" height=\"10\" fill=\"" << kColors[p]
-      << "\"/><text x=\"" << 24 + p * 70 << "\" y=\"37\">" << kPrecisions[p] << "</text>\n";
+  for (int p = 0; p < np; ++p)
+    s << "<rect x=\"" << 10 + p * 70 << "\" y=\"28\" width=\"10\" height=\"10\" fill=\"" << kColors[precs[p]]
+      << "\"/><text x=\"" << 24 + p * 70 << "\" y=\"37\">" << kPrecisions[precs[p]] << "</text>\n";
 
   struct Panel {
     const char* title;
@@ -159,7 +174,7 @@ std::string bench_svg(const nlohmann::json& doc, const nlohmann::json* ref) {
     double lo = INFINITY, hi = -INFINITY;
     for (size_t mi = 0; mi < models.size(); ++mi)
       for (int k = 0; k < series; ++k) {
-        const nlohmann::json* r = find_result(k < 3 ? doc : *ref, models[mi], kPrecisions[k % 3]);
+        const nlohmann::json* r = find_result(k < np ? doc : *ref, models[mi], kPrecisions[precs[k % np]]);
         if (!r) continue;
         const nlohmann::json& v = r->at(panel.key);
         const double x = v.is_null() ? -1 : v.get<double>() / panel.divisor;
@@ -188,8 +203,8 @@ std::string bench_svg(const nlohmann::json& doc, const nlohmann::json* ref) {
       for (int k = 0; k < series; ++k) {
         const double v = values[mi][static_cast<size_t>(k)], x = gx + k * bar;
         if (std::isnan(v)) continue;
-        const std::string name = xml_escape(models[mi]) + " " + kPrecisions[k % 3] +
-                                 (k >= 3 ? " " + xml_escape(theirs) : std::string());
+        const std::string name = xml_escape(models[mi]) + " " + kPrecisions[precs[k % np]] +
+                                 (k >= np ? " " + xml_escape(theirs) : std::string());
         if (v <= 0) {  // not recorded, or nothing to draw on a log scale
           const double tx = x + bar / 2 + 3, ty = base - 4;
           s << "<text class=\"na\" x=\"" << tx << "\" y=\"" << ty << "\" font-size=\"9\" fill=\"#888\" transform=\"rotate(-90 "
@@ -199,9 +214,9 @@ std::string bench_svg(const nlohmann::json& doc, const nlohmann::json* ref) {
         }
         const double h = std::max(1.0, base - y_of(v));
         s << "<rect class=\"bar\" x=\"" << x << "\" y=\"" << base - h << "\" width=\"" << bar - 2 << "\" height=\"" << h
-          << "\" fill=\"" << kColors[k % 3] << "\"><title>" << name << ": " << fixed(v, 2) << " " << panel.unit
+          << "\" fill=\"" << kColors[precs[k % np]] << "\"><title>" << name << ": " << fixed(v, 2) << " " << panel.unit
           << "</title></rect>\n";
-        if (k >= 3)
+        if (k >= np)
           s << "<rect x=\"" << x << "\" y=\"" << base - h << "\" width=\"" << bar - 2 << "\" height=\"" << h
             << "\" fill=\"url(#hatch)\"/>\n";
         const double tx = x + bar / 2 - 1, ty = base - h - 4;

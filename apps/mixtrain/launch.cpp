@@ -1,12 +1,14 @@
 // `mixtrain launch --nproc N [--nnodes H --node-rank R --master-addr A --master-port P]
-// [--rank-weights w0,w1,...|adaptive | --rank-batches auto [--rank-memory S0,...]] -- PROGRAM
-// ARGS...`: starts this host's N ranks of PROGRAM with the launch contract in their environment
-// (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; on one host also a
-// fresh file store in MIXTRAIN_STORE; OMP_NUM_THREADS = this host's cores / N unless set),
-// prefixes each output line with its rank, forwards SIGINT/SIGTERM, and when one rank fails stops
-// the others and returns its exit code. Killed outright, it takes its ranks with it (each rank
-// has PR_SET_PDEATHSIG, and a guardian process kills their process groups and removes the
-// temporary directory).
+// [--rank-weights w0,w1,...|adaptive | --rank-batches auto [--rank-memory S0,...]]
+// [--max-restarts K | --elastic | --join] -- PROGRAM ARGS...`: starts this host's N ranks of
+// PROGRAM with the launch contract in their environment (RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; on one host also a fresh file store in
+// MIXTRAIN_STORE; OMP_NUM_THREADS = this host's cores / N unless set), prefixes each output line
+// with its rank, forwards SIGINT/SIGTERM, and when one rank fails stops the others and returns its
+// exit code, or restarts them all (--max-restarts, with MIXTRAIN_RESTART_COUNT), or lets them go on
+// (--elastic: this launcher serves the job's store; --join adds ranks to a running one). Killed
+// outright, it takes its ranks with it (each rank has PR_SET_PDEATHSIG, and a guardian process
+// kills their process groups and removes the temporary directory).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -27,9 +29,12 @@
 #include <thread>
 #include <vector>
 
+#include <mixtrain/distributed/store_server.h>
+
 #include "commands.h"
 #include "common/cli.h"
 #include "launch_guardian.h"
+#include "launch_ranks.h"
 #include "memory_predict.h"
 
 extern char** environ;
@@ -43,33 +48,6 @@ int g_signal_pipe[2] = {-1, -1};
 void on_signal(int sig) {
   const char c = static_cast<char>(sig);
   [[maybe_unused]] const ssize_t n = write(g_signal_pipe[1], &c, 1);
-}
-
-struct Child {
-  pid_t pid = -1;
-  int out = -1;  // read end of the rank's stdout+stderr
-  std::string pending;
-  int status = 0;
-  bool running = false;
-  int rank = 0;  // in the whole job
-};
-
-void flush_lines(Child& c, int rank, bool all) {
-  size_t start = 0;
-  for (size_t nl; (nl = c.pending.find('\n', start)) != std::string::npos; start = nl + 1)
-    std::cout << "[rank " << rank << "] " << c.pending.substr(start, nl - start + 1);
-  c.pending.erase(0, start);
-  if (all && !c.pending.empty()) {
-    std::cout << "[rank " << rank << "] " << c.pending << "\n";
-    c.pending.clear();
-  }
-  std::cout.flush();
-}
-
-int exit_code(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
 }
 
 }  // namespace
@@ -109,6 +87,20 @@ int run_launch(const std::vector<std::string>& argv) {
                   "follow each rank's measured speed (mixtrain train)")
       ->type_name("W0,W1,...")
       ->default_str("even");
+  int max_restarts = 0;
+  bool elastic = false, join = false;
+  app->add_option("--max-restarts", max_restarts,
+                  "when a rank fails, restart every rank of this host up to K times; the trainers resume from "
+                  "their last checkpoint (torchrun's --max-restarts)")
+      ->check(flags::integer_in(0, 1000000))
+      ->type_name("K")
+      ->default_str("0");
+  app->add_flag("--elastic", elastic,
+                "when a rank dies or hangs, the others go on without it, re-splitting each global batch (the "
+                "trainers redo the interrupted step); this launcher serves the job's store");
+  app->add_flag("--join", join,
+                "start this host's ranks as replacements joining the running --elastic job whose store is at "
+                "--master-addr:--master-port; they receive the state from a rank of the job");
   std::string rank_batches, rank_memory;
   app->add_option("--rank-batches", rank_batches,
                   "auto: each rank's share in proportion to the largest batch that fits its own memory, by dry run "
@@ -130,6 +122,25 @@ int run_launch(const std::vector<std::string>& argv) {
                             "host 0 (--node-rank 0) that every host reaches");
   if (static_cast<int64_t>(nnodes) * nproc > (1 << 20))
     throw flags::UsageError("launch: --nnodes x --nproc is more than 2^20 ranks");
+  if (join) elastic = true;
+  if (elastic && max_restarts > 0)
+    throw flags::UsageError("launch: --max-restarts restarts every rank after a failure, --elastic goes on with "
+                            "the ranks left; give one");
+  if (join && master_port == 0)
+    throw flags::UsageError("launch: --join needs --master-port, the port of the running job's store (its launcher "
+                            "printed it)");
+  if (join && (nnodes > 1 || node_rank > 0))
+    throw flags::UsageError("launch: --join starts ranks that the running job numbers itself; leave out --nnodes "
+                            "and --node-rank");
+  if (elastic && nnodes > 1 && master_port == 0)
+    throw flags::UsageError("launch: --elastic across hosts needs --master-port (host 0's launcher serves the "
+                            "store there)");
+  if (join && weights == "adaptive")
+    throw flags::UsageError("launch: --join takes one weight for its ranks' share (or none: 1); the running job's "
+                            "--rank-weights adaptive then follows their speed too");
+  if (elastic && !rank_batches.empty())
+    throw flags::UsageError("launch: --rank-batches auto sizes a fixed set of ranks; with --elastic give "
+                            "--rank-weights");
   const int world = nnodes * nproc;
   // Several hosts (or an address/port given): rank 0 serves the store at --master-addr:--master-port.
   const bool tcp_store = nnodes > 1 || !master_addr.empty() || master_port != 0;
@@ -157,7 +168,7 @@ int run_launch(const std::vector<std::string>& argv) {
   if (!weights.empty() && weights != "adaptive") {
     // The ranks apply the same rule; checked here so that a bad list stops before any rank starts.
     try {
-      distributed::parse_rank_weights(weights, world);
+      distributed::parse_rank_weights(weights, join ? 1 : world);
     } catch (const std::exception& e) {
       throw flags::UsageError(std::string("launch: --rank-weights: ") + e.what());
     }
@@ -169,11 +180,20 @@ int run_launch(const std::vector<std::string>& argv) {
     throw std::runtime_error("launch: cannot create a temporary directory " + tmpl + ": " + std::strerror(errno));
   const std::string dir = tmpl;
   LaunchGuardian guardian(dir);
+  // An elastic job's store outlives every rank: host 0's launcher serves it (a joiner's launcher
+  // connects to it), at --master-port or, on one host without one, a free port it reports.
+  std::unique_ptr<distributed::TcpStoreServer> store_server;
+  if (elastic && !join && node_rank == 0) store_server = std::make_unique<distributed::TcpStoreServer>(master_port);
   const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
   const bool user_threads = std::getenv("OMP_NUM_THREADS") != nullptr;
   const std::string threads = std::to_string(std::max(1L, cores / nproc));
-  const std::string port = std::to_string(tcp_store ? (master_port ? master_port : 29500) : 20000 + (getpid() % 20000));
-  const pid_t launcher = getpid();
+  const std::string port = std::to_string(
+      store_server ? store_server->port()
+                   : (tcp_store ? (master_port ? master_port : 29500) : 20000 + (getpid() % 20000)));
+  if (store_server)
+    std::cout << "mixtrain launch: elastic job; its store is tcp://" << master_addr << ":" << port
+              << " (served by this launcher; `mixtrain launch --join --master-addr " << master_addr
+              << " --master-port " << port << " --nproc N -- PROGRAM` adds ranks)" << std::endl;
 
   if (pipe(g_signal_pipe) != 0) throw std::runtime_error("launch: pipe failed");
   fcntl(g_signal_pipe[0], F_SETFL, O_NONBLOCK);
@@ -184,22 +204,35 @@ int run_launch(const std::vector<std::string>& argv) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 
-  std::vector<Child> children(static_cast<size_t>(nproc));
-  for (int r = 0; r < nproc; ++r) {
-    int fds[2];
-    if (pipe(fds) != 0) throw std::runtime_error("launch: pipe failed");
-    std::vector<std::string> env = {"RANK=" + std::to_string(node_rank * nproc + r),
-                                    "WORLD_SIZE=" + std::to_string(world),
+  // Rank r of this host: its launch contract and the job's settings, then the launcher's own
+  // environment (what is set here wins).
+  auto environment = [&](int r, int restart) {
+    // A joiner's RANK and WORLD_SIZE are placeholders (a non-zero rank of a job of several) until
+    // the running job admits it and numbers it.
+    const int rank = join ? r + 1 : node_rank * nproc + r;
+    std::vector<std::string> env = {"RANK=" + std::to_string(rank),
+                                    "WORLD_SIZE=" + std::to_string(join ? nproc + 1 : world),
                                     "LOCAL_RANK=" + std::to_string(r),
                                     "LOCAL_WORLD_SIZE=" + std::to_string(nproc),
                                     "GROUP_RANK=" + std::to_string(node_rank),
                                     "MASTER_ADDR=" + master_addr,
-                                    "MASTER_PORT=" + port};
-    // One host: a file store of this job's own. Several: the store rank 0 serves at MASTER_ADDR.
-    if (!tcp_store) env.push_back("MIXTRAIN_STORE=file:" + dir + "/store");
+                                    "MASTER_PORT=" + port,
+                                    "MIXTRAIN_RESTART_COUNT=" + std::to_string(restart),
+                                    "TORCHELASTIC_RESTART_COUNT=" + std::to_string(restart)};
+    if (elastic) {
+      env.push_back("MIXTRAIN_ELASTIC=1");
+      env.push_back("MIXTRAIN_STORE=tcp://" + master_addr + ":" + port);
+      env.push_back("MIXTRAIN_STORE_SERVER=launcher");
+      if (join) env.push_back("MIXTRAIN_ELASTIC_JOIN=1");
+    } else if (!tcp_store) {
+      // One host: a file store of this job's (and this restart's) own. Several: the store rank 0
+      // serves at MASTER_ADDR.
+      env.push_back("MIXTRAIN_STORE=file:" + dir + "/store-" + std::to_string(restart));
+    }
     if (!run_id.empty()) env.push_back("MIXTRAIN_RUN_ID=" + run_id);
     if (!user_threads) env.push_back("OMP_NUM_THREADS=" + threads);
-    if (!weights.empty()) env.push_back(std::string(distributed::kRankWeightsEnv) + "=" + weights);
+    if (!weights.empty())
+      env.push_back((join ? std::string("MIXTRAIN_ELASTIC_WEIGHT") : std::string(distributed::kRankWeightsEnv)) + "=" + weights);
     if (!rank_batches.empty()) env.push_back(std::string(distributed::kRankBatchesEnv) + "=" + rank_batches);
     if (!memory_of_rank.empty()) env.push_back(std::string(distributed::kRankMemoryEnv) + "=" + memory_of_rank[static_cast<size_t>(r)]);
     for (char** e = environ; *e; ++e) {
@@ -209,102 +242,66 @@ int run_launch(const std::vector<std::string>& argv) {
       for (const auto& x : env) ours = ours || x.compare(0, key.size(), key) == 0;
       if (!ours) env.push_back(s);
     }
-    const pid_t pid = fork();
-    if (pid < 0) throw std::runtime_error("launch: fork failed");
-    if (pid == 0) {
-      setpgid(0, 0);  // its own process group: a signal reaches the rank's children too
-      // Killed with the launcher, however the launcher ends (the guardian gets its children).
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != launcher) _exit(1);
-      signal(SIGINT, SIG_DFL);
-      signal(SIGTERM, SIG_DFL);
-      dup2(fds[1], 1);
-      dup2(fds[1], 2);
-      close(fds[0]);
-      close(fds[1]);
-      std::vector<char*> envp, args;
-      for (auto& s : env) envp.push_back(s.data());
-      envp.push_back(nullptr);
-      std::vector<std::string> prog = program;
-      for (auto& s : prog) args.push_back(s.data());
-      args.push_back(nullptr);
-      environ = envp.data();
-      execvp(args[0], args.data());
-      std::fprintf(stderr, "mixtrain launch: cannot run %s: %s\n", args[0], std::strerror(errno));
-      _exit(127);
-    }
-    setpgid(pid, pid);
-    guardian.watch(pid);
-    close(fds[1]);
-    fcntl(fds[0], F_SETFL, O_NONBLOCK);
-    children[static_cast<size_t>(r)] = {pid, fds[0], "", 0, true, node_rank * nproc + r};
-  }
+    return env;
+  };
+  RankProcesses ranks(program, guardian);
+  auto start_all = [&](int restart) {
+    for (int r = 0; r < nproc; ++r) ranks.start(join ? r + 1 : node_rank * nproc + r, environment(r, restart));
+  };
+  start_all(0);
 
-  int result = 0;
-  int failed_rank = -1;
-  bool stopping = false;
+  int result = 0, restarts = 0;
+  bool stopping = false, restart_next = false;
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
-  auto signal_all = [&](int sig) {
-    for (auto& c : children)
-      if (c.running) kill(-c.pid, sig);
+  auto stop_all = [&] {
+    stopping = true;
+    ranks.signal_all(SIGTERM);
+    stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   };
   for (;;) {
-    std::vector<pollfd> fds;
-    for (auto& c : children)
-      if (c.out >= 0) fds.push_back({c.out, POLLIN, 0});
-    fds.push_back({g_signal_pipe[0], POLLIN, 0});
-    poll(fds.data(), fds.size(), 50);
+    const std::vector<RankProcesses::Exit> exits = ranks.poll(50, g_signal_pipe[0]);
     char sig = 0;
     while (read(g_signal_pipe[0], &sig, 1) == 1) {
       // Forwarded; the ranks decide how to stop. A second signal ends them.
-      signal_all(stopping ? SIGKILL : sig);
+      ranks.signal_all(stopping ? SIGKILL : sig);
       if (!stopping) stopping = true, stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      restart_next = false;
       if (result == 0) result = 128 + sig;
     }
-    for (int r = 0; r < nproc; ++r) {
-      Child& c = children[static_cast<size_t>(r)];
-      if (c.out < 0) continue;
-      char buf[4096];
-      ssize_t n;
-      while ((n = read(c.out, buf, sizeof(buf))) > 0) c.pending.append(buf, static_cast<size_t>(n));
-      flush_lines(c, c.rank, false);
-      if (n == 0) {
-        flush_lines(c, c.rank, true);
-        close(c.out);
-        c.out = -1;
+    for (const RankProcesses::Exit& x : exits) {
+      if (elastic) {
+        // The others go on without it; the job's code is that of the last rank to finish.
+        if (x.code != 0 && !stopping)
+          std::cerr << "mixtrain launch: rank " << x.rank << " exited with code " << x.code
+                    << "; the others go on without it (--elastic)\n";
+        if (!stopping) result = x.code;
+        continue;
       }
-    }
-    bool any_running = false;
-    for (int r = 0; r < nproc; ++r) {
-      Child& c = children[static_cast<size_t>(r)];
-      if (!c.running) continue;
-      if (waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
-        c.running = false;
-        const int code = exit_code(c.status);
-        if (code != 0 && failed_rank < 0 && !stopping) {
-          failed_rank = c.rank;
-          result = code;
-          std::cerr << "mixtrain launch: rank " << c.rank << " exited with code " << code << "; stopping the others\n";
-          stopping = true;
-          signal_all(SIGTERM);
-          stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        }
+      if (x.code == 0 || stopping) continue;
+      if (restarts < max_restarts) {
+        std::cerr << "mixtrain launch: rank " << x.rank << " exited with code " << x.code << "; restarting all "
+                  << nproc << " ranks of this host from their last checkpoint (restart " << restarts + 1 << " of "
+                  << max_restarts << ")\n";
+        restart_next = true;
       } else {
-        any_running = true;
+        result = x.code;
+        std::cerr << "mixtrain launch: rank " << x.rank << " exited with code " << x.code << "; stopping the others"
+                  << (max_restarts > 0 ? " (all " + std::to_string(max_restarts) + " restarts used)" : std::string())
+                  << "\n";
       }
+      stop_all();
     }
-    if (stopping && std::chrono::steady_clock::now() > stop_deadline) signal_all(SIGKILL);
-    bool open = false;
-    for (auto& c : children) open = open || c.out >= 0;
-    if (!any_running && !open) break;
-    if (!any_running && open) {
-      // A rank's child process may hold the pipe; stop reading after the ranks exit.
-      for (auto& c : children)
-        if (c.out >= 0) close(c.out), c.out = -1;
-    }
+    if (stopping && std::chrono::steady_clock::now() > stop_deadline) ranks.signal_all(SIGKILL);
+    if (!ranks.done()) continue;
+    if (!restart_next) break;
+    ranks.clear();
+    ++restarts;
+    restart_next = stopping = false;
+    stop_deadline = std::chrono::steady_clock::time_point::max();
+    start_all(restarts);
   }
-  // Whatever a rank left in its process group goes with it.
-  for (auto& c : children) kill(-c.pid, SIGKILL);
+  ranks.clear();
+  store_server.reset();
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   guardian.finish();

@@ -36,8 +36,10 @@ std::unique_ptr<CLI::App> memory_app(MemoryFlags& f) {
       ->check(flags::integer_at_least(1))
       ->type_name("N")
       ->default_str("the --size preset's");
-  app->add_option("--precision", f.precision, "fp32, or autocast fp16 (with a GradScaler) or bf16")
-      ->check(flags::one_of({"fp32", "fp16", "bf16"}))
+  app->add_option("--precision", f.precision,
+                  "fp32, or autocast fp16 (with a GradScaler) or bf16, or fp8 (the Linear layers in FP8: their fp8 "
+                  "copies and scaling state are shown)")
+      ->check(flags::one_of({"fp32", "fp16", "bf16", "fp8"}))
       ->type_name("P");
   app->add_option("--device", f.device, "the target: cpu or cuda (planned without a GPU)")
       ->check(flags::one_of({"cpu", "cuda"}))
@@ -52,14 +54,33 @@ std::unique_ptr<CLI::App> memory_app(MemoryFlags& f) {
       ->type_name("SIZE")
       ->default_str("none");
   app->add_flag("--measure", f.measure, "also run the step for real and show its measured peaks");
+  app->add_option("--world-size", f.query.world_size,
+                  "predict rank 0 of this many data-parallel ranks: its share of --batch-size (the global batch)")
+      ->check(flags::integer_in(1, 1 << 20))
+      ->type_name("N")
+      ->default_str("1");
+  app->add_option("--zero", f.query.zero_stage,
+                  "1: ZeRO-1, AdamW's state (and master weights) sharded over the --world-size ranks")
+      ->check(flags::integer_in(0, 1))
+      ->type_name("STAGE")
+      ->default_str("0");
   app->add_option("--timeline", f.timeline, "draw live bytes over the step and the arena layout as SVG")
       ->type_name("FILE.svg")
       ->default_str("none");
   return app;
 }
 
-constexpr const char* kRoleLabels[memory::kNumRoles] = {"parameters",  "gradients",   "optimizer state", "master weights",
-                                                       "activations", "temporaries", "workspace",       "input"};
+// The batch of the task a spec builds when none is given (read off a task built on meta).
+int64_t preset_batch_size(TaskSpec spec) {
+  spec.device = Device::meta();
+  spec.synthetic = true;
+  nn::init::SkipInitGuard skip_init;
+  return make_task(spec)->batch_size();
+}
+
+constexpr const char* kRoleLabels[memory::kNumRoles] = {
+    "parameters", "gradients", "optimizer state", "master weights", "activations",
+    "temporaries", "workspace", "input",           "fp8 copies",     "fp8 scaling state"};
 
 void print_row(std::ostream& out, const std::string& name, int64_t bytes, const std::string& note = "") {
   out << "  " << std::left << std::setw(28) << name << std::right << std::setw(12) << memory::format_bytes(bytes) << "  "
@@ -81,6 +102,20 @@ int run_memory(const std::vector<std::string>& argv) {
   if (f.measure && q.target.is_cuda() && !train::default_device().is_cuda())
     throw examples::cli::UsageError("--measure --device cuda needs a GPU; none is usable here");
   if (!f.timeline.empty()) check_timeline_path(f.timeline);
+  const int world = q.world_size;
+  if (world > 1 && (fit_limit > 0 || f.measure))
+    throw examples::cli::UsageError("--world-size predicts one rank of a data-parallel job; --fit and --measure are "
+                                    "for one process");
+  if (world > 1) {
+    // Rank 0's share of the global batch, split evenly as the trainers split it.
+    const int64_t global = q.spec.batch_size > 0 ? q.spec.batch_size : preset_batch_size(q.spec);
+    const std::vector<int64_t> rows = distributed::DistributedSampler::split(global, std::vector<double>(world, 1.0));
+    if (rows[static_cast<size_t>(world - 1)] < 1)
+      throw examples::cli::UsageError("--batch-size " + std::to_string(global) + " leaves a rank of " +
+                                      std::to_string(world) + " no samples");
+    q.global_batch_size = global;
+    q.spec.batch_size = rows[0];
+  }
 
   StepPrediction p;
   FitResult fit;
@@ -96,8 +131,9 @@ int run_memory(const std::vector<std::string>& argv) {
                   << memory::format_bytes(fit.best.persistent_bytes) << ", " << fit.best.persistent_bytes
                   << " B: weights, optimizer state, data at batch " << fit.best.batch_size << "); no batch fits\n";
       else
-        std::cerr << "mixtrain memory: --fit " << size << ": even batch " << fit.over_batch << " peaks at " << memory::format_bytes(fit.over_peak_bytes)
-                  << " (" << fit.over_peak_bytes << " B); no batch fits\n";
+        std::cerr << "mixtrain memory: --fit " << size << ": even batch " << fit.over_batch << " reserves "
+                  << memory::format_bytes(fit.over_reserved_bytes) << " (" << fit.over_reserved_bytes << " B; allocated "
+                  << memory::format_bytes(fit.over_peak_bytes) << "); no batch fits\n";
       return 1;
     }
     p = std::move(fit.best);
@@ -105,7 +141,7 @@ int run_memory(const std::vector<std::string>& argv) {
   } else {
     p = predict_step(q);
   }
-  const int64_t reserved = memory::replay_reserved_bytes(p.trace);
+  const int64_t reserved = p.reserved_bytes;
   const std::vector<memory::BufferLifetime> lifetimes = p.trace.lifetimes();
   const int64_t arena = arena_bytes(lifetimes);
   StepMeasurement measured;
@@ -120,6 +156,9 @@ int run_memory(const std::vector<std::string>& argv) {
                           {"device", q.target.str()},
                           {"batch_size", p.batch_size},
                           {"checkpoint_activations", q.spec.checkpoint_activations},
+                          {"world_size", world},
+                          {"zero", q.zero_stage},
+                          {"global_batch_size", world > 1 ? q.global_batch_size : p.batch_size},
                           {"peak_bytes", p.peak_bytes},
                           {"reserved_bytes", reserved},
                           {"fragmentation_headroom_bytes", reserved - p.peak_bytes},
@@ -139,6 +178,8 @@ int run_memory(const std::vector<std::string>& argv) {
       // Capped: every batch up to the search's end fits, so there is no first batch that does not.
       doc["fit_over_batch_size"] = fit.capped ? nlohmann::json() : nlohmann::json(fit.over_batch);
       doc["fit_over_peak_bytes"] = fit.capped ? nlohmann::json() : nlohmann::json(fit.over_peak_bytes);
+      doc["fit_over_reserved_bytes"] = fit.capped ? nlohmann::json() : nlohmann::json(fit.over_reserved_bytes);
+      doc["fit_binds"] = fit.capped ? nlohmann::json() : nlohmann::json(fit.binds());
       doc["fit_search_max_batch_size"] = kMaxFitBatch;
       doc["fit_dry_runs"] = fit.dry_runs;
       doc["fit_ms"] = fit_ms;
@@ -157,14 +198,25 @@ int run_memory(const std::vector<std::string>& argv) {
       << (q.spec.checkpoint_activations ? ", checkpointed activations" : "") << ", one training step on "
       << q.target.str() << ", by dry run (" << std::fixed << std::setprecision(1) << p.dry_run_ms << " ms)\n"
       << std::defaultfloat;
-  if (fit_limit > 0 && fit.capped)
-    out << "  --fit " << f.fit << ": batch " << p.batch_size << " fits, and the search goes no further (it stops at "
-        << kMaxFitBatch << " samples; larger batches were not tried) (" << fit.dry_runs << " dry runs, "
-        << static_cast<int64_t>(fit_ms) << " ms)\n";
-  else if (fit_limit > 0)
-    out << "  --fit " << f.fit << ": batch " << p.batch_size << " is the largest that fits; batch " << fit.over_batch
-        << " would peak at " << memory::format_bytes(fit.over_peak_bytes) << " (" << fit.dry_runs << " dry runs, "
-        << static_cast<int64_t>(fit_ms) << " ms)\n";
+  if (world > 1)
+    out << "  rank 0 of " << world << ": " << p.batch_size << " of the global batch's " << q.global_batch_size
+        << " samples" << (q.zero_stage == 1 ? "; ZeRO-1: AdamW's state for its shard of the parameters only" : "")
+        << "\n";
+  if (fit_limit > 0 && fit.capped) {
+    out << "  --fit " << f.fit << ": batch " << p.batch_size << " fits (" << memory::format_bytes(reserved) << " reserved, "
+        << memory::format_bytes(p.peak_bytes) << " allocated), and the search goes no further (it stops at " << kMaxFitBatch
+        << " samples; larger batches were not tried) (" << fit.dry_runs << " dry runs, " << static_cast<int64_t>(fit_ms)
+        << " ms)\n";
+  } else if (fit_limit > 0) {
+    // The limit meets the reserved bytes (the caching allocator's segments), so that is what fits.
+    out << "  --fit " << f.fit << ": batch " << p.batch_size << " is the largest whose reserved bytes fit ("
+        << memory::format_bytes(reserved) << " reserved, " << memory::format_bytes(p.peak_bytes) << " allocated)\n";
+    if (fit.over_batch > 0)
+      out << "  batch " << fit.over_batch << " would reserve " << memory::format_bytes(fit.over_reserved_bytes) << " and allocate "
+          << memory::format_bytes(fit.over_peak_bytes) << ": "
+          << (fit.binds() == "reserved" ? "reserved binds (the allocated bytes alone would fit)" : "allocated binds")
+          << " (" << fit.dry_runs << " dry runs, " << static_cast<int64_t>(fit_ms) << " ms)\n";
+  }
   print_row(out, "peak allocated", p.peak_bytes);
   print_row(out, "reserved (estimated)", reserved, "allocator replay");
   print_row(out, "  fragmentation headroom", reserved - p.peak_bytes);
@@ -173,7 +225,13 @@ int run_memory(const std::vector<std::string>& argv) {
     print_row(out, "measured peak reserved", measured.peak_reserved_bytes);
   }
   out << "  at the peak:\n";
-  for (int r = 0; r < memory::kNumRoles; ++r) print_row(out, std::string("  ") + kRoleLabels[r], peak_roles[static_cast<size_t>(r)]);
+  for (int r = 0; r < memory::kNumRoles; ++r) {
+    const auto role = static_cast<memory::Role>(r);
+    const int64_t bytes = peak_roles[static_cast<size_t>(r)];
+    // The fp8 rows only where a run has fp8 state: every other run's output stays as it was.
+    if (bytes == 0 && (role == memory::Role::Fp8Copy || role == memory::Role::Fp8State)) continue;
+    print_row(out, std::string("  ") + kRoleLabels[r], bytes);
+  }
   print_row(out, "persistent (across steps)", p.persistent_bytes);
   print_row(out, "activations (most live)", p.activation_bytes);
   print_row(out, "in-step lower bound", p.lower_bound_bytes);

@@ -29,12 +29,17 @@ struct StepQuery {
   // (every rank holds the global batch's data) and the step computes on spec.batch_size of them
   // (at most this many), as train() shards it.
   int64_t global_batch_size = 0;
+  // > 1 with zero_stage 1: rank 0 of this many under ZeroRedundancyOptimizer (ZeRO-1), its AdamW
+  // state (and master weights) only for its shard of DDP's buckets, as the real run cuts them.
+  int zero_stage = 0;
+  int world_size = 1;
 };
 
 struct StepPrediction {
   memory::MemoryTrace trace;  // the second step's events (the first creates the optimizer state)
   int64_t batch_size = 0;
   int64_t peak_bytes = 0;          // most bytes allocated at once, everything alive included
+  int64_t reserved_bytes = 0;      // memory::replay_reserved_bytes(trace): what a device limit meets
   // Alive at the step's end, what the next step starts with: weights, gradients, optimizer state,
   // data. (MemoryTrace::persistent_bytes() also counts the gradients the step replaced.)
   int64_t persistent_bytes = 0;
@@ -70,17 +75,30 @@ int64_t arena_bytes(const std::vector<memory::BufferLifetime>& buffers);  // the
 // memory::parse_bytes for a flag: anything but a size throws a UsageError naming `flag`.
 int64_t parse_byte_size(const std::string& text, const std::string& flag);
 
+// What a batch must keep within the limit. Reserved: the caching allocator's predicted peak
+// reserved bytes (never below the allocated peak), which is what a device's memory limit meets:
+// `mixtrain memory --fit`. Allocated: the peak allocated bytes only.
+enum class FitBy { Reserved, Allocated };
+
 struct FitResult {
   bool fits = false;               // the smallest batch searched (2) fits
   StepPrediction best;             // at the largest batch that fits (or at batch 2 when none does)
   int64_t over_batch = 0;          // the smallest batch tried that does not fit (0: none found)
-  int64_t over_peak_bytes = 0;
+  int64_t over_peak_bytes = 0;     // its peak allocated
+  int64_t over_reserved_bytes = 0; // and its predicted reserved
   bool capped = false;             // fits: best is max_batch, larger batches were not tried
   int dry_runs = 0;
+  FitBy by = FitBy::Reserved;
+  int64_t limit = 0;
+  // Which figure stopped over_batch: "allocated" when its peak allocated alone exceeds the limit,
+  // "reserved" when only the allocator's reserve does ("" when no batch was over).
+  std::string binds() const;
 };
-// The largest batch whose predicted peak is at most `limit`, from 2 up to max_batch
-// (memory::fit_batch's search over predict_step).
+// The largest batch whose predicted bytes (by `by`) are at most `limit`, from 2 up to max_batch:
+// memory::fit_batch's search over predict_step, its guesses from the allocated peak (smooth, where
+// the reserved bytes rise in segment-sized steps). Every batch it calls fitting was dry-run and is
+// within the limit; `capped` says it stopped at max_batch.
 using memory::kMaxFitBatch;
-FitResult fit_batch(StepQuery query, int64_t limit, int64_t max_batch = kMaxFitBatch);
+FitResult fit_batch(StepQuery query, int64_t limit, int64_t max_batch = kMaxFitBatch, FitBy by = FitBy::Reserved);
 
 }  // namespace mixtrain::cli

@@ -15,46 +15,96 @@ namespace mixtrain::cli {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
-constexpr const char* kRoleColors[memory::kNumRoles] = {"#4c72b0", "#dd8452", "#55a868", "#8172b3",
-                                                        "#c44e52", "#937860", "#da8bc3", "#8c8c8c"};
+constexpr const char* kRoleColors[memory::kNumRoles] = {"#4c72b0", "#dd8452", "#55a868", "#8172b3", "#c44e52",
+                                                        "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd"};
 constexpr int kLabelled = 5;  // the biggest in-step buffers named on the live-bytes line
 
 void legend(std::ostringstream& s, double x, double y) {
-  for (int r = 0; r < memory::kNumRoles; ++r) {
-    const double at = x + r * 112;
-    s << "<rect x=\"" << at << "\" y=\"" << y - 9 << "\" width=\"10\" height=\"10\" fill=\"" << kRoleColors[r]
-      << "\"/><text x=\"" << at + 14 << "\" y=\"" << y << "\">" << memory::role_name(static_cast<memory::Role>(r))
+  for (int r = 0; r < memory::kNumRoles; ++r) {  // two rows of five
+    const double at = x + (r % 5) * 150, row_y = y - 8 + (r / 5) * 14;
+    s << "<rect x=\"" << at << "\" y=\"" << row_y - 9 << "\" width=\"10\" height=\"10\" fill=\"" << kRoleColors[r]
+      << "\"/><text x=\"" << at + 14 << "\" y=\"" << row_y << "\">" << memory::role_name(static_cast<memory::Role>(r))
       << "</text>\n";
   }
 }
 
-// Dashed lines where the phase changes, the phase's name at the top of the panel.
-// Labels closer than a label's width to the previous one are dropped (the optimizer phase's
-// short stretches); every boundary keeps its line.
-void phase_marks(std::ostringstream& s, const svg::Frame& f, const std::vector<memory::MemoryEvent>& events,
-                 size_t first) {
-  double last_label = -1e9;
-  for (size_t i = first; i < events.size(); ++i) {
-    if (i > first && events[i - 1].phase == events[i].phase) continue;
-    const double x = f.px(static_cast<double>(i - first));
-    s << "<line class=\"phase\" x1=\"" << x << "\" y1=\"" << f.y << "\" x2=\"" << x << "\" y2=\"" << f.y + f.h
+// A label's box: 11 px sans-serif is about 6.2 px a character, plus a margin.
+constexpr double kCharWidth = 6.2, kLabelHeight = 13, kLabelPad = 3;
+double label_width(const std::string& text) { return static_cast<double>(text.size()) * kCharWidth + 2 * kLabelPad; }
+
+// Dashed lines where the phase changes, and each phase's name in a box at the top of the panel:
+// over its stretch when it fits there, else from its start, kept inside the panel, on the next
+// row down when it would cover the previous label.
+void phase_marks(std::ostringstream& s, const svg::Frame& f, const std::vector<PhaseSegment>& segments) {
+  std::vector<double> row_ends;  // right edge of the last box on each row
+  for (const PhaseSegment& seg : segments) {
+    const double x0 = f.px(static_cast<double>(seg.begin)), x1 = f.px(static_cast<double>(seg.end));
+    s << "<line class=\"phase\" x1=\"" << x0 << "\" y1=\"" << f.y << "\" x2=\"" << x0 << "\" y2=\"" << f.y + f.h
       << "\" stroke=\"#555\" stroke-dasharray=\"4 3\"/>\n";
-    if (x - last_label < 62) continue;
-    last_label = x;
-    s << "<text x=\"" << x + 3 << "\" y=\"" << f.y + 12 << "\" fill=\"#555\">" << memory::phase_name(events[i].phase)
-      << "</text>\n";
+    const double w = label_width(seg.label);
+    double bx = x1 - x0 >= w ? (x0 + x1 - w) / 2 : x0 + 2;
+    bx = std::clamp(bx, f.x + 1, f.x + f.w - w - 1);
+    int row = 0;
+    while (row < static_cast<int>(row_ends.size()) && row_ends[static_cast<size_t>(row)] > bx - 2) ++row;
+    if (row == static_cast<int>(row_ends.size())) row_ends.push_back(0);
+    row_ends[static_cast<size_t>(row)] = bx + w;
+    const double by = f.y + 3 + row * (kLabelHeight + 2);
+    s << "<rect class=\"phase-label-box\" x=\"" << bx << "\" y=\"" << by << "\" width=\"" << w << "\" height=\""
+      << kLabelHeight << "\" fill=\"#fff\" fill-opacity=\"0.85\" stroke=\"#999\" stroke-width=\"0.5\"/>"
+      << "<text class=\"phase-label\" x=\"" << bx + kLabelPad << "\" y=\"" << by + kLabelHeight - 3
+      << "\" fill=\"#333\">" << seg.label << "</text>\n";
   }
 }
 
 }  // namespace
 
+std::vector<PhaseSegment> phase_segments(const std::vector<memory::MemoryEvent>& events, size_t first) {
+  struct Raw {
+    size_t begin, end;
+    memory::Phase phase;
+    bool frees_only;
+  };
+  std::vector<Raw> raw;
+  for (size_t i = first; i < events.size(); ++i) {
+    const bool free = events[i].kind == memory::MemoryEvent::Kind::Free;
+    if (i > first && events[i - 1].phase == events[i].phase) {
+      raw.back().end = i - first + 1;
+      raw.back().frees_only = raw.back().frees_only && free;
+    } else {
+      raw.push_back({i - first, i - first + 1, events[i].phase, free});
+    }
+  }
+  std::vector<PhaseSegment> out;
+  bool computed = false;  // a forward or backward stretch seen
+  for (const Raw& r : raw) {
+    // A stretch that only frees (the loss and its friends released as the step's scope ends) ran
+    // nothing of its own: it belongs to the stretch before it.
+    if (r.frees_only && !out.empty()) {
+      out.back().end = r.end;
+      continue;
+    }
+    // Optimizer work before anything is computed is the step's zero_grad (the gradients of the
+    // last step freed), not its update.
+    std::string label = r.phase == memory::Phase::Optimizer && !computed ? "zero_grad" : memory::phase_name(r.phase);
+    computed = computed || r.phase != memory::Phase::Optimizer;
+    if (!out.empty() && out.back().label == label) {
+      out.back().end = r.end;
+      continue;
+    }
+    out.push_back({r.begin, r.end, std::move(label)});
+  }
+  return out;
+}
+
 std::string timeline_svg(const memory::MemoryTrace& trace, const ArenaLayout& arena, const std::string& title) {
   const std::vector<memory::MemoryEvent>& events = trace.events;
   const double width = 980, left = 80, plot_w = 860, panel_h = 260, gap = 140, top = 70;
+  // Below the last panel: its tick labels and axis title (svg::axes puts the title 32 px down).
   // The x axis starts at the step's first event; buffers alive before it are the line's base.
   size_t first = 0;
   while (first < events.size() && events[first].before_step) ++first;
-  const double height = top + 2 * (panel_h + gap);
+  const double bottom = 44;
+  const double height = top + panel_h + gap + 10 + panel_h + bottom;
   std::vector<double> xs, ys, live;
   int64_t now = 0;
   for (size_t i = 0; i < events.size(); ++i) {
@@ -80,7 +130,7 @@ std::string timeline_svg(const memory::MemoryTrace& trace, const ArenaLayout& ar
     const svg::Frame f{left, y + 10, plot_w, panel_h, 0, x_hi, 0, std::max(peak * 1.12, 1e-6)};
     svg::axes(s, f, "live bytes (MiB) through the step: peak " + memory::format_bytes(trace.peak_bytes()),
               "event of the step (the biggest buffers numbered)");
-    phase_marks(s, f, events, first);
+    phase_marks(s, f, phase_segments(events, first));
     svg::line(s, f, xs, ys, "#1f4e8c", 1.5, "live", /*hold=*/true);
     std::vector<size_t> allocs;
     for (size_t i = 0; i < events.size(); ++i)

@@ -72,6 +72,11 @@ std::unique_ptr<CLI::App> train_app(TrainFlags& f) {
   app->add_option("--resume", f.options.resume_dir, "continue from this checkpoint (to --steps)")
       ->type_name("DIR")
       ->default_str("none");
+  app->add_option("--zero", f.options.zero_stage,
+                  "under a launcher, 1 shards AdamW's state (and master weights) across the ranks: ZeRO-1")
+      ->check(flags::integer_in(0, 1))
+      ->type_name("STAGE")
+      ->default_str("0");
   app->add_option("--log", f.log_path, "one JSON object per step (step, loss, lr, scale, memory, ...)")
       ->type_name("FILE")
       ->default_str("none");
@@ -101,6 +106,9 @@ StepQuery step_query(const TaskSpec& spec, const train::TrainOptions& options) {
   q.spec = spec;
   q.precision = options.precision;
   q.target = spec.device;
+  // --zero 1: each rank plans for AdamW's state of its shard only.
+  q.zero_stage = options.zero_stage;
+  q.world_size = distributed::read_launch_env().world_size;
   return q;
 }
 
@@ -119,7 +127,9 @@ std::vector<double> memory_sized_rank_weights(StepQuery query, int64_t global_ba
   if (!shares.by_memory || world <= 1) return {};  // one process: its batch is the global batch
   query.global_batch_size = global_batch;
   return distributed::fit_rank_shares(query.target, global_batch, [&](int64_t budget) {
-    const FitResult fit = fit_batch(query, budget, global_batch);
+    // By the allocated peak, as before --fit moved to reserved bytes; the rank budget is free memory
+    // plus the cache's free bytes, so reserved would be the stricter and truer test (a follow-up).
+    const FitResult fit = fit_batch(query, budget, global_batch, FitBy::Allocated);
     return fit.fits ? fit.best.batch_size : int64_t{0};
   }, report);
 }
@@ -158,7 +168,8 @@ int run_train(const std::vector<std::string>& argv) {
   if (!options.save_dir.empty() && rank0) io::check_checkpoint_destination(options.save_dir);
   std::ofstream log;
   if (!f.log_path.empty() && rank0) {
-    log.open(f.log_path, std::ios::trunc);
+    // A run its launcher restarted (--max-restarts) goes on with the log it began.
+    log.open(f.log_path, distributed::read_launch_env().restart_count > 0 ? std::ios::app : std::ios::trunc);
     if (!log) throw std::runtime_error("cannot write the log file " + f.log_path);
   }
 
@@ -182,12 +193,21 @@ int run_train(const std::vector<std::string>& argv) {
       progress = std::make_unique<Progress>(std::cout, terminal, terminal_columns(::fileno(stdout)), r.step,
                                             options.steps);
     progress->update(r);
-    if (log.is_open())
+    // Rank 0 logs. Elastic: whoever is rank 0 now (the first generation's rank 0 truncated the
+    // file; a survivor that takes over appends to it).
+    if (r.rank == 0 && !log.is_open() && !f.log_path.empty()) log.open(f.log_path, std::ios::app);
+    if (r.rank == 0 && log.is_open())
       log << step_log_line(r, task->batch_size(), memory::stats(options.device), std::chrono::system_clock::now()).dump()
           << "\n" << std::flush;
   });
   if (progress) progress->finish();
 
+  if (!result.resumed_from.empty())
+    std::cout << "resumed from " << result.resumed_from << " at step " << result.first_step - 1
+              << (distributed::read_launch_env().restart_count > 0
+                      ? " (restart " + std::to_string(distributed::read_launch_env().restart_count) + ")"
+                      : std::string())
+              << "\n";
   if (result.records.empty()) {
     std::cout << "nothing to do: the checkpoint is at step " << result.first_step - 1 << " of " << options.steps << "\n";
     return 0;
@@ -197,11 +217,21 @@ int run_train(const std::vector<std::string>& argv) {
             << result.skipped_steps << " skipped steps of " << result.records.size() << "; " << std::setprecision(1)
             << result.seconds << " s (" << static_cast<double>(result.records.size()) / std::max(result.seconds, 1e-9)
             << " steps/s); peak memory allocated " << st.peak_allocated_bytes / kMiB << " MiB, reserved "
-            << st.peak_reserved_bytes / kMiB << " MiB" << std::defaultfloat;
+            << st.peak_reserved_bytes / kMiB << " MiB; optimizer state " << result.optimizer_state_bytes
+            << " B" << std::defaultfloat;
   if (options.memory_plan)
     std::cout << "; memory plan: " << result.memory_plans << " plans, " << result.plan_hits << " arena hits, "
               << result.plan_misses << " missed steps";
   std::cout << "\n";
+  if (options.precision == train::Precision::Fp8) {
+    int64_t saturated[3] = {0, 0, 0};
+    for (const amp::Fp8LayerStats& l : result.fp8_layers)
+      for (int j = 0; j < 3; ++j) saturated[j] += l.saturated[j];
+    std::cout << "FP8: " << result.fp8_layers.size() << " of " << result.linear_layers
+              << " Linear layers in FP8 (the others' sizes are not multiples of 16: bf16); values clamped in the "
+                 "last step: inputs "
+              << saturated[0] << ", weights " << saturated[1] << ", gradients " << saturated[2] << "\n";
+  }
   const std::string eval = task->evaluate();
   if (!eval.empty()) std::cout << eval << "\n";
   if (!options.save_dir.empty()) std::cout << "checkpoint saved to " << options.save_dir << "\n";

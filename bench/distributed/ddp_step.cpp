@@ -2,8 +2,8 @@
 // the same step (SGD) on the same local batch, plain and under nn::DistributedDataParallel,
 // alternated in rounds; the median and the fastest of each are printed. Run under the launcher,
 // one thread per rank:
-//   OMP_NUM_THREADS=1 mixtrain launch --nproc 2 -- build/bench/bench_dist_ddp_step \
-//       [batch] [rounds] [cpu|cuda] [mlp|gpt] [fp32|bf16]
+//   OMP_NUM_THREADS=1 mixtrain launch --nproc 2 -- build/bench/bench_dist_ddp_step [batch]
+//        [rounds] [cpu|cuda] [mlp|gpt] [fp32|bf16]
 // mlp: 215-1000-500-1 (default). gpt: the transformer trainer's GPT, its default size on the CPU
 // and BERT-base's sizes (context 128) on the GPU; batch counts sequences. bf16 runs the forward
 // under autocast. With cuda, each rank's model and batch live on the GPU and DDP's all-reduces go
@@ -17,52 +17,11 @@
 
 #include <mixtrain/mixtrain.h>
 
-#include "transformer/gpt_model.h"
+#include "workload.h"
 
 namespace mt = mixtrain;
-namespace F = mt::nn::functional;
-
-namespace {
-
-// One model, its synthetic batch and its loss. make() gives both copies of a rank the same.
-struct Workload {
-  std::shared_ptr<mt::nn::Module> model;
-  mt::Tensor x, y;
-  bool gpt = false;
-  int64_t vocab = 0;
-
-  mt::Tensor loss() {
-    if (!gpt) return F::mse_loss(model->forward(x), y);
-    const mt::Tensor logits = model->forward(x);
-    return F::cross_entropy(logits.reshape({-1, vocab}), y.reshape({-1}));
-  }
-};
-
-Workload make(const std::string& name, int64_t batch, mt::Device device, uint64_t rank) {
-  mt::manual_seed(1);  // the same parameters on every rank and for both copies
-  Workload w;
-  if (name == "gpt") {
-    const mt::examples::GptOptions o =
-        device.is_cuda() ? mt::examples::GptOptions::bert_base() : mt::examples::GptOptions{};
-    w.model = mt::examples::Gpt(o).ptr();
-    w.gpt = true;
-    w.vocab = o.vocab;
-    mt::manual_seed(100 + rank);  // each rank its own batch
-    w.x = mt::randint(0, o.vocab, {batch, o.context}).to(device);
-    w.y = mt::randint(0, o.vocab, {batch, o.context}).to(device);
-  } else {
-    w.model = mt::nn::Sequential(mt::nn::Linear(215, 1000), mt::nn::ReLU(), mt::nn::Linear(1000, 500), mt::nn::ReLU(),
-                                 mt::nn::Linear(500, 1))
-                  .ptr();
-    mt::manual_seed(100 + rank);
-    w.x = mt::randn({batch, 215}).to(device);
-    w.y = mt::randn({batch, 1}).to(device);
-  }
-  w.model->to(device);
-  return w;
-}
-
-}  // namespace
+using mt_bench::median;
+using mt_bench::Workload;
 
 int main(int argc, char** argv) {
   const std::string model = argc > 4 ? argv[4] : "mlp", precision = argc > 5 ? argv[5] : "fp32";
@@ -77,12 +36,16 @@ int main(int argc, char** argv) {
   const mt::Device device = cuda ? mt::Device::cuda(mt::distributed::read_launch_env().local_rank) : mt::Device::cpu();
   auto pg = mt::distributed::init_process_group();
   const uint64_t rank = static_cast<uint64_t>(pg->rank());
-  Workload plain = make(model, batch, device, rank), wrapped = make(model, batch, device, rank);
+  Workload plain = mt_bench::make_workload(model, batch, device, rank),
+           wrapped = mt_bench::make_workload(model, batch, device, rank);
   mt::nn::DistributedDataParallel ddp(wrapped.model);
   mt::optim::SGD opt_plain(plain.model->parameters(), mt::optim::SGDOptions(1e-3));
   mt::optim::SGD opt_ddp(wrapped.model->parameters(), mt::optim::SGDOptions(1e-3));
   auto step = [&](Workload& w, mt::optim::SGD& opt) {
     opt.zero_grad();
+    // The wrapped model's forward is called directly, so DDP's round of bucket readiness starts
+    // here (ddp.forward would do it); without it only the first backward communicated.
+    if (&w == &wrapped) ddp.prepare_forward(batch);
     mt::Tensor loss;
     {
       mt::amp::AutocastGuard autocast(device.type, mt::kBFloat16, /*enabled=*/precision == "bf16");
@@ -104,11 +67,6 @@ int main(int argc, char** argv) {
     t_plain.push_back(time_one(plain, opt_plain));
     t_ddp.push_back(time_one(wrapped, opt_ddp));
   }
-  // Medians say what a step costs on a shared machine; minima what it costs when nothing else ran.
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  };
   const double med_plain = median(t_plain), med_ddp = median(t_ddp);
   const double min_plain = *std::min_element(t_plain.begin(), t_plain.end());
   const double min_ddp = *std::min_element(t_ddp.begin(), t_ddp.end());

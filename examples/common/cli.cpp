@@ -163,9 +163,10 @@ CLI::Validator device_name() {
 void add_precision_flag(CLI::App& app, train::Precision& precision) {
   app.add_option_function<std::string>(
          "--precision", [&precision](const std::string& v) { precision = train::parse_precision(v); },
-         "fp32, or autocast to fp16 (with loss scaling) or bf16")
-      ->check(one_of({"fp32", "fp16", "bf16"}))
-      ->type_name("fp32|fp16|bf16")
+         "fp32, or autocast to fp16 (with loss scaling) or bf16, or fp8 (the Linear layers in FP8, delayed "
+         "scaling, HYBRID; bf16 elsewhere)")
+      ->check(one_of({"fp32", "fp16", "bf16", "fp8"}))
+      ->type_name("fp32|fp16|bf16|fp8")
       ->default_str(train::precision_name(precision));
 }
 

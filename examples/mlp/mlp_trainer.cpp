@@ -89,6 +89,7 @@ class MlpTrainTask : public train::TrainTask {
     else
       loader_ = std::make_unique<data::DataLoader>(
           train_, training_loader_options(c.batch_size, c.device).shuffle(true).seed(c.seed));
+    if (loader_) start_ = loader_->state_dict();
   }
 
   nn::Module& model() override { return *model_; }
@@ -117,6 +118,11 @@ class MlpTrainTask : public train::TrainTask {
       loader_->skip(n);
     else
       next_ += static_cast<size_t>(n);
+  }
+
+  void seek_batches(int64_t n) override {
+    pending_.reset();
+    seek_stream(n, loader_.get(), start_, next_);
   }
 
   // Mean loss (and accuracy) over the test set, in eval mode without autograd or autocast.
@@ -199,6 +205,7 @@ class MlpTrainTask : public train::TrainTask {
   std::vector<XY> batches_;
   XY test_batch_;
   size_t next_ = 0;
+  nlohmann::json start_;  // the training loader's state before its first batch (seek_batches)
   std::optional<XY> pending_;  // drawn by prepare_batch for the next next_loss
   nn::Sequential model_{nullptr};
   bool classification_ = false;

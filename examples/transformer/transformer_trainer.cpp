@@ -31,6 +31,7 @@ class TransformerTrainTask : public train::TrainTask {
       test_windows_ = std::make_unique<TextWindows>(text_, split, text_.size(), c.model.context);
       train_loader_ = window_loader(*train_windows_, c.seed);
       test_loader_ = window_loader(*test_windows_, c.seed + 1);
+      start_ = train_loader_->state_dict();
     }
     manual_seed(c.seed);
     model_ = Gpt(c.model);
@@ -72,6 +73,11 @@ class TransformerTrainTask : public train::TrainTask {
       train_loader_->skip(n);
     else
       next_ += static_cast<size_t>(n);
+  }
+
+  void seek_batches(int64_t n) override {
+    pending_.reset();
+    seek_stream(n, train_loader_.get(), start_, next_);
   }
 
   // Mean loss over 8 held-out batches (the corpus' last 5%, or one fresh synthetic batch).
@@ -152,6 +158,7 @@ class TransformerTrainTask : public train::TrainTask {
   std::vector<TokenBatch> batches_;
   TokenBatch held_out_;
   size_t next_ = 0;
+  nlohmann::json start_;  // the training loader's state before its first batch (seek_batches)
   std::optional<TokenBatch> pending_;  // drawn by prepare_batch for the next next_loss
   Gpt model_{nullptr};
   std::string description_;

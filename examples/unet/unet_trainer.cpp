@@ -58,6 +58,7 @@ class UnetTrainTask : public train::TrainTask {
     } else {
       loader_ = std::make_unique<data::DataLoader>(
           train_, training_loader_options(c.batch_size, c.device).shuffle(true).seed(c.seed));
+      start_ = loader_->state_dict();
     }
   }
 
@@ -86,6 +87,11 @@ class UnetTrainTask : public train::TrainTask {
       loader_->skip(n);
     else
       next_ += static_cast<size_t>(n);
+  }
+
+  void seek_batches(int64_t n) override {
+    pending_.reset();
+    seek_stream(n, loader_.get(), start_, next_);
   }
 
   // Pixel accuracy on held-out images (up to 512 test images, or the held-out synthetic batch).
@@ -165,6 +171,7 @@ class UnetTrainTask : public train::TrainTask {
   std::vector<SegBatch> batches_;
   SegBatch held_out_;
   size_t next_ = 0;
+  nlohmann::json start_;  // the training loader's state before its first batch (seek_batches)
   std::optional<SegBatch> pending_;  // drawn by prepare_batch for the next next_loss
   UNet model_{nullptr};
   std::string description_;

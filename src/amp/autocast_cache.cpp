@@ -70,7 +70,7 @@ class CachedCastBackward final : public autograd::Node {
     const Tensor& g = grads.at(0);
     return {g.defined() && g.dtype() != source_dtype_ ? g.to(source_dtype_) : g};
   }
-  const char* name() const override { return "AutocastCachedCastBackward"; }
+  const char* name() const override { return "ToBackward0"; }
 
  private:
   DType source_dtype_;

@@ -21,9 +21,10 @@ bool on_autocast_device(const ThreadState& s, const Tensor& t) {
 }
 
 // PyTorch's rule: floating, not fp64, on a device type whose autocast is on. Integer, bool and
-// fp64 tensors, and tensors of other device types, are never cast.
+// fp64 tensors, and tensors of other device types, are never cast; nor are fp8 ones (scaled data,
+// meaningless without their scale), where PyTorch would widen them.
 bool eligible(const ThreadState& s, const Tensor& t) {
-  return on_autocast_device(s, t) && is_floating(t.dtype()) && t.dtype() != kFloat64;
+  return on_autocast_device(s, t) && is_floating(t.dtype()) && t.dtype() != kFloat64 && !is_float8(t.dtype());
 }
 
 // Only the low-precision casts of fp32 parameters are cached: activations change every call,
@@ -98,7 +99,7 @@ DType compute_dtype(const DispatchArgs& args) {
   DType d = kFloat32;
   for (int i = 0; i < args.num_tensors; ++i) {
     const Tensor& t = *args.tensors[i];
-    if (!t.defined()) continue;
+    if (!t.defined() || is_float8(t.dtype())) continue;  // fp8 promotes with nothing
     d = any ? promote_types(d, t.dtype()) : t.dtype();
     any = true;
   }

@@ -74,7 +74,7 @@ std::vector<Tensor> checkpoint(CheckpointFn fn, const std::vector<Tensor>& input
   for (Tensor& out : outputs) output_ptrs.push_back(&out);
 
   autograd::record_always(
-      "CheckpointBackward", output_ptrs, input_ptrs,
+      "CheckpointBackward0", output_ptrs, input_ptrs,
       [fn, saved, wants_grad, autocast, rng, shapes, dtypes](const autograd::TensorList& grads) {
         std::vector<Tensor> in;
         for (size_t i = 0; i < saved.size(); ++i) {

@@ -397,6 +397,9 @@ void GradScaler::validate_state_dict(const nlohmann::json& state) const {
 void GradScaler::load_state_dict(const nlohmann::json& state) {
   if (!is_enabled()) return;
   const Loaded l = parse_state(state);
+  // A loaded state starts a new iteration: an unscale_ or step of one that a failure interrupted
+  // (an elastic job going back to its checkpoint) is forgotten.
+  per_optimizer_.clear();
   // Saved hyper-parameters override the constructor's, as in PyTorch.
   options_.growth_factor(l.growth_factor).backoff_factor(l.backoff_factor).growth_interval(l.growth_interval);
   NoGradGuard no_grad;

@@ -7,6 +7,7 @@
 #include "backends/copy.h"
 #include "backends/elementwise.h"
 #include "backends/embedding.h"
+#include "backends/fp8.h"
 #include "backends/loss.h"
 #include "backends/matmul.h"
 #include "backends/norm.h"

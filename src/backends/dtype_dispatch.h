@@ -7,6 +7,7 @@
 
 #include "mixtrain/core/dtype.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/core/float8.h"
 
 namespace mixtrain::backends {
 
@@ -23,7 +24,9 @@ void dispatch_floating_types(DType dtype, const char* op, const char* device, F&
     case DType::Float64: f(Tag<double>{}); return;
     case DType::Float16: f(Tag<Half>{}); return;
     case DType::BFloat16: f(Tag<BFloat16>{}); return;
-    default: MT_ERROR(op, ": not implemented on ", device, " for dtype ", dtype, " (expected a floating dtype)");
+    default:
+      MT_ERROR(op, ": not implemented on ", device, " for dtype ", dtype,
+               " (expected float32, float64, float16 or bfloat16", is_float8(dtype) ? "; fp8 tensors are for casts and scaled_mm" : "", ")");
   }
 }
 
@@ -34,6 +37,17 @@ void dispatch_all_types(DType dtype, const char* op, const char* device, F&& f) 
     case DType::Int32: f(Tag<int32_t>{}); return;
     case DType::Bool: f(Tag<bool>{}); return;
     default: dispatch_floating_types<Half, BFloat16>(dtype, op, device, std::forward<F>(f));
+  }
+}
+
+// dispatch_all_types and the two fp8 types (one storage type each, shared by both backends): for
+// the kernels that move and convert values (copy, fill).
+template <class Half, class BFloat16, class F>
+void dispatch_all_and_float8_types(DType dtype, const char* op, const char* device, F&& f) {
+  switch (dtype) {
+    case DType::Float8E4M3FN: f(Tag<Float8E4M3FN>{}); return;
+    case DType::Float8E5M2: f(Tag<Float8E5M2>{}); return;
+    default: dispatch_all_types<Half, BFloat16>(dtype, op, device, std::forward<F>(f));
   }
 }
 

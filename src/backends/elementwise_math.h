@@ -88,6 +88,10 @@ MT_UNARY_MATH(Silu,    x / (A(1) + m_exp(-x)),          g * silu_sigmoid(x) * (A
 MT_UNARY_MATH(Abs,     m_abs(x),                        x > A(0) ? g : (x < A(0) ? -g : A(0)))
 MT_UNARY_MATH(Pow,     m_pow(x, alpha),                 alpha == A(0) ? A(0) : g * alpha * m_pow(x, alpha - A(1)))
 MT_UNARY_MATH(Square,  x * x,                           A(2) * g * x)
+// The gradient passes strictly inside the bound (0 on it), as PyTorch's clamp; NaN stays NaN
+// (every comparison is false) and gets no gradient.
+MT_UNARY_MATH(ClampMin, x < alpha ? alpha : x,          x > alpha ? g : A(0))
+MT_UNARY_MATH(ClampMax, x > alpha ? alpha : x,          x < alpha ? g : A(0))
 #undef MT_UNARY_MATH
 
 // ---- Binary: apply(a, b). The gradients are composed from ops in the ops layer.

@@ -16,4 +16,5 @@
   X(embedding)                \
   X(amp)                      \
   X(optim)                    \
-  X(attention)
+  X(attention)                \
+  X(fp8)

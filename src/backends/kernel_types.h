@@ -65,6 +65,22 @@ struct ScaleUpdateArgs {
 enum AmpStat : int { kAmpStatMaxAbs = 0, kAmpStatZeros = 1, kAmpStatFp16Subnormal = 2, kAmpStatElements = 3 };
 constexpr int64_t kAmpStatsSize = 4;
 
+// How backends::fp8_update_scale turns amaxes into scales (FP8 recipes, amp/fp8.h): per slot j
+// (one cast tensor), amax = the max over the history's rows (max_over_history) or its row 0,
+// clamped to >= 1e-12; scale = (fp8_max[j] / amax) / 2^margin in fp32, scale_inv = 1 / scale. With
+// keep_scale_on_zero (delayed scaling, TransformerEngine's rule) a slot whose amax is 0 or not
+// finite keeps its scale; otherwise (current scaling) a zero amax takes the clamp and a non-finite
+// one gives scale 1. With roll the history then moves down a row (the last is dropped) and row
+// 0 is zeroed for the next step.
+struct Fp8ScaleArgs {
+  static constexpr int kMaxSlots = 4;
+  float fp8_max[kMaxSlots] = {448.0f, 448.0f, 448.0f, 448.0f};
+  int margin = 0;
+  bool max_over_history = true;
+  bool keep_scale_on_zero = true;
+  bool roll = true;
+};
+
 struct NllLossArgs {
   int64_t ignore_index = -100;
   double label_smoothing = 0.0;

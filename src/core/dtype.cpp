@@ -13,6 +13,8 @@ size_t element_size(DType t) {
     case DType::Int64: return 8;
     case DType::Int32: return 4;
     case DType::Bool: return 1;
+    case DType::Float8E4M3FN: return 1;
+    case DType::Float8E5M2: return 1;
   }
   MT_ERROR("element_size: unknown dtype ", static_cast<int>(t));
 }
@@ -26,6 +28,8 @@ const char* dtype_name(DType t) {
     case DType::Int64: return "int64";
     case DType::Int32: return "int32";
     case DType::Bool: return "bool";
+    case DType::Float8E4M3FN: return "float8_e4m3fn";
+    case DType::Float8E5M2: return "float8_e5m2";
   }
   return "unknown";
 }
@@ -38,12 +42,17 @@ DType dtype_from_name(const std::string& name) {
   if (name == "int64" || name == "long") return kInt64;
   if (name == "int32" || name == "int") return kInt32;
   if (name == "bool") return kBool;
-  MT_ERROR("unknown dtype name '", name, "' (expected float32, float16, bfloat16, float64, int64, int32 or bool)");
+  if (name == "float8_e4m3fn" || name == "fp8_e4m3") return kFloat8E4M3FN;
+  if (name == "float8_e5m2" || name == "fp8_e5m2") return kFloat8E5M2;
+  MT_ERROR("unknown dtype name '", name,
+           "' (expected float32, float16, bfloat16, float64, int64, int32, bool, float8_e4m3fn or float8_e5m2)");
 }
 
 bool is_floating(DType t) {
-  return t == DType::Float32 || t == DType::Float16 || t == DType::BFloat16 || t == DType::Float64;
+  return t == DType::Float32 || t == DType::Float16 || t == DType::BFloat16 || t == DType::Float64 || is_float8(t);
 }
+
+bool is_float8(DType t) { return t == DType::Float8E4M3FN || t == DType::Float8E5M2; }
 
 bool is_half(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 
@@ -69,6 +78,8 @@ int int_rank(DType t) {
 
 DType promote_types(DType a, DType b) {
   if (a == b) return a;
+  MT_CHECK(!is_float8(a) && !is_float8(b), "promotion of float8 types is not supported: ", dtype_name(a), " with ",
+           dtype_name(b), " (cast explicitly)");
   const bool fa = is_floating(a), fb = is_floating(b);
   if (fa && fb) {
     if (is_half(a) && is_half(b)) return kFloat32;  // fp16 with bf16: neither holds the other

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "mixtrain/amp/fp8.h"
 #include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/core/error.h"
@@ -57,20 +58,39 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
   const DType c = options_.compression();
   MT_CHECK(c == kFloat32 || c == kFloat16 || c == kBFloat16, "DistributedDataParallel: compression must be ",
            "float32 (none), float16 or bfloat16, got ", c);
-  const distributed::RankShares shares = group_->rank_shares();
-  if (shares.adaptive && group_->world_size() > 1) {
-    // On CUDA the host runs ahead of the device, and NCCL shares the compute stream, so host time
-    // to the end of backward is not the device's compute time (that needs CUDA events).
-    for (const Tensor& p : module_->parameters())
-      MT_CHECK(!p.device().is_cuda(), "--rank-weights adaptive (MIXTRAIN_RANK_WEIGHTS=adaptive) times each rank's ",
-               "compute on the host, which measures CPU ranks only, not ", p.device().str(), "; give fixed shares ",
-               "with --rank-weights W0,W1,... or size them by memory with --rank-batches auto");
-    balancer_ = std::make_unique<distributed::RankBalancer>(shares.weights_for(group_->world_size()));
+  if (options_.init_sync()) {
+    check_models_match();
+    broadcast_state();
   }
-  check_models_match();
-  broadcast_state();
   reducer_ = std::make_unique<Reducer>(*this, module_->named_parameters());
   weight_ = 1.0 / group_->world_size();
+  scaler_group_ = std::make_shared<std::shared_ptr<distributed::ProcessGroup>>(group_);
+  follow_rank_shares();
+}
+
+void DistributedDataParallel::follow_rank_shares() {
+  balancer_.reset();
+  timing_work_ = distributed::Work();  // of an old group, which failed or was replaced: not waited for
+  measured_ = false;
+  const distributed::RankShares shares = group_->rank_shares();
+  if (!shares.adaptive || group_->world_size() <= 1) return;
+  // On CUDA the host runs ahead of the device, and NCCL shares the compute stream, so host time
+  // to the end of backward is not the device's compute time (that needs CUDA events).
+  for (const Tensor& p : module_->parameters())
+    MT_CHECK(!p.device().is_cuda(), "--rank-weights adaptive (MIXTRAIN_RANK_WEIGHTS=adaptive) times each rank's ",
+             "compute on the host, which measures CPU ranks only, not ", p.device().str(), "; give fixed shares ",
+             "with --rank-weights W0,W1,... or size them by memory with --rank-batches auto");
+  balancer_ = std::make_unique<distributed::RankBalancer>(shares.weights_for(group_->world_size()));
+}
+
+void DistributedDataParallel::set_process_group(std::shared_ptr<distributed::ProcessGroup> group) {
+  MT_CHECK(group != nullptr, "DistributedDataParallel.set_process_group: null group");
+  group_ = std::move(group);
+  *scaler_group_ = group_;
+  reducer_->reset();
+  weight_ = 1.0 / group_->world_size();
+  global_batch_ = 0;
+  follow_rank_shares();
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;
@@ -206,11 +226,20 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
 }
 
 void DistributedDataParallel::sync_grad_scaler(amp::GradScaler& scaler) {
-  auto group = group_;
-  scaler.set_found_inf_hook([group](Tensor& found) {
-    if (group->world_size() > 1) group->all_reduce(found, distributed::ReduceOp::Max);
+  auto cell = scaler_group_;
+  scaler.set_found_inf_hook([cell](Tensor& found) {
+    distributed::ProcessGroup& group = **cell;
+    if (group.world_size() > 1) group.all_reduce(found, distributed::ReduceOp::Max);
   });
   scaler_synced_ = true;
+}
+
+void DistributedDataParallel::sync_fp8(amp::Fp8Scaling& fp8) {
+  auto group = group_;
+  fp8.set_amax_reduce_hook([group](Tensor& amaxes) {
+    if (group->world_size() > 1) group->all_reduce(amaxes, distributed::ReduceOp::Max);
+  });
+  fp8_layers_ = static_cast<int64_t>(fp8.num_layers());
 }
 
 int64_t DistributedDataParallel::join() {
@@ -234,6 +263,12 @@ int64_t DistributedDataParallel::join() {
       const auto params = module_->parameters();
       Tensor f = zeros({}, TensorOptions(kFloat32).device(params.empty() ? Device::cpu() : params[0].device()));
       group_->all_reduce(f, distributed::ReduceOp::Max);
+    }
+    if (fp8_layers_ > 0) {
+      // Fp8Scaling::update()'s amaxes, after the optimizer step (zeros: this rank saw nothing).
+      const auto params = module_->parameters();
+      Tensor a = zeros({fp8_layers_, 3}, TensorOptions(kFloat32).device(params.empty() ? Device::cpu() : params[0].device()));
+      group_->all_reduce(a, distributed::ReduceOp::Max);
     }
     ++shadowed;
   }

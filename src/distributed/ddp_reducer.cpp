@@ -40,19 +40,20 @@ DistributedDataParallel::Reducer::~Reducer() {
     }
 }
 
-void DistributedDataParallel::Reducer::build_buckets() {
+std::vector<std::vector<size_t>> ddp_bucket_layout(const std::vector<Tensor>& params,
+                                                   const DistributedDataParallelOptions& options) {
   // Reverse registration order: the last layers' gradients are ready first in backward. One open
   // bucket per (dtype, device); the first of each closes early so communication starts soon. As in
   // PyTorch, a bucket closes once it reaches its cap, the gradient that crosses it included: a
   // large gradient then ends the bucket it arrives in instead of opening the next one, where it
   // would wait for the earlier layers (a small model would reduce nearly everything after backward).
-  const auto cap = static_cast<size_t>(ddp.options_.bucket_cap_mb() * 1024 * 1024);
-  const auto first_cap = static_cast<size_t>(ddp.options_.first_bucket_mb() * 1024 * 1024);
+  const auto cap = static_cast<size_t>(options.bucket_cap_mb() * 1024 * 1024);
+  const auto first_cap = static_cast<size_t>(options.first_bucket_mb() * 1024 * 1024);
   using Key = std::tuple<int, int, int>;
-  std::map<Key, size_t> open;  // key -> index into buckets
+  std::map<Key, size_t> open;  // key -> index into the buckets
   std::set<Key> started;       // keys that have had a bucket
+  std::vector<std::vector<size_t>> buckets;
   std::vector<size_t> bytes, limit;
-  bucket_of.assign(params.size(), 0);
   for (size_t k = params.size(); k-- > 0;) {
     const Tensor& p = params[k];
     const Key key{static_cast<int>(p.dtype()), static_cast<int>(p.device().type), p.device().index};
@@ -64,18 +65,35 @@ void DistributedDataParallel::Reducer::build_buckets() {
       it = open.emplace(key, buckets.size() - 1).first;
     }
     const size_t i = it->second;
-    Bucket& b = buckets[i];
-    b.offsets.push_back(b.params.empty() ? 0 : b.offsets.back() + params[b.params.back()].numel());
-    b.params.push_back(k);
+    buckets[i].push_back(k);
     bytes[i] += p.nbytes();
-    bucket_of[k] = i;
     if (bytes[i] >= limit[i]) open.erase(it);
   }
+  return buckets;
+}
+
+void DistributedDataParallel::Reducer::build_buckets() {
+  bucket_of.assign(params.size(), 0);
+  for (const std::vector<size_t>& members : ddp_bucket_layout(params, ddp.options_)) {
+    Bucket& b = buckets.emplace_back();
+    for (size_t k : members) {
+      b.offsets.push_back(b.params.empty() ? 0 : b.offsets.back() + params[b.params.back()].numel());
+      b.params.push_back(k);
+      bucket_of[k] = buckets.size() - 1;
+    }
+  }
+  allocate_buckets();
+}
+
+void DistributedDataParallel::Reducer::allocate_buckets() {
   views.resize(params.size());
   for (Bucket& b : buckets) {
     const Tensor& first = params[b.params.front()];
-    const int64_t total = b.offsets.back() + params[b.params.back()].numel();
+    int64_t total = b.offsets.back() + params[b.params.back()].numel();
+    // ZeRO: equal chunks, one per rank (the padding is reduced as zeros and never read).
+    if (shard_world > 0) total = (total + shard_world - 1) / shard_world * shard_world;
     b.flat = zeros({total}, first.options());
+    b.comm = Tensor();
     if (ddp.options_.compression() != DType::Float32 && is_floating(first.dtype()))
       b.comm = Tensor::empty({total}, first.options().dtype(ddp.options_.compression()));
     for (size_t j = 0; j < b.params.size(); ++j) {
@@ -84,6 +102,14 @@ void DistributedDataParallel::Reducer::build_buckets() {
     }
   }
   ready.assign(params.size(), false);
+}
+
+void DistributedDataParallel::Reducer::shard(int world, int rank) {
+  MT_CHECK(!active, "DistributedDataParallel: cannot shard the gradients in the middle of a backward");
+  shard_world = world;
+  shard_rank = rank;
+  for (Tensor& p : params) p.set_grad(Tensor());  // views of the buckets about to be replaced
+  allocate_buckets();
 }
 
 std::vector<std::string> DistributedDataParallel::Reducer::unready_names() const {
@@ -163,7 +189,11 @@ void DistributedDataParallel::Reducer::move_into_view(size_t i) {
 
 void DistributedDataParallel::Reducer::launch(Bucket& b) {
   NoGradGuard no_grad;
-  if (b.comm.defined()) {
+  if (shard_world > 0) {
+    const int64_t chunk = b.flat.numel() / shard_world;
+    b.work = distributed::UncheckedCollectives::reduce_scatter_async(
+        *ddp.group_, b.flat.narrow(0, shard_rank * chunk, chunk), b.flat);
+  } else if (b.comm.defined()) {
     b.comm.copy_(b.flat);
     b.work = distributed::UncheckedCollectives::all_reduce_async(*ddp.group_, b.comm);
   } else {
@@ -184,10 +214,24 @@ void DistributedDataParallel::Reducer::finish() {
     }
   }
   active = false;
+  if (after_reduce) after_reduce();
   ddp.end_of_backward();
 }
 
+void DistributedDataParallel::Reducer::reset() {
+  for (Bucket& b : buckets) {
+    b.work = distributed::Work();  // of the old group, which failed or was replaced: not waited for
+    b.launched = false;
+    b.pending = b.params.size();
+  }
+  ready.assign(params.size(), false);
+  next_launch = 0;
+  active = false;
+}
+
 void DistributedDataParallel::Reducer::shadow_backward() {
+  MT_CHECK(shard_world == 0, "DistributedDataParallel.join: a rank that joined would not update its shard of the ",
+           "optimizer state (ZeroRedundancyOptimizer); every rank must run every step");
   std::vector<distributed::Work> works;
   std::vector<Tensor> keep;
   for (Bucket& b : buckets) {

@@ -1,12 +1,18 @@
 #pragma once
 // DistributedDataParallel's reducer: the gradient buckets, the post-accumulate hooks that launch
 // a bucket's all-reduce once its gradients are final, and the end-of-backward wait.
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "mixtrain/distributed/ddp.h"
 
 namespace mixtrain::nn {
+
+// DDP's buckets for `params` (registration order): each a list of parameter indices in reduction
+// order (ZeroRedundancyOptimizer's chunks follow it too).
+std::vector<std::vector<size_t>> ddp_bucket_layout(const std::vector<Tensor>& params,
+                                                   const DistributedDataParallelOptions& options);
 
 struct DistributedDataParallel::Reducer {
   struct Bucket {
@@ -30,6 +36,19 @@ struct DistributedDataParallel::Reducer {
   void mark_ready(size_t param);
   // join(): the collectives of one backward with this rank contributing zeros.
   void shadow_backward();
+  // Forgets a backward that the old group's failure interrupted (set_process_group).
+  void reset();
+  // ZeRO: each bucket padded to a multiple of `world` elements and reduce-scattered, so that this
+  // rank's chunk [rank * chunk, (rank + 1) * chunk) holds the reduced gradients (the rest is
+  // scratch). The buckets are laid out again (the parameters' grads are dropped). world 0: back
+  // to all-reduce.
+  void shard(int world, int rank);
+  int64_t chunk_numel(size_t bucket) const { return shard_world > 0 ? buckets[bucket].flat.numel() / shard_world : 0; }
+
+  int shard_world = 0, shard_rank = 0;
+  // Called at the end of each reducing backward, once every bucket is reduced (ZeRO hands the
+  // reduced chunks to its optimizer there).
+  std::function<void()> after_reduce;
 
   DistributedDataParallel& ddp;
   std::vector<Tensor> params;
@@ -44,6 +63,7 @@ struct DistributedDataParallel::Reducer {
 
  private:
   void build_buckets();
+  void allocate_buckets();
   // The parameter's gradient, times this rank's weight, into its bucket view, which becomes
   // the parameter's grad.
   void move_into_view(size_t param);

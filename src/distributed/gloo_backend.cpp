@@ -14,6 +14,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
 
 #include <algorithm>
 #include <cstring>
@@ -58,6 +59,9 @@ class GlooStoreAdapter : public gloo::rendezvous::Store {
   KeyValueStore& store_;
   const Deadline& deadline_;
 };
+
+// Gloo's own collectives use slot prefixes 0x01 to 0x08 (gloo/types.h).
+constexpr uint8_t kReduceScatterSlotPrefix = 0x41;
 
 template <class T>
 void reduce_half(void* c, const void* a, const void* b, size_t n, ReduceOp op) {
@@ -187,6 +191,59 @@ class GlooBackend : public ProcessGroup::Backend {
     }
     for (int r = 0; r < size_; ++r)
       if (bytes > 0) std::memcpy(out[static_cast<size_t>(r)].raw_data(), gathered.data() + bytes * r, bytes);
+  }
+
+  // A ring: at step s (0 to N-2) rank r sends its running sum of chunk r-s-1 to rank r+1 and adds
+  // what rank r-1 sends of chunk r-s-2 into its own, so after N-1 steps chunk r holds every
+  // rank's values (in the order r+1, r+2, ..., r). Each rank sends (N-1)/N of the buffer, the
+  // first half of a ring all-reduce. This libgloo's only reduce-scatter is the old algorithm API
+  // (ReduceScatterHalvingDoubling), bound to the context's timeout, so it is written here on
+  // Gloo's unbound buffers with the call's own.
+  void reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op, std::chrono::milliseconds timeout) override {
+    const size_t chunk_bytes = output.nbytes();
+    char* data = static_cast<char*>(input.raw_data());
+    char* mine = data + chunk_bytes * static_cast<size_t>(rank_);
+    visit_dtype(input.dtype(), "reduce_scatter", [&](auto zero) {
+      using T = decltype(zero);
+      const size_t n = static_cast<size_t>(output.numel());
+      if (size_ > 1 && n > 0) {
+        const auto reduce = reduce_func<T>(op == ReduceOp::Avg ? ReduceOp::Sum : op);
+        std::vector<T> incoming(n);
+        auto send = context_->createUnboundBuffer(data, input.nbytes());
+        auto recv = context_->createUnboundBuffer(incoming.data(), chunk_bytes);
+        const auto slot = gloo::Slot::build(kReduceScatterSlotPrefix, next_tag());
+        const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
+        for (int s = 0; s + 1 < size_; ++s) {
+          const size_t out_chunk = static_cast<size_t>((rank_ - s - 1 + 2 * size_) % size_);
+          const size_t in_chunk = static_cast<size_t>((rank_ - s - 2 + 2 * size_) % size_);
+          send->send(next, slot, out_chunk * chunk_bytes, chunk_bytes);
+          recv->recv(prev, slot, 0, chunk_bytes);
+          MT_CHECK(recv->waitRecv(timeout), "reduce_scatter: receiving from rank ", prev, " was aborted");
+          T* acc = reinterpret_cast<T*>(data + in_chunk * chunk_bytes);
+          reduce(acc, acc, incoming.data(), n);
+          MT_CHECK(send->waitSend(timeout), "reduce_scatter: sending to rank ", next, " was aborted");
+        }
+      }
+      if (op == ReduceOp::Avg && size_ > 1) divide<T>(mine, n, size_);
+    });
+    if (output.raw_data() != mine && chunk_bytes > 0) std::memcpy(output.raw_data(), mine, chunk_bytes);
+  }
+
+  void all_gather_into(const Tensor& input, Tensor& output, std::chrono::milliseconds timeout) override {
+    const size_t bytes = input.nbytes();
+    char* out = static_cast<char*>(output.raw_data());
+    char* mine = out + bytes * static_cast<size_t>(rank_);
+    if (size_ == 1 || bytes == 0) {
+      if (mine != input.raw_data() && bytes > 0) std::memcpy(mine, input.raw_data(), bytes);
+      return;
+    }
+    gloo::AllgatherOptions opts(context_);
+    // Without an input Gloo gathers in place: this rank's chunk is already where it belongs.
+    if (mine != input.raw_data()) opts.setInput(static_cast<char*>(input.raw_data()), bytes);
+    opts.setOutput(out, output.nbytes());
+    opts.setTag(next_tag());
+    opts.setTimeout(timeout);
+    gloo::allgather(opts);
   }
 
   void barrier(std::chrono::milliseconds timeout) override {

@@ -11,6 +11,7 @@
 #define MT_REDIS_STORE 1
 #include <gloo/rendezvous/redis_store.h>
 #endif
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,12 +30,38 @@ namespace {
 struct FileStore : gloo::rendezvous::FileStore {
   using gloo::rendezvous::FileStore::FileStore;
   bool has(const std::string& key) { return check({key}); }
+  // Gloo's set() checks and renames, which two writers can both pass; link() of a complete file
+  // to the key's path fails for all but one. The file is where Gloo's get() reads the key.
+  bool set_if_absent(const std::string& key, const std::vector<char>& data) {
+    const std::string tmp = tmpPath(key) + "." + std::to_string(getpid());
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    MT_CHECK(fd >= 0, "cannot create ", tmp, ": ", std::strerror(errno));
+    const bool written = ::write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size());
+    ::close(fd);
+    if (!written) {
+      ::unlink(tmp.c_str());
+      MT_ERROR("cannot write ", tmp, ": ", std::strerror(errno));
+    }
+    const int rc = ::link(tmp.c_str(), objectPath(key).c_str());
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    MT_CHECK(rc == 0 || err == EEXIST, "cannot link ", objectPath(key), ": ", std::strerror(err));
+    return rc == 0;
+  }
 };
 
 #if MT_REDIS_STORE
 struct RedisStore : gloo::rendezvous::RedisStore {
   using gloo::rendezvous::RedisStore::RedisStore;
   bool has(const std::string& key) { return check({key}); }
+  bool set_if_absent(const std::string& key, const std::vector<char>& data) {
+    void* reply = redisCommand(redis_, "SETNX %b %b", key.data(), key.size(), data.data(), data.size());
+    MT_CHECK(reply != nullptr, "SETNX failed");
+    const bool set = static_cast<redisReply*>(reply)->type == REDIS_REPLY_INTEGER &&
+                     static_cast<redisReply*>(reply)->integer == 1;
+    freeReplyObject(reply);
+    return set;
+  }
   void erase(const std::string& key) {
     void* reply = redisCommand(redis_, "DEL %b", key.data(), key.size());
     if (reply) freeReplyObject(reply);  // best effort: the key is ours and read by every rank
@@ -69,6 +96,17 @@ class GlooStore : public KeyValueStore {
                ". This store never overwrites a key: one left there by an earlier job that did not end cleanly ",
                "blocks this one. ", file_ ? "Empty that directory" : "Delete the job's keys (or FLUSHDB)",
                ", or set MIXTRAIN_STORE to a fresh one");
+    }
+  }
+
+  bool set_if_absent(const std::string& key, const std::vector<char>& data, const Deadline&) override {
+    try {
+#if MT_REDIS_STORE
+      if (redis_) return redis_->set_if_absent(prefix_ + key, data);
+#endif
+      return file_->set_if_absent(prefix_ + key, data);
+    } catch (const std::exception& e) {
+      MT_ERROR("distributed rendezvous: cannot publish key ", key, " in store ", spec_, ": ", e.what());
     }
   }
 

@@ -62,13 +62,31 @@ LaunchEnv read_launch_env() {
   }
   if (const char* a = env("MASTER_ADDR")) e.master_addr = a;
   e.master_port = env_int("MASTER_PORT", 0);
+  e.restart_count = env_int("MIXTRAIN_RESTART_COUNT", env_int("TORCHELASTIC_RESTART_COUNT", 0));
+  auto flag = [](const char* name) {
+    const char* v = env(name);
+    MT_CHECK(!v || std::string(v) == "0" || std::string(v) == "1", "distributed: ", name, "=\"", v,
+             "\" is neither 0 nor 1");
+    return v && std::string(v) == "1";
+  };
+  e.elastic = flag("MIXTRAIN_ELASTIC");
+  e.elastic_join = flag("MIXTRAIN_ELASTIC_JOIN");
+  MT_CHECK(!e.elastic_join || e.elastic, "distributed: MIXTRAIN_ELASTIC_JOIN=1 joins an elastic job; set ",
+           "MIXTRAIN_ELASTIC=1 too (mixtrain launch --join does)");
   return e;
 }
 
-namespace {
+bool store_served_by_launcher() {
+  const char* v = env("MIXTRAIN_STORE_SERVER");
+  if (!v) return false;
+  const std::string s = v;
+  MT_CHECK(s == "launcher" || s == "rank0", "distributed: MIXTRAIN_STORE_SERVER=\"", s,
+           "\" is neither rank0 (rank 0 serves the TCP store, the default) nor launcher");
+  return s == "launcher";
+}
 
 // Empty: a store of the process's own (make_private_store).
-std::string default_store(const LaunchEnv& e) {
+std::string default_store_spec(const LaunchEnv& e) {
   if (const char* s = env("MIXTRAIN_STORE")) return s;
   if (e.world_size == 1 && e.master_port == 0) return "";
   MT_CHECK(e.master_port != 0, "distributed: no rendezvous store. Set MASTER_ADDR and MASTER_PORT (rank 0 serves ",
@@ -96,7 +114,8 @@ std::shared_ptr<KeyValueStore> open_store(const std::string& spec, const LaunchE
     const long port = colon == std::string::npos ? 0 : std::strtol(rest.c_str() + colon + 1, &end, 10);
     MT_CHECK(!host.empty() && port > 0 && port < 65536 && end && *end == '\0', "distributed: store \"", spec,
              "\" is not tcp://host:port");
-    store = make_tcp_store(host, static_cast<int>(port), e.rank == 0, deadline, e.rank, e.world_size);
+    const bool serve = e.rank == 0 && !e.elastic_join && !store_served_by_launcher();
+    store = make_tcp_store(host, static_cast<int>(port), serve, deadline, e.rank, e.world_size);
   } else if (spec.empty()) {
     store = make_private_store();
   } else {
@@ -107,7 +126,7 @@ std::shared_ptr<KeyValueStore> open_store(const std::string& spec, const LaunchE
   return store;
 }
 
-bool check_collectives(const ProcessGroupOptions& options) {
+bool group_checks_collectives(const ProcessGroupOptions& options) {
   const char* v = env("MIXTRAIN_CHECK_COLLECTIVES");
   if (!v) return options.check_collectives();
   const std::string s = v;
@@ -115,7 +134,21 @@ bool check_collectives(const ProcessGroupOptions& options) {
   return s == "1";
 }
 
-}  // namespace
+std::chrono::milliseconds group_timeout(const ProcessGroupOptions& options) {
+  std::chrono::milliseconds timeout = options.timeout();
+  if (env("MIXTRAIN_TIMEOUT_S")) timeout = std::chrono::seconds(env_int("MIXTRAIN_TIMEOUT_S", 300));
+  MT_CHECK(timeout.count() > 0, "init_process_group: the timeout must be positive");
+  return timeout;
+}
+
+std::shared_ptr<ProcessGroup> connect_group(std::shared_ptr<KeyValueStore> store, const LaunchEnv& e,
+                                            std::chrono::milliseconds timeout, bool check, const std::string& hostname,
+                                            const Deadline& deadline) {
+  const GlooAddress address = advertised_address(e, hostname);
+  const JoinResult joined = join(*store, e, address, check, deadline);
+  std::unique_ptr<ProcessGroup::Backend> cpu = make_gloo_backend(*store, e.rank, e.world_size, address, deadline);
+  return std::make_shared<ProcessGroup>(e, timeout, std::move(cpu), std::move(store), check, joined.hosts);
+}
 
 std::shared_ptr<ProcessGroup> new_process_group(const ProcessGroupOptions& options) {
   LaunchEnv e = read_launch_env();
@@ -131,9 +164,7 @@ std::shared_ptr<ProcessGroup> new_process_group(const ProcessGroupOptions& optio
   }
   MT_CHECK(e.world_size >= 1 && e.rank >= 0 && e.rank < e.world_size, "init_process_group: rank ", e.rank,
            " is not in a group of ", e.world_size);
-  std::chrono::milliseconds timeout = options.timeout();
-  if (env("MIXTRAIN_TIMEOUT_S")) timeout = std::chrono::seconds(env_int("MIXTRAIN_TIMEOUT_S", 300));
-  MT_CHECK(timeout.count() > 0, "init_process_group: the timeout must be positive");
+  const std::chrono::milliseconds timeout = group_timeout(options);
   if (!gloo_available()) {
     MT_CHECK(nccl_available(), "init_process_group: ", unavailable_reason());
     MT_ERROR("init_process_group: this build has NCCL but no Gloo, and NCCL's rendezvous goes through Gloo's ",
@@ -141,13 +172,10 @@ std::shared_ptr<ProcessGroup> new_process_group(const ProcessGroupOptions& optio
   }
   // One deadline for every phase: the store, the join, Gloo's connections and the last barrier.
   const Deadline deadline(timeout);
-  const bool check = check_collectives(options);
   std::shared_ptr<KeyValueStore> store =
-      open_store(options.store().empty() ? default_store(e) : options.store(), e, deadline);
-  const GlooAddress address = advertised_address(e, options.hostname());
-  const JoinResult joined = join(*store, e, address, check, deadline);
-  std::unique_ptr<ProcessGroup::Backend> cpu = make_gloo_backend(*store, e.rank, e.world_size, address, deadline);
-  auto group = std::make_shared<ProcessGroup>(e, timeout, std::move(cpu), std::move(store), check, joined.hosts);
+      open_store(options.store().empty() ? default_store_spec(e) : options.store(), e, deadline);
+  auto group =
+      connect_group(std::move(store), e, timeout, group_checks_collectives(options), options.hostname(), deadline);
   // The launcher's shares, read once every rank has joined: every rank reads the same variables,
   // so a bad value stops every rank with the same message, none of them before the others are
   // there to say it too.

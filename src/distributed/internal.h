@@ -70,6 +70,9 @@ class KeyValueStore {
   virtual ~KeyValueStore() = default;
   // The deadline bounds the store's own I/O (a TCP store whose server stopped answering).
   virtual void set(const std::string& key, const std::vector<char>& value, const Deadline& deadline) = 0;
+  // Sets the key unless it exists, atomically: of several processes racing, exactly one sees
+  // true. The elastic agent decides a generation's membership this way (first writer wins).
+  virtual bool set_if_absent(const std::string& key, const std::vector<char>& value, const Deadline& deadline);
   // Which of the keys exist now; does not wait for them.
   virtual std::vector<bool> present(const std::vector<std::string>& keys, const Deadline& deadline) = 0;
   // The value of a key that exists.
@@ -105,6 +108,29 @@ class ProcessGroup::Backend {
   // out: world_size tensors shaped like t, already allocated.
   virtual void all_gather(const Tensor& t, std::vector<Tensor>& out, std::chrono::milliseconds timeout) = 0;
   virtual void barrier(std::chrono::milliseconds timeout) = 0;
+  // ProcessGroup::reduce_scatter_tensor / all_gather_into_tensor, shapes already checked.
+  virtual void reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op, std::chrono::milliseconds timeout) = 0;
+  virtual void all_gather_into(const Tensor& input, Tensor& output, std::chrono::milliseconds timeout) = 0;
+};
+
+// A view of another store with every key under a prefix: the elastic agent's generations each
+// rendezvous under their own ("mixtrain/elastic/g3/"), so no key is ever written twice (Gloo's file
+// store refuses that) and a generation never reads an older one's keys.
+class PrefixStore : public KeyValueStore {
+ public:
+  PrefixStore(std::shared_ptr<KeyValueStore> inner, std::string prefix);
+  void set(const std::string& key, const std::vector<char>& value, const Deadline& deadline) override;
+  bool set_if_absent(const std::string& key, const std::vector<char>& value, const Deadline& deadline) override;
+  std::vector<bool> present(const std::vector<std::string>& keys, const Deadline& deadline) override;
+  std::vector<char> get_now(const std::string& key, const Deadline& deadline) override;
+  std::string describe() const override;
+  void forget_own_keys() override { inner_->forget_own_keys(); }
+  bool ends_with_job() const override { return inner_->ends_with_job(); }
+  bool serves_others() const override { return inner_->serves_others(); }
+
+ private:
+  std::shared_ptr<KeyValueStore> inner_;
+  std::string prefix_;
 };
 
 // Gloo's file and Redis stores (gloo_store.cpp; throw the reason when this build has no Gloo):
@@ -126,6 +152,26 @@ std::unique_ptr<ProcessGroup::Backend> make_gloo_backend(KeyValueStore& store, i
 std::unique_ptr<ProcessGroup::Backend> make_nccl_backend(KeyValueStore& store, const LaunchEnv& env,
                                                          std::chrono::milliseconds timeout);
 
+// The rendezvous store a group of `env` uses: `spec` ("tcp://host:port", "file:/dir", "redis://...",
+// empty: from the environment, as init_process_group). `serve`: this process serves a TCP store.
+std::shared_ptr<KeyValueStore> open_store(const std::string& spec, const LaunchEnv& env, const Deadline& deadline);
+std::string default_store_spec(const LaunchEnv& env);
+// Whether ranks are told that the launcher serves the TCP store ($MIXTRAIN_STORE_SERVER=launcher).
+bool store_served_by_launcher();
+// The rendezvous of every rank of `env` through `store`, then Gloo's mesh: a new group.
+std::shared_ptr<ProcessGroup> connect_group(std::shared_ptr<KeyValueStore> store, const LaunchEnv& env,
+                                            std::chrono::milliseconds timeout, bool check_collectives,
+                                            const std::string& hostname, const Deadline& deadline);
+// Settings every group of this process shares: $MIXTRAIN_TIMEOUT_S over the option,
+// $MIXTRAIN_CHECK_COLLECTIVES over the option.
+std::chrono::milliseconds group_timeout(const ProcessGroupOptions& options);
+bool group_checks_collectives(const ProcessGroupOptions& options);
+
+// What only the elastic agent changes on a group.
+struct GroupInternals {
+  static void refuse_cuda(ProcessGroup& g, std::string reason) { g.cuda_refusal_ = std::move(reason); }
+};
+
 // Ranks about to call different collectives (the check of ProcessGroupOptions::check_collectives).
 struct CollectiveMismatch : Error {
   using Error::Error;
@@ -138,6 +184,12 @@ struct UncheckedCollectives {
     return g.all_reduce_impl(t, op, false);
   }
   static Work broadcast_async(ProcessGroup& g, const Tensor& t, int root) { return g.broadcast_impl(t, root, false); }
+  static Work reduce_scatter_async(ProcessGroup& g, const Tensor& out, const Tensor& in) {
+    return g.reduce_scatter_impl(out, in, ReduceOp::Sum, false);
+  }
+  static Work all_gather_into_async(ProcessGroup& g, const Tensor& out, const Tensor& in) {
+    return g.all_gather_into_impl(out, in, false);
+  }
 };
 
 // "all_reduce(float32 [10]) on rank 0 of 2" style description for error messages.

@@ -119,6 +119,22 @@ class NcclBackend : public ProcessGroup::Backend {
     finish(ctx.stream, "ncclAllGather", timeout);
   }
 
+  // In place when `output` is this rank's chunk of `input` (NCCL's own in-place convention).
+  void reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op, std::chrono::milliseconds timeout) override {
+    auto& ctx = backends::cuda::context(input);
+    MT_NCCL_CHECK(ncclReduceScatter(input.raw_data(), output.raw_data(), static_cast<size_t>(output.numel()),
+                                    nccl_type(input.dtype()), nccl_op(op), live("ncclReduceScatter"), ctx.stream));
+    finish(ctx.stream, "ncclReduceScatter", timeout);
+  }
+
+  // In place when `input` is this rank's chunk of `output`.
+  void all_gather_into(const Tensor& input, Tensor& output, std::chrono::milliseconds timeout) override {
+    auto& ctx = backends::cuda::context(input);
+    MT_NCCL_CHECK(ncclAllGather(input.raw_data(), output.raw_data(), input.nbytes(), ncclChar, live("ncclAllGather"),
+                                ctx.stream));
+    finish(ctx.stream, "ncclAllGather", timeout);
+  }
+
   void barrier(std::chrono::milliseconds timeout) override {
     Tensor one = Tensor::empty({1}, TensorOptions(kFloat32).device(Device::cuda(device_)));
     MT_CUDA_CHECK(cudaMemset(one.raw_data(), 0, sizeof(float)));

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
+#include <mutex>
 #include <thread>
 
 #include "distributed/internal.h"
@@ -124,6 +125,23 @@ void check_dense(const Tensor& t, const char* op) {
            " is not dense (a strided view); pass a contiguous tensor (t.contiguous())");
 }
 
+// The first failure's description, written by the communication thread or abort() and read by
+// any thread.
+struct ProcessGroup::Failure {
+  mutable std::mutex mutex;
+  std::string what;
+  std::string get() const {
+    std::lock_guard<std::mutex> lock(mutex);
+    return what;
+  }
+  void set_first(const std::string& w) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (what.empty()) what = w;
+  }
+};
+
+std::string ProcessGroup::failure() const { return failure_->get(); }
+
 ProcessGroup::ProcessGroup(const LaunchEnv& env, std::chrono::milliseconds timeout, std::unique_ptr<Backend> cpu,
                            std::shared_ptr<KeyValueStore> store, bool check_collectives,
                            std::vector<std::string> rank_addresses)
@@ -132,7 +150,7 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, std::chrono::milliseconds timeo
       store_(std::move(store)),
       cpu_(std::move(cpu)),
       comm_(std::make_unique<CommThread>()),
-      failure_(std::make_shared<std::string>()),
+      failure_(std::make_shared<Failure>()),
       check_collectives_(check_collectives),
       rank_addresses_(std::move(rank_addresses)) {}
 
@@ -157,8 +175,19 @@ void ProcessGroup::set_timeout(std::chrono::milliseconds timeout) {
   timeout_ = timeout;
 }
 
+void ProcessGroup::abort(const std::string& reason) {
+  failure_->set_first(reason.empty() ? std::string("aborted") : reason);
+  comm_.reset();  // what is queued fails without running (submit's check); a running call ends
+  cpu_.reset();   // closes this rank's connections: peers waiting on it fail now, not at their timeout
+  cuda_.reset();
+}
+
 ProcessGroup::Backend& ProcessGroup::backend_for(const Tensor& t, const char* op) {
+  const std::string failed = failure();
+  MT_CHECK(failed.empty(), "distributed ", op, ": the process group is unusable after an earlier failure (", failed,
+           "); the ranks are out of step, so the job has to stop");
   if (t.device().type == DeviceType::CUDA) {
+    MT_CHECK(cuda_refusal_.empty(), "distributed ", op, ": ", t.str(), ": ", cuda_refusal_);
     if (!cuda_) {
       MT_CHECK(store_ != nullptr, "distributed ", op, ": CUDA tensors need a rendezvous store for NCCL");
       cuda_ = make_nccl_backend(*store_, env_, timeout_);
@@ -175,7 +204,7 @@ std::string with_op(const char* name, ReduceOp op) { return std::string(name) + 
 
 // What a rank is about to call, as numbers every rank can compare: kind, reduce op or root, and
 // the tensor's dtype, device type, element count, rank and first four sizes.
-enum Kind : int64_t { kAllReduce = 1, kBroadcast, kAllGather, kBarrier };
+enum Kind : int64_t { kAllReduce = 1, kBroadcast, kAllGather, kBarrier, kReduceScatter, kAllGatherInto };
 constexpr size_t kSignatureSize = 11;
 
 std::vector<int64_t> signature(Kind kind, int64_t op_or_root, const Tensor* t) {
@@ -204,6 +233,8 @@ std::string describe_signature(const std::vector<int64_t>& s) {
     case kBroadcast: os << "broadcast(root " << s[1] << ")"; break;
     case kAllGather: os << "all_gather"; break;
     case kBarrier: return "barrier";
+    case kReduceScatter: os << "reduce_scatter[" << reduce_op_name(static_cast<ReduceOp>(s[1])) << "]"; break;
+    case kAllGatherInto: os << "all_gather_into_tensor"; break;
     default: return "an unknown collective";
   }
   os << "(" << static_cast<DType>(s[2]) << " [";
@@ -251,8 +282,9 @@ std::string ProcessGroup::ranks_behind(const std::string& message) const {
 }
 
 Work ProcessGroup::submit(std::string what, std::vector<int64_t> sig, std::function<void()> fn) {
-  MT_CHECK(failure_->empty(), "distributed ", what, ": the process group is unusable after an earlier failure (",
-           *failure_, "); the ranks are out of step, so the job has to stop");
+  const std::string failed = failure();
+  MT_CHECK(failed.empty() && comm_, "distributed ", what, ": the process group is unusable after an earlier failure (",
+           failed.empty() ? std::string("aborted") : failed, "); the ranks are out of step, so the job has to stop");
   const auto timeout = timeout_;
   auto failure = failure_;
   Backend* cpu = check_collectives_ && !sig.empty() && world_size() > 1 ? cpu_.get() : nullptr;
@@ -261,12 +293,18 @@ Work ProcessGroup::submit(std::string what, std::vector<int64_t> sig, std::funct
   return comm_->enqueue(
       [this, what = std::move(what), sig = std::move(sig), fn = std::move(fn), timeout, failure, cpu, rank, world] {
         const auto start = std::chrono::steady_clock::now();
+        // Queued behind a collective that failed (or an abort): the peers are out of step, so
+        // this one fails at once instead of waiting out its timeout.
+        const std::string earlier = failure->get();
+        if (!earlier.empty())
+          throw Error("distributed " + what + ": not run, the group failed earlier: " + earlier);
         try {
           if (cpu) check_signatures(*cpu, sig, rank, world, timeout);
           fn();
         } catch (const CollectiveMismatch& e) {
-          *failure = what;
-          throw Error("distributed " + what + ": " + e.what());
+          const std::string message = "distributed " + what + ": " + e.what();
+          failure->set_first(message);
+          throw Error(message);
         } catch (...) {
           std::string reason = "unknown exception";
           try {
@@ -282,7 +320,7 @@ Work ProcessGroup::submit(std::string what, std::vector<int64_t> sig, std::funct
           os << "distributed " << what << " failed after " << took << " (timeout " << timeout.count()
              << " ms): " << reason << ranks_behind(reason)
              << ". A peer rank died, or stopped calling collectives, or called them in another order";
-          *failure = what;
+          failure->set_first(os.str());
           throw Error(os.str());
         }
       },
@@ -338,6 +376,9 @@ std::vector<Tensor> ProcessGroup::all_gather(const Tensor& tensor) {
 }
 
 Work ProcessGroup::barrier_async() {
+  const std::string failed = failure();
+  MT_CHECK(failed.empty(), "distributed barrier: the process group is unusable after an earlier failure (", failed,
+           "); the ranks are out of step, so the job has to stop");
   MT_CHECK(cpu_ != nullptr || cuda_ != nullptr, "distributed barrier: no backend. ", unavailable_reason());
   Backend& b = cpu_ ? *cpu_ : *cuda_;
   const auto timeout = timeout_;
@@ -346,5 +387,54 @@ Work ProcessGroup::barrier_async() {
 }
 
 void ProcessGroup::barrier() { barrier_async().wait(); }
+
+namespace {
+// ZeRO's pair: `whole` has world chunks of `chunk`'s size, one dtype and device.
+void check_chunks(const char* op, const Tensor& whole, const Tensor& chunk, int world, const char* whole_name,
+                  const char* chunk_name) {
+  check_dense(whole, op);
+  check_dense(chunk, op);
+  MT_CHECK(whole.dtype() == chunk.dtype() && whole.device() == chunk.device(), "distributed ", op, ": ", whole_name,
+           " ", whole.str(), " and ", chunk_name, " ", chunk.str(), " differ in dtype or device");
+  MT_CHECK(whole.numel() == chunk.numel() * world, "distributed ", op, ": ", whole_name, " ", whole.str(), " must hold ",
+           world, " chunks of ", chunk_name, "'s ", chunk.numel(), " elements (one per rank)");
+}
+}  // namespace
+
+Work ProcessGroup::reduce_scatter_impl(const Tensor& output, const Tensor& input, ReduceOp op, bool check) {
+  check_chunks("reduce_scatter", input, output, world_size(), "input", "output");
+  Backend& b = backend_for(input, "reduce_scatter");
+  const auto timeout = timeout_;
+  Tensor in = input, out = output;
+  return submit(describe(with_op("reduce_scatter", op).c_str(), &input, rank(), world_size()),
+                check ? signature(kReduceScatter, static_cast<int64_t>(op), &input) : std::vector<int64_t>{},
+                [&b, in, out, op, timeout]() mutable { b.reduce_scatter(in, out, op, timeout); });
+}
+
+Work ProcessGroup::reduce_scatter_tensor_async(const Tensor& output, const Tensor& input, ReduceOp op) {
+  return reduce_scatter_impl(output, input, op, true);
+}
+
+void ProcessGroup::reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op) {
+  reduce_scatter_tensor_async(output, input, op).wait();
+}
+
+Work ProcessGroup::all_gather_into_impl(const Tensor& output, const Tensor& input, bool check) {
+  check_chunks("all_gather_into_tensor", output, input, world_size(), "output", "input");
+  Backend& b = backend_for(input, "all_gather_into_tensor");
+  const auto timeout = timeout_;
+  Tensor in = input, out = output;
+  return submit(describe("all_gather_into_tensor", &output, rank(), world_size()),
+                check ? signature(kAllGatherInto, 0, &output) : std::vector<int64_t>{},
+                [&b, in, out, timeout]() mutable { b.all_gather_into(in, out, timeout); });
+}
+
+Work ProcessGroup::all_gather_into_tensor_async(const Tensor& output, const Tensor& input) {
+  return all_gather_into_impl(output, input, true);
+}
+
+void ProcessGroup::all_gather_into_tensor(Tensor& output, const Tensor& input) {
+  all_gather_into_tensor_async(output, input).wait();
+}
 
 }  // namespace mixtrain::distributed

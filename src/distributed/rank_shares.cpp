@@ -58,7 +58,7 @@ RankShares launch_rank_shares(int world_size) {
   }
   if (weights && std::string(weights) == "adaptive") {
     s.adaptive = true;
-  } else if (weights) {
+  } else if (weights && !read_launch_env().elastic_join) {
     s.weights = parse_rank_weights(weights, world_size);
   }
   return s;

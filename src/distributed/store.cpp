@@ -90,4 +90,35 @@ std::vector<char> KeyValueStore::get(const std::string& key, const Deadline& dea
   return get_now(key, deadline);
 }
 
+bool KeyValueStore::set_if_absent(const std::string& key, const std::vector<char>&, const Deadline&) {
+  MT_ERROR("distributed: the store at ", describe(), " cannot set key ", key,
+           " only if absent (elastic training needs a TCP, file or Redis store)");
+}
+
+PrefixStore::PrefixStore(std::shared_ptr<KeyValueStore> inner, std::string prefix)
+    : inner_(std::move(inner)), prefix_(std::move(prefix)) {
+  who = inner_->who;
+}
+
+void PrefixStore::set(const std::string& key, const std::vector<char>& value, const Deadline& deadline) {
+  inner_->set(prefix_ + key, value, deadline);
+}
+
+bool PrefixStore::set_if_absent(const std::string& key, const std::vector<char>& value, const Deadline& deadline) {
+  return inner_->set_if_absent(prefix_ + key, value, deadline);
+}
+
+std::vector<bool> PrefixStore::present(const std::vector<std::string>& keys, const Deadline& deadline) {
+  std::vector<std::string> full;
+  full.reserve(keys.size());
+  for (const auto& k : keys) full.push_back(prefix_ + k);
+  return inner_->present(full, deadline);
+}
+
+std::vector<char> PrefixStore::get_now(const std::string& key, const Deadline& deadline) {
+  return inner_->get_now(prefix_ + key, deadline);
+}
+
+std::string PrefixStore::describe() const { return inner_->describe() + " under " + prefix_; }
+
 }  // namespace mixtrain::distributed

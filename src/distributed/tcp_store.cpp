@@ -28,7 +28,7 @@ namespace mixtrain::distributed {
 
 namespace {
 
-enum Op : uint8_t { kHello = 1, kSet = 2, kGet = 3, kCheck = 4 };
+enum Op : uint8_t { kHello = 1, kSet = 2, kGet = 3, kCheck = 4, kSetIfAbsent = 5 };
 enum Status : uint8_t { kOk = 0, kMissing = 1, kBad = 2 };
 constexpr char kMagic[] = "mixtrain-store-1";
 constexpr uint32_t kMaxItems = 1u << 16;
@@ -99,6 +99,7 @@ struct TcpStoreServer::Impl {
     std::string in;
   };
   int listen_fd = -1;
+  int port = 0;
   int stop[2] = {-1, -1};
   std::string generation;
   std::unordered_map<std::string, std::string> data;
@@ -120,6 +121,10 @@ struct TcpStoreServer::Impl {
       } else if (op == kSet && items.size() == 2) {
         data[items[0]] = std::move(items[1]);
         reply = frame(kOk, {});
+      } else if (op == kSetIfAbsent && items.size() == 2) {
+        // One thread answers every client, so the check and the write are one step.
+        const bool fresh = data.emplace(std::move(items[0]), std::move(items[1])).second;
+        reply = frame(kOk, {fresh ? "1" : "0"});
       } else if (op == kGet && items.size() == 1) {
         auto it = data.find(items[0]);
         reply = it == data.end() ? frame(kMissing, {}) : frame(kOk, {it->second});
@@ -172,7 +177,7 @@ struct TcpStoreServer::Impl {
 };
 
 TcpStoreServer::TcpStoreServer(int port) : impl_(std::make_unique<Impl>()) {
-  MT_CHECK(port > 0 && port < 65536, "distributed rendezvous: MASTER_PORT ", port, " is not a TCP port (1-65535)");
+  MT_CHECK(port >= 0 && port < 65536, "distributed rendezvous: MASTER_PORT ", port, " is not a TCP port (1-65535)");
   // IPv6 and IPv4 on one socket where the host has IPv6, else IPv4 alone.
   int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int one = 1, zero = 0;
@@ -210,11 +215,19 @@ TcpStoreServer::TcpStoreServer(int port) : impl_(std::make_unique<Impl>()) {
     MT_ERROR("distributed rendezvous: listen on port ", port, " failed: ", std::strerror(err));
   }
   impl_->listen_fd = fd;
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  MT_CHECK(::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) == 0, "distributed rendezvous: getsockname ",
+           "failed: ", std::strerror(errno));
+  impl_->port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                                  : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   MT_CHECK(::pipe2(impl_->stop, O_CLOEXEC) == 0, "distributed rendezvous: pipe failed: ", std::strerror(errno));
   std::random_device rd;
   impl_->generation = std::to_string((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid()));
   impl_->thread = std::thread([this] { impl_->run(); });
 }
+
+int TcpStoreServer::port() const { return impl_->port; }
 
 TcpStoreServer::~TcpStoreServer() {
   const char c = 0;
@@ -246,11 +259,19 @@ class TcpStore : public KeyValueStore {
   bool serves_others() const override { return serving_; }
 
   std::string describe() const override {
-    return "tcp://" + host_ + ":" + std::to_string(port_) + (serving_ ? " (served by this rank)" : " (served by rank 0)");
+    return "tcp://" + host_ + ":" + std::to_string(port_) +
+           (serving_ ? " (served by this rank)" : store_served_by_launcher() ? " (served by the launcher)" : " (served by rank 0)");
   }
 
   void set(const std::string& key, const std::vector<char>& value, const Deadline& deadline) override {
     request(kSet, {key, std::string(value.begin(), value.end())}, deadline);
+  }
+
+  bool set_if_absent(const std::string& key, const std::vector<char>& value, const Deadline& deadline) override {
+    const auto r = request(kSetIfAbsent, {key, std::string(value.begin(), value.end())}, deadline);
+    MT_CHECK(r.first == kOk && r.second.size() == 1, "distributed rendezvous: the store at ", describe(),
+             " answered a conditional set of ", key, " with something else");
+    return r.second[0] == "1";
   }
 
   std::vector<bool> present(const std::vector<std::string>& keys, const Deadline& deadline) override {
@@ -378,7 +399,9 @@ class TcpStore : public KeyValueStore {
     ::close(fd_);
     fd_ = -1;
     MT_ERROR("distributed rendezvous: ", who, " lost the store at ", describe(), ": ", why,
-             serving_ ? "" : ". Rank 0 serves it: rank 0 ended (it failed, or finished before this rank)");
+             serving_                     ? ""
+             : store_served_by_launcher() ? ". The launcher serves it: the launcher ended"
+                                          : ". Rank 0 serves it: rank 0 ended (it failed, or finished before this rank)");
   }
 
   std::string host_, connect_host_;

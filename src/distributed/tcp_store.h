@@ -9,22 +9,9 @@
 #include <vector>
 
 #include "distributed/internal.h"
+#include "mixtrain/distributed/store_server.h"
 
 namespace mixtrain::distributed {
-
-// Listens on `port` on every interface (IPv6 and IPv4) and answers on a thread of its own until
-// destroyed. Error naming the port when it is taken.
-class TcpStoreServer {
- public:
-  explicit TcpStoreServer(int port);
-  ~TcpStoreServer();
-  TcpStoreServer(const TcpStoreServer&) = delete;
-  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
 
 // A client of the store at host:port. `server`: this process serves it (rank 0). Connecting
 // retries until the deadline (the server's rank may start later), reporting progress.

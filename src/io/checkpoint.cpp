@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -16,6 +17,7 @@
 #include "core/input_file.h"
 #include "core/json_limits.h"
 #include "io/checkpoint_files.h"
+#include "mixtrain/io/optimizer_state.h"
 #include "io/checkpoint_internal.h"
 #include "io/file_util.h"
 #include "io/safetensors_internal.h"
@@ -133,6 +135,12 @@ void check_replaceable(const fs::path& dir, const char* who) {
 
 }  // namespace
 
+bool checkpoint_exists(const std::string& dir_in) {
+  const fs::path dir = checkpoint_path(dir_in);
+  std::error_code ec;
+  return fs::exists(dir / kTrainerFile, ec) || fs::exists(sibling(dir, ".mixtrain-old") / kTrainerFile, ec);
+}
+
 void check_checkpoint_destination(const std::string& dir_in) {
   const fs::path dir = checkpoint_path(dir_in);
   check_replaceable(dir, "checkpoint destination");
@@ -155,20 +163,25 @@ namespace detail {
 void set_save_hook(SaveHook hook) { save_hook() = std::move(hook); }
 }  // namespace detail
 
-void save_checkpoint(const std::string& dir_in, const NamedTensors& model, const optim::Optimizer& optimizer,
-                     const amp::GradScaler& scaler, int64_t step, const nlohmann::json& extra,
-                     const CheckpointParts& parts) {
+namespace {
+
+// scaler: null for a run without one (fp32, bf16); the checkpoint then has no "scaler" entry. The
+// optimizer's part comes as data (checked by the caller where an optimizer can check it).
+void save_impl(const std::string& dir_in, const NamedTensors& model, const OptimizerState& optimizer,
+               const amp::GradScaler* scaler, int64_t step, const nlohmann::json& extra, const CheckpointParts& parts) {
   MT_CHECK(step >= 0, "save_checkpoint: step must be >= 0, got ", step);
   const fs::path dir = checkpoint_path(dir_in);
   check_replaceable(dir, "save_checkpoint");
   // Whatever this writes, load_checkpoint must accept: check the state with the loader's rules
   // before anything on disk is touched.
-  const NamedTensors opt_tensors = optimizer.state_tensors();
-  const nlohmann::json opt_state = optimizer.state_dict(), scaler_state = scaler.state_dict();
+  const NamedTensors& opt_tensors = optimizer.tensors;
+  const nlohmann::json& opt_state = optimizer.state;
+  const nlohmann::json scaler_state = scaler ? scaler->state_dict() : nlohmann::json();
+  const nlohmann::json fp8_state = parts.fp8 ? parts.fp8->state_dict() : nlohmann::json();
   try {
     mixtrain::detail::check_json_depth(extra, "extra");
-    optimizer.validate_state_dict(opt_state, opt_tensors);
-    scaler.validate_state_dict(scaler_state);
+    if (scaler) scaler->validate_state_dict(scaler_state);
+    if (parts.fp8) parts.fp8->validate_state_dict(fp8_state, std::map<std::string, Tensor>(model.begin(), model.end()));
   } catch (const Error& e) {
     MT_ERROR("save_checkpoint: refusing to write ", dir.string(), ", which load_checkpoint would reject (the ",
              "previous checkpoint is left as it was): ", e.what());
@@ -185,7 +198,7 @@ void save_checkpoint(const std::string& dir_in, const NamedTensors& model, const
   files[kModelFile] = write_tensor_file(staged / kModelFile, model, {{"format", "pt"}});
   run_hook(kModelFile);
   files[kOptimizerFile] =
-      write_tensor_file(staged / kOptimizerFile, opt_tensors, {{"format", "pt"}, {"optimizer", optimizer.name()}});
+      write_tensor_file(staged / kOptimizerFile, opt_tensors, {{"format", "pt"}, {"optimizer", optimizer.type}});
   run_hook(kOptimizerFile);
 
   const GeneratorState rng = default_generator().state();
@@ -194,11 +207,12 @@ void save_checkpoint(const std::string& dir_in, const NamedTensors& model, const
                                   {"step", step},
                                   {"files", files},
                                   {"optimizer", opt_state},
-                                  {"scaler", scaler_state},
                                   {"rng", {{"seed", rng.seed}, {"offset", rng.offset}}},
                                   {"extra", extra}};
+  if (scaler) trainer["scaler"] = scaler_state;
   if (parts.scheduler) trainer["scheduler"] = parts.scheduler->state_dict();
   if (parts.data) trainer["data"] = parts.data->state_dict();
+  if (parts.fp8) trainer["fp8"] = fp8_state;
   {
     const std::string text = mixtrain::detail::dump_json(trainer, 2, "save_checkpoint: trainer.json") + "\n";
     detail::DurableWriter w(staged / kTrainerFile);
@@ -212,8 +226,17 @@ void save_checkpoint(const std::string& dir_in, const NamedTensors& model, const
   guard.done = true;
 }
 
-int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, optim::Optimizer& optimizer,
-                        amp::GradScaler& scaler, nlohmann::json* extra, const CheckpointParts& parts) {
+// Where the optimizer's part of a checkpoint goes: checked with the rest, then given the stand-ins'
+// real tensors to read into.
+struct OptimizerSink {
+  std::function<void(const nlohmann::json& state, const NamedTensors& stand_ins)> check;
+  std::function<std::map<std::string, Tensor>(const nlohmann::json& state, const NamedTensors& stand_ins)> apply;
+};
+
+// scaler: null when the run has none; a checkpoint's "scaler" entry is then left unread, as a
+// part saved but not asked for.
+int64_t load_with(const std::string& dir_in, const NamedTensors& model, const OptimizerSink& optimizer,
+                  amp::GradScaler* scaler, nlohmann::json* extra, const CheckpointParts& parts) {
   fs::path dir = checkpoint_path(dir_in);
   remove_stale_staging(dir);
   if (!fs::exists(dir) && fs::exists(sibling(dir, ".mixtrain-old"))) dir = sibling(dir, ".mixtrain-old");
@@ -224,8 +247,9 @@ int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, op
   const mixtrain::detail::InputFile manifest(where, "load_checkpoint");
   const nlohmann::json trainer =
       mixtrain::detail::parse_json_bounded(manifest.read_all(mixtrain::detail::kMaxTextFileBytes), where);
-  json_io::check_object_keys(trainer, {"format", "version", "step", "files", "optimizer", "scaler", "rng"},
-                             {"extra", "scheduler", "data"},
+  // "scaler" is optional since runs without a GradScaler save none; older checkpoints all have one.
+  json_io::check_object_keys(trainer, {"format", "version", "step", "files", "optimizer", "rng"},
+                             {"extra", "scheduler", "data", "scaler", "fp8"},
                              where);
   MT_CHECK(json_io::json_string(trainer, "format", where) == kFormat, where, ".format must be \"", kFormat, "\"");
   const int64_t version = json_io::json_integer(trainer, "version", where, 0, std::numeric_limits<int64_t>::max());
@@ -256,7 +280,11 @@ int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, op
   std::vector<Tensor> destinations;  // in file order
   for (const auto& e : model_file.index().entries) {
     auto it = by_name.find(e.name);
-    MT_CHECK(it != by_name.end(), "load_checkpoint: ", mw, " has tensor \"", e.name, "\", which the model does not have");
+    MT_CHECK(it != by_name.end(), "load_checkpoint: ", mw, " has tensor \"", e.name, "\", which the model does not have",
+             e.name.find("fp8_") != std::string::npos
+                 ? " (FP8 scaling state: the checkpoint comes from FP8 training; give the model's Linear layers their "
+                   "state with amp::Fp8Scaling before loading)"
+                 : "");
     destinations.push_back(it->second);
   }
   model_file.verify();
@@ -267,8 +295,6 @@ int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, op
   NamedTensors stand_ins;
   for (const auto& e : opt_file.index().entries)
     stand_ins.emplace_back(e.name, zeros({}, TensorOptions(e.dtype)).expand(e.shape));
-  optimizer.validate_state_dict(trainer["optimizer"], stand_ins);
-  scaler.validate_state_dict(trainer["scaler"]);
   auto part = [&](const void* given, const char* key, const char* what) -> const nlohmann::json* {
     if (!given) return nullptr;
     MT_CHECK(trainer.contains(key), "load_checkpoint: ", where, " has no \"", key, "\" entry, but ", what,
@@ -277,15 +303,24 @@ int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, op
   };
   const nlohmann::json* scheduler_state = part(parts.scheduler, "scheduler", "a learning-rate scheduler");
   const nlohmann::json* data_state = part(parts.data, "data", "a data loader");
+  const nlohmann::json* scaler_state = part(scaler, "scaler", "a GradScaler");
+  if (scaler_state) scaler->validate_state_dict(*scaler_state);
   if (scheduler_state) parts.scheduler->validate_state_dict(*scheduler_state);
   if (data_state) parts.data->validate_state_dict(*data_state);
+  const nlohmann::json* fp8_state = part(parts.fp8, "fp8", "an amp::Fp8Scaling");
+  if (fp8_state) {
+    // The scales and histories as they would be loaded, read ahead (they are small) and checked.
+    std::map<std::string, Tensor> fp8_tensors;
+    for (const std::string& n : parts.fp8->tensor_names())
+      if (auto it = saved.find(n); it != saved.end()) fp8_tensors.emplace(n, model_file.read_entry(*it->second));
+    parts.fp8->validate_state_dict(*fp8_state, fp8_tensors);
+  }
+  optimizer.check(trainer["optimizer"], stand_ins);
 
   // 2. Apply; nothing below can fail on the checked data (short of a file being rewritten in
   // place while it is read, which read_into reports).
   model_file.read_into(destinations);
-  optimizer.load_state_dict(trainer["optimizer"], stand_ins);
-  std::map<std::string, Tensor> live;
-  for (const auto& [n, t] : optimizer.state_tensors()) live.emplace(n, t);
+  const std::map<std::string, Tensor> live = optimizer.apply(trainer["optimizer"], stand_ins);
   std::vector<Tensor> opt_destinations;
   for (const auto& e : opt_file.index().entries) {
     auto it = live.find(e.name);
@@ -293,12 +328,92 @@ int64_t load_checkpoint(const std::string& dir_in, const NamedTensors& model, op
     opt_destinations.push_back(it->second);
   }
   opt_file.read_into(opt_destinations);
-  scaler.load_state_dict(trainer["scaler"]);
+  if (scaler_state) scaler->load_state_dict(*scaler_state);
   default_generator().set_state(rng);
   if (scheduler_state) parts.scheduler->load_state_dict(*scheduler_state);
   if (data_state) parts.data->load_state_dict(*data_state);
+  if (fp8_state) parts.fp8->load_state_dict(*fp8_state);
   if (extra) *extra = trainer.contains("extra") ? trainer["extra"] : nlohmann::json::object();
   return step;
+}
+
+// The optimizer's state as data, checked by the optimizer that holds it.
+OptimizerState checked_state(const std::string& dir, const optim::Optimizer& optimizer) {
+  OptimizerState state{optimizer.name(), optimizer.state_dict(), optimizer.state_tensors()};
+  try {
+    optimizer.validate_state_dict(state.state, state.tensors);
+  } catch (const Error& e) {
+    MT_ERROR("save_checkpoint: refusing to write ", checkpoint_path(dir).string(), ", which load_checkpoint would ",
+             "reject (the previous checkpoint is left as it was): ", e.what());
+  }
+  return state;
+}
+
+OptimizerSink sink_of(optim::Optimizer& optimizer) {
+  OptimizerSink sink;
+  sink.check = [&](const nlohmann::json& state, const NamedTensors& stand_ins) {
+    optimizer.validate_state_dict(state, stand_ins);
+  };
+  sink.apply = [&](const nlohmann::json& state, const NamedTensors& stand_ins) {
+    optimizer.load_state_dict(state, stand_ins);
+    std::map<std::string, Tensor> live;
+    for (const auto& [n, t] : optimizer.state_tensors()) live.emplace(n, t);
+    return live;
+  };
+  return sink;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& dir, const NamedTensors& model, const optim::Optimizer& optimizer,
+                     const amp::GradScaler& scaler, int64_t step, const nlohmann::json& extra,
+                     const CheckpointParts& parts) {
+  save_impl(dir, model, checked_state(dir, optimizer), &scaler, step, extra, parts);
+}
+
+void save_checkpoint(const std::string& dir, const NamedTensors& model, const optim::Optimizer& optimizer,
+                     int64_t step, const nlohmann::json& extra, const CheckpointParts& parts) {
+  save_impl(dir, model, checked_state(dir, optimizer), nullptr, step, extra, parts);
+}
+
+void save_checkpoint(const std::string& dir, const NamedTensors& model, const OptimizerState& optimizer,
+                     const amp::GradScaler& scaler, int64_t step, const nlohmann::json& extra,
+                     const CheckpointParts& parts) {
+  save_impl(dir, model, optimizer, &scaler, step, extra, parts);
+}
+
+int64_t load_checkpoint(const std::string& dir, const NamedTensors& model, optim::Optimizer& optimizer,
+                        amp::GradScaler& scaler, nlohmann::json* extra, const CheckpointParts& parts) {
+  return load_with(dir, model, sink_of(optimizer), &scaler, extra, parts);
+}
+
+int64_t load_checkpoint(const std::string& dir, const NamedTensors& model, optim::Optimizer& optimizer,
+                        nlohmann::json* extra, const CheckpointParts& parts) {
+  return load_with(dir, model, sink_of(optimizer), nullptr, extra, parts);
+}
+
+int64_t load_checkpoint(const std::string& dir, const NamedTensors& model, OptimizerState& optimizer,
+                        const std::function<void(const OptimizerState&)>& check, amp::GradScaler& scaler,
+                        nlohmann::json* extra, const CheckpointParts& parts) {
+  OptimizerSink sink;
+  sink.check = [&](const nlohmann::json& state, const NamedTensors& stand_ins) {
+    OptimizerState s{state.is_object() && state.contains("type") && state["type"].is_string()
+                         ? state["type"].get<std::string>()
+                         : std::string(),
+                     state, stand_ins};
+    if (check) check(s);
+  };
+  sink.apply = [&](const nlohmann::json& state, const NamedTensors& stand_ins) {
+    optimizer = OptimizerState{state.value("type", std::string()), state, {}};
+    std::map<std::string, Tensor> out;
+    for (const auto& [n, t] : stand_ins) {
+      Tensor real = Tensor::empty(t.shape(), TensorOptions(t.dtype()));
+      optimizer.tensors.emplace_back(n, real);
+      out.emplace(n, real);
+    }
+    return out;
+  };
+  return load_with(dir, model, sink, &scaler, extra, parts);
 }
 
 }  // namespace mixtrain::io

@@ -90,4 +90,11 @@ void CheckpointTensorFile::read_into(const std::vector<Tensor>& dst) const {
            "place by another process); the model holds a partial load: load a checkpoint again");
 }
 
+Tensor CheckpointTensorFile::read_entry(const SafetensorsEntry& e) const {
+  NoGradGuard no_grad;
+  Tensor t = Tensor::empty(e.shape, TensorOptions(e.dtype));
+  file_.read_at(e.begin, t.raw_data(), static_cast<size_t>(e.end - e.begin));
+  return t;
+}
+
 }  // namespace mixtrain::io::detail

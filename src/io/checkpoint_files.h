@@ -27,6 +27,8 @@ class CheckpointTensorFile {
   // Reads each tensor into dst[i] (same order as index().entries; shapes and dtypes checked by
   // the caller), the CRC checked again on the way.
   void read_into(const std::vector<Tensor>& dst) const;
+  // One tensor into a new CPU tensor (its bytes as stored; verify() has checked the file's CRC).
+  Tensor read_entry(const SafetensorsEntry& e) const;
 
  private:
   [[noreturn]] void fail_crc(const std::string& what) const;

@@ -36,4 +36,24 @@ int64_t load_checkpoint(const std::string& dir, nn::Module& model, optim::Optimi
   return load_checkpoint(dir, module_tensors(model), optimizer, scaler, extra, parts);
 }
 
+void save_checkpoint(const std::string& dir, const nn::Module& model, const optim::Optimizer& optimizer, int64_t step,
+                     const nlohmann::json& extra, const CheckpointParts& parts) {
+  save_checkpoint(dir, module_tensors(model), optimizer, step, extra, parts);
+}
+
+int64_t load_checkpoint(const std::string& dir, nn::Module& model, optim::Optimizer& optimizer, nlohmann::json* extra,
+                        const CheckpointParts& parts) {
+  return load_checkpoint(dir, module_tensors(model), optimizer, extra, parts);
+}
+
+void save_checkpoint(const std::string& dir, const NamedTensors& model, const optim::Optimizer& optimizer,
+                     int64_t step) {
+  save_checkpoint(dir, model, optimizer, step, nlohmann::json::object());
+}
+
+void save_checkpoint(const std::string& dir, const nn::Module& model, const optim::Optimizer& optimizer,
+                     int64_t step) {
+  save_checkpoint(dir, module_tensors(model), optimizer, step, nlohmann::json::object());
+}
+
 }  // namespace mixtrain::io

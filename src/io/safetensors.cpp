@@ -23,8 +23,9 @@ struct DTypeName {
   DType dtype;
   const char* name;
 };
-constexpr DTypeName kNames[] = {{kFloat32, "F32"}, {kFloat16, "F16"}, {kBFloat16, "BF16"}, {kFloat64, "F64"},
-                                {kInt64, "I64"},   {kInt32, "I32"},   {kBool, "BOOL"}};
+constexpr DTypeName kNames[] = {{kFloat32, "F32"}, {kFloat16, "F16"}, {kBFloat16, "BF16"},        {kFloat64, "F64"},
+                                {kInt64, "I64"},   {kInt32, "I32"},   {kBool, "BOOL"},            {kFloat8E4M3FN, "F8_E4M3"},
+                                {kFloat8E5M2, "F8_E5M2"}};
 
 std::string le_u64(uint64_t v) {
   std::string s(8, '\0');
@@ -43,7 +44,7 @@ const char* safetensors_dtype(DType dtype) {
 DType dtype_from_safetensors(const std::string& s) {
   for (const auto& n : kNames)
     if (s == n.name) return n.dtype;
-  MT_ERROR("safetensors: unsupported dtype \"", s, "\" (expected one of F32, F16, BF16, F64, I64, I32, BOOL)");
+  MT_ERROR("safetensors: unsupported dtype \"", s, "\" (expected one of F32, F16, BF16, F64, I64, I32, BOOL, F8_E4M3, F8_E5M2)");
 }
 
 namespace detail {

@@ -9,8 +9,8 @@
 namespace mixtrain::memory {
 
 const char* role_name(Role role) {
-  static constexpr const char* names[] = {"parameter",  "gradient",  "optimizer_state", "master_weight",
-                                          "activation", "temporary", "workspace",       "input"};
+  static constexpr const char* names[] = {"parameter", "gradient",  "optimizer_state", "master_weight", "activation",
+                                          "temporary", "workspace", "input",           "fp8_copy",      "fp8_state"};
   static_assert(sizeof(names) / sizeof(names[0]) == kNumRoles);
   return names[static_cast<int>(role)];
 }

@@ -7,6 +7,7 @@
 #include "mixtrain/core/factories.h"
 #include "mixtrain/nn/init.h"
 #include "mixtrain/ops/functional.h"
+#include "nn/linear_fp8_hook.h"
 
 namespace mixtrain::nn {
 
@@ -35,13 +36,43 @@ void LinearImpl::check_input(const Tensor& input) const {
            input.defined() ? input.summary() : std::string("an undefined tensor"));
 }
 
+namespace detail {
+namespace {
+LinearFp8Hook g_fp8_hook = nullptr;
+}  // namespace
+void set_linear_fp8_hook(LinearFp8Hook hook) { g_fp8_hook = hook; }
+}  // namespace detail
+
+void LinearImpl::enable_fp8(int64_t history_len) {
+  MT_CHECK(history_len >= 1, "Linear.enable_fp8: history_len must be >= 1, got ", history_len);
+  if (fp8_) {
+    MT_CHECK(fp8_->amax_history.size(0) == history_len, "Linear(", options_.in_features(), ", ",
+             options_.out_features(), ").enable_fp8: the layer already has FP8 state with an amax history of ",
+             fp8_->amax_history.size(0), " steps, not ", history_len);
+    return;
+  }
+  auto s = std::make_shared<LinearFp8State>();
+  const TensorOptions f32 = TensorOptions(kFloat32).device(weight.device());
+  s->amax_history = register_buffer("fp8_amax_history", zeros({history_len, 3}, f32), BufferCast::KeepFloat32);
+  s->scale = register_buffer("fp8_scale", ones({3}, f32), BufferCast::KeepFloat32);
+  s->scale_inv = register_buffer("fp8_scale_inv", ones({3}, f32), BufferCast::KeepFloat32);
+  s->saturated = zeros({3}, TensorOptions(kInt64).device(weight.device()));
+  fp8_ = std::move(s);
+}
+
+Tensor LinearImpl::fp8_forward(const Tensor& input) {
+  return fp8_ && detail::g_fp8_hook ? detail::g_fp8_hook(*this, input) : Tensor();
+}
+
 Tensor LinearImpl::forward(const Tensor& input) {
   check_input(input);
+  if (Tensor y = fp8_forward(input); y.defined()) return y;
   return linear(input, weight, bias);
 }
 
 Tensor LinearImpl::forward_relu(const Tensor& input) {
   check_input(input);
+  if (Tensor y = fp8_forward(input); y.defined()) return relu(y);
   return linear_relu(input, weight, bias);
 }
 

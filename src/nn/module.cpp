@@ -91,8 +91,8 @@ void Module::visit_tensors(bool params, bool buffers, F&& f) const {
   Walker{params, buffers, f}.walk(*this, "");
 }
 
-std::vector<std::pair<std::string, Tensor>> Module::named_parameters(bool recurse) const {
-  std::vector<std::pair<std::string, Tensor>> out;
+OrderedDict<std::string, Tensor> Module::named_parameters(bool recurse) const {
+  OrderedDict<std::string, Tensor> out;
   if (!recurse) return parameters_;
   // A parameter shared by two submodules (tied weights) is listed once, under its first name,
   // as in PyTorch, so an optimizer does not update it twice.
@@ -109,9 +109,9 @@ std::vector<Tensor> Module::parameters(bool recurse) const {
   return out;
 }
 
-std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool recurse) const {
+OrderedDict<std::string, Tensor> Module::named_buffers(bool recurse) const {
   if (!recurse) return buffers_;
-  std::vector<std::pair<std::string, Tensor>> out;
+  OrderedDict<std::string, Tensor> out;
   std::unordered_set<const TensorImpl*> seen;
   visit_tensors(false, true, [&](const std::string& n, const Tensor& t, bool) {
     if (seen.insert(t.impl().get()).second) out.emplace_back(n, t);
@@ -125,7 +125,7 @@ std::vector<Tensor> Module::buffers(bool recurse) const {
   return out;
 }
 
-std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const { return children_; }
+OrderedDict<std::string, std::shared_ptr<Module>> Module::named_children() const { return children_; }
 
 std::vector<std::shared_ptr<Module>> Module::children() const {
   std::vector<std::shared_ptr<Module>> out;
@@ -133,10 +133,10 @@ std::vector<std::shared_ptr<Module>> Module::children() const {
   return out;
 }
 
-std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modules() const {
-  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
+OrderedDict<std::string, std::shared_ptr<Module>> Module::named_modules() const {
+  OrderedDict<std::string, std::shared_ptr<Module>> out;
   struct Walker {
-    std::vector<std::pair<std::string, std::shared_ptr<Module>>>& out;
+    OrderedDict<std::string, std::shared_ptr<Module>>& out;
     void walk(const Module& m, const std::string& prefix) const {
       for (const auto& [n, c] : m.children_) {
         const std::string name = prefix.empty() ? n : prefix + "." + n;

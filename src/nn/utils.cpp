@@ -37,6 +37,9 @@ V finish_norm(double p, const V& acc) {
 
 Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, double norm_type,
                        bool error_if_nonfinite) {
+  // Clipping is part of the update, between backward and the optimizer's step: a memory trace
+  // labels its buffers so (docs/MEMORY.md, the timeline's phases).
+  memory::PhaseScope phase(memory::Phase::Optimizer);
   MT_CHECK(norm_type > 0.0 && !std::isnan(norm_type), "clip_grad_norm_: norm_type must be > 0 or inf, got ",
            norm_type);
   MT_CHECK(!std::isnan(max_norm) && max_norm >= 0.0, "clip_grad_norm_: max_norm must be >= 0, got ", max_norm);

@@ -37,8 +37,12 @@ bool fused_attention_enabled() { return fused_enabled.load(std::memory_order_rel
 
 bool fused_attention_applies(const Tensor& q, const Tensor& attn_mask, int64_t s) {
   if (!fused_attention_enabled() || attn_mask.defined() || s == 0) return false;
-  const Device dev = q.device().type == DeviceType::Meta ? memory::dry_run_target() : q.device();
-  return backends::attention_forward.has(dev.type);
+  if (q.device().type != DeviceType::Meta) return backends::attention_forward.has(q.device().type);
+  // A dry run plans its target as a build with that backend runs it: a CUDA target takes the fused
+  // kernels the CUDA backend always registers, in a build without CUDA too (whose plan for a GPU
+  // would otherwise be the composite's, larger, and not what the GPU runs).
+  const DeviceType target = memory::dry_run_target().type;
+  return target == DeviceType::CUDA || backends::attention_forward.has(target);
 }
 
 Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Shape& batch, double scale,
@@ -62,7 +66,7 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
     const Shape qs = q.shape(), ks = k.shape(), vs = v.shape();
     const autograd::SavedTensor q_s = autograd::saved(qc, "input 0 (query)"), k_s = autograd::saved(kc, "input 1 (key)"),
                                 v_s = autograd::saved(vc, "input 2 (value)"), o_s = autograd::saved(out, "output 0");
-    autograd::record("ScaledDotProductAttentionBackward", {&out}, {&q, &k, &v}, [=](const TensorList& g) {
+    autograd::record("ScaledDotProductAttentionBackward0", {&out}, {&q, &k, &v}, [=](const TensorList& g) {
       const Tensor& qv = q_s;
       const Tensor go = g[0].to(qv.dtype()).contiguous().view({b, l, ev});
       const Tensor dq = new_empty({b, l, e}, qv), dk = new_empty({b, s, e}, qv), dv = new_empty({b, s, ev}, qv);

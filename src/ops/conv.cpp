@@ -112,7 +112,7 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
     const autograd::SavedTensor x_s = gw ? autograd::saved(xc, "input 0 (input)") : autograd::SavedTensor(),
                                 w_s = gx ? autograd::saved(wc, "input 1 (weight)") : autograd::SavedTensor();
     const Shape xs = x.shape(), ws = w.shape();
-    autograd::record("Conv2dBackward", {&out}, {&x, &w, &b},
+    autograd::record("Conv2dBackward0", {&out}, {&x, &w, &b},
                      [x_s, w_s, xs, ws, p, f, wf, gx, gw, gb](const TensorList& g) {
                        const Tensor go = g[0].contiguous(f);
                        TensorList r(3);
@@ -171,7 +171,7 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
     const autograd::SavedTensor x_s = gw ? autograd::saved(xc, "input 0 (input)") : autograd::SavedTensor(),
                                 w_s = gx ? autograd::saved(wc, "input 1 (weight)") : autograd::SavedTensor();
     const Shape xs = x.shape(), ws = w.shape();
-    autograd::record("ConvTranspose2dBackward", {&out}, {&x, &w, &b},
+    autograd::record("ConvTranspose2dBackward0", {&out}, {&x, &w, &b},
                      [x_s, w_s, xs, ws, p, f, wf, gx, gw, gb](const TensorList& g) {
                        const Tensor go = g[0].contiguous(f);
                        TensorList r(3);

@@ -29,7 +29,7 @@ Tensor to(const Tensor& x_in, DType dtype) {
   Tensor out = new_empty_preserving(x.shape(), x, dtype);
   copy_into(x, out);
   const DType src = x.dtype();
-  autograd::record("ToDtypeBackward", out, {&x}, [src](const TensorList& g) { return TensorList{g[0].to(src)}; });
+  autograd::record("ToBackward0", out, {&x}, [src](const TensorList& g) { return TensorList{g[0].to(src)}; });
   return out;
 }
 
@@ -47,7 +47,7 @@ Tensor to_device(const Tensor& x_in, Device device, bool non_blocking) {
   copy_into(src, out);
   if (!non_blocking && src.is_pinned() && device.is_cuda()) mixtrain::cuda::synchronize(device.index);
   const Device from = x.device();
-  autograd::record("ToDeviceBackward", out, {&x}, [from](const TensorList& g) { return TensorList{g[0].to(from)}; });
+  autograd::record("ToBackward0", out, {&x}, [from](const TensorList& g) { return TensorList{g[0].to(from)}; });
   return out;
 }
 }  // namespace
@@ -61,7 +61,7 @@ Tensor copy_as(const Tensor& x_in, MemoryFormat format) {
   check_defined("clone", x, "input");
   Tensor out = Tensor::empty(x.shape(), TensorOptions().dtype(x.dtype()).device(x.device()), format);
   copy_into(x, out);
-  autograd::record("CloneBackward", out, {&x}, [](const TensorList& g) { return TensorList{g[0]}; });
+  autograd::record("CloneBackward0", out, {&x}, [](const TensorList& g) { return TensorList{g[0]}; });
   return out;
 }
 }  // namespace
@@ -113,7 +113,7 @@ Tensor Tensor::pin_memory() const {
   const MemoryFormat format = x.suggest_memory_format();
   Tensor out = Tensor::empty(x.shape(), TensorOptions().dtype(x.dtype()).pinned_memory(true), format);
   copy_into(x.contiguous(format), out);
-  autograd::record("PinMemoryBackward", out, {&x}, [](const TensorList& g) { return TensorList{g[0]}; });
+  autograd::record("PinMemoryBackward0", out, {&x}, [](const TensorList& g) { return TensorList{g[0]}; });
   return out;
 }
 Tensor Tensor::contiguous() const { return mixtrain::contiguous(*this); }

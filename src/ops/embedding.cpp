@@ -38,7 +38,7 @@ Tensor embedding(const Tensor& input, const Tensor& weight, std::optional<int64_
   if (autograd::needs_grad({&w})) {
     const Shape ws = w.shape();
     const autograd::SavedTensor idx_s = autograd::saved(idx, "input 0 (indices)");
-    autograd::record("EmbeddingBackward", out, {&w}, [idx_s, pad, ws](const TensorList& g) {
+    autograd::record("EmbeddingBackward0", out, {&w}, [idx_s, pad, ws](const TensorList& g) {
       Tensor gw = Tensor::empty(ws, g[0].options());
       backends::embedding_backward(gw, g[0].contiguous(), idx_s, pad, gw);
       return TensorList{gw};

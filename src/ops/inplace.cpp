@@ -35,7 +35,7 @@ Tensor& Tensor::relu_() {
   if (autograd::needs_grad({&self})) {
     // relu(x) > 0 exactly where x > 0, so the output (all that is left) gives relu's gradient.
     const autograd::SavedTensor y_s = autograd::saved(self, "output 0 (self after relu_)");
-    autograd::record("ReluBackward (relu_)", self, {&self}, [y_s](const TensorList& g) {
+    autograd::record("ReluBackward0", self, {&self}, [y_s](const TensorList& g) {
       Tensor gx = new_empty_preserving(g[0].shape(), g[0]);
       backends::unary_backward(g[0], UnaryOp::Relu, y_s, Tensor(), g[0], gx, 0.0);
       return TensorList{gx};
@@ -65,7 +65,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
   self.bump_version();
   if (autograd::needs_grad({&self, &o})) {
     const Shape so = o.shape();
-    autograd::record("AddBackward (add_)", {&self}, {&self, &o}, [so](const TensorList& g) {
+    autograd::record("AddBackward0", {&self}, {&self, &o}, [so](const TensorList& g) {
       return TensorList{g[0], sum_to(g[0], so)};
     });
   }

@@ -61,7 +61,7 @@ Tensor nll_loss(const Tensor& logp_in, const Tensor& target, const CrossEntropyO
   if (autograd::needs_grad({&logp})) {
     const Shape shape = logp.shape();
     const autograd::SavedTensor tc_s = autograd::saved(tc, "input 1 (target)");  // count: private
-    autograd::record("NllLossBackward", loss, {&logp}, [tc_s, count, shape, outer, classes, inner, args](const TensorList& g) {
+    autograd::record("NllLossBackward0", loss, {&logp}, [tc_s, count, shape, outer, classes, inner, args](const TensorList& g) {
       Tensor grad = Tensor::empty(shape, g[0].options());
       backends::nll_loss_backward(grad, tc_s, outer, classes, inner, args, g[0].contiguous(), count, grad);
       return TensorList{grad};

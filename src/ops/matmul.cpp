@@ -19,6 +19,8 @@ void check_pair(const char* op, const Tensor& a, const Tensor& b) {
   check_defined(op, b, "second input");
   check_same_device(op, a, b);
   check_floating(op, a);
+  MT_CHECK(!is_float8(a.dtype()) && !is_float8(b.dtype()), op, ": float8 operands multiply through scaled_mm, ",
+           "with their scales; got ", describe(a), " and ", describe(b));
   MT_CHECK(a.dtype() == b.dtype(), op, ": expected both inputs to have the same dtype, got ", describe(a), " and ",
            describe(b), " (cast one, or run under autocast)");
 }
@@ -34,7 +36,7 @@ Tensor mm(const char* op, const Tensor& a, const Tensor& b) {
   if (autograd::needs_grad({&a, &b})) {
     const autograd::SavedTensor a_s = b.requires_grad() ? autograd::saved(a, "input 0") : autograd::SavedTensor();
     const autograd::SavedTensor b_s = a.requires_grad() ? autograd::saved(b, "input 1") : autograd::SavedTensor();
-    autograd::record("MmBackward", out, {&a, &b}, [a_s, b_s, op](const TensorList& g) {
+    autograd::record(a.dim() == 3 ? "BmmBackward0" : "MmBackward0", out, {&a, &b}, [a_s, b_s, op](const TensorList& g) {
       return TensorList{b_s.defined() ? mm(op, g[0], b_s.unpack().transpose(-1, -2)) : Tensor(),
                         a_s.defined() ? mm(op, a_s.unpack().transpose(-1, -2), g[0]) : Tensor()};
     });
@@ -79,7 +81,7 @@ Tensor linear_with_epilogue(const char* op, const Tensor& x_in, const Tensor& w_
     const autograd::SavedTensor y_s =
         epilogue == GemmEpilogue::Relu ? autograd::saved(out, "output 0") : autograd::SavedTensor();
     const bool gb = b.defined() && b.requires_grad();
-    const char* node = epilogue == GemmEpilogue::Relu ? "LinearReluBackward" : "LinearBackward";
+    const char* node = epilogue == GemmEpilogue::Relu ? "LinearReluBackward0" : "LinearBackward0";
     autograd::record(node, {&out}, {&x2, &w, &b}, [x_s, w_s, y_s, gb, op](const TensorList& g) {
       const Tensor go = y_s.defined() ? relu_backward_from_output(y_s, g[0]) : g[0];
       TensorList r(3);
@@ -89,7 +91,7 @@ Tensor linear_with_epilogue(const char* op, const Tensor& x_in, const Tensor& w_
       return r;
     });
   }
-  return out.reshape(out_shape);
+  return x.dim() == 2 ? out : out.reshape(out_shape);  // no view node for a matrix input
 }
 
 }  // namespace

@@ -99,7 +99,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
     const TensorOptions wo = options_of(w), bo = options_of(b);
     // mean and invstd are the op's own (nothing else can write them); x and w are checked.
     const autograd::SavedTensor xc_s = autograd::saved(xc, "input 0 (input)"), wc_s = autograd::saved(wc, "input 1 (weight)");
-    autograd::record("BatchNormBackward", {&out}, {&x, &w, &b}, [=](const TensorList& g) {
+    autograd::record("BatchNormBackward0", {&out}, {&x, &w, &b}, [=](const TensorList& g) {
       TensorList r{gx ? Tensor::empty(xs, g[0].options(), f) : Tensor(), grad_buffer(gw, {c}, wo), grad_buffer(gb, {c}, bo)};
       backends::batch_norm_backward(g[0], xc_s, kernel_view(g[0]), n, c, s, mean, invstd, wc_s, training,
                                           gx ? kernel_view(r[0]) : Tensor(), r[1], r[2]);
@@ -130,7 +130,7 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
     const Shape xs = x.shape();
     const TensorOptions wo = options_of(w), bo = options_of(b);
     const autograd::SavedTensor xc_s = autograd::saved(xc, "input 0 (input)"), wc_s = autograd::saved(wc, "input 1 (weight)");
-    autograd::record("GroupNormBackward", {&out}, {&x, &w, &b}, [=](const TensorList& g) {
+    autograd::record("GroupNormBackward0", {&out}, {&x, &w, &b}, [=](const TensorList& g) {
       TensorList r{grad_buffer(gx, xs, g[0].options()), grad_buffer(gw, {c}, wo), grad_buffer(gb, {c}, bo)};
       backends::group_norm_backward(g[0], xc_s, g[0].contiguous(), n, c, s, num_groups, mean, rstd, wc_s, r[0], r[1], r[2]);
       return r;
@@ -164,7 +164,7 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
     const Shape xs = x.shape(), ps = normalized_shape;
     const TensorOptions wo = options_of(w), bo = options_of(b);
     const autograd::SavedTensor xc_s = autograd::saved(xc, "input 0 (input)"), wc_s = autograd::saved(wc, "input 1 (weight)");
-    autograd::record("LayerNormBackward", {&out}, {&x, &w, &b}, [=](const TensorList& g) {
+    autograd::record("LayerNormBackward0", {&out}, {&x, &w, &b}, [=](const TensorList& g) {
       TensorList r{grad_buffer(gx, xs, g[0].options()), grad_buffer(gw, ps, wo), grad_buffer(gb, ps, bo)};
       backends::layer_norm_backward(g[0], xc_s, g[0].contiguous(), rows, cols, mean, rstd, wc_s, r[0], r[1], r[2]);
       return r;

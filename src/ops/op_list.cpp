@@ -3,6 +3,7 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <string>
 
 namespace mixtrain::amp {
 
@@ -57,6 +58,29 @@ std::array<std::atomic<amp::CastPolicy>, kNumOps>& live_table() {
 }  // namespace
 
 const char* op_name(OpId op) { return kNames[static_cast<int>(op)]; }
+
+std::string backward_node_name(std::string_view op) {
+  std::string out;
+  bool upper = true;
+  for (char c : op) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    out += upper && c >= 'a' && c <= 'z' ? static_cast<char>(c - 'a' + 'A') : c;
+    upper = false;
+  }
+  return out + "Backward0";
+}
+
+const char* backward_name(OpId op) {
+  static const std::array<std::string, kNumOps> names = [] {
+    std::array<std::string, kNumOps> n;
+    for (int i = 0; i < kNumOps; ++i) n[static_cast<size_t>(i)] = backward_node_name(kNames[i]);
+    return n;
+  }();
+  return names[static_cast<size_t>(op)].c_str();
+}
 
 bool op_from_name(std::string_view name, OpId* out) {
   for (int i = 0; i < kNumOps; ++i) {

@@ -76,7 +76,7 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, IntPair k
     const Shape xs = x.shape();
     // The indices are returned to the caller, so they are checked like any saved output.
     const autograd::SavedTensor indices_s = autograd::saved(indices, "output 1 (indices)");
-    autograd::record("MaxPool2dBackward", out, {&x}, [indices_s, xs, f](const TensorList& g) {
+    autograd::record("MaxPool2dBackward0", out, {&x}, [indices_s, xs, f](const TensorList& g) {
       Tensor gx = Tensor::empty(xs, g[0].options(), f);
       backends::max_pool2d_backward(gx, g[0].contiguous(f), indices_s, gx);
       return TensorList{gx};
@@ -118,7 +118,7 @@ Tensor upsample(OpId id, const Tensor& input, IntPair size, Upsample2dParams p, 
   backends::upsample2d(x, kernel_input(x), p, out);
   if (autograd::needs_grad({&x})) {
     const Shape xs = x.shape();
-    autograd::record(p.mode == UpsampleMode::Nearest ? "UpsampleNearest2dBackward" : "UpsampleBilinear2dBackward", out,
+    autograd::record(p.mode == UpsampleMode::Nearest ? "UpsampleNearest2dBackward0" : "UpsampleBilinear2dBackward0", out,
                      {&x}, [p, xs](const TensorList& g) {
                        Tensor gx = Tensor::empty(xs, g[0].options());
                        backends::upsample2d_backward(gx, g[0].contiguous(), p, gx);

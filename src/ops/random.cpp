@@ -65,7 +65,7 @@ Tensor dropout(const Tensor& x_in, double p, bool training) {
   const GeneratorState draws = default_generator().reserve_draws(static_cast<uint64_t>(x.numel()));
   const uint64_t seed = draws.seed, offset = draws.offset;
   Tensor out = apply_dropout_mask(x, p, seed, offset);
-  autograd::record("DropoutBackward", out, {&x}, [p, seed, offset](const TensorList& g) {
+  autograd::record("DropoutBackward0", out, {&x}, [p, seed, offset](const TensorList& g) {
     return TensorList{apply_dropout_mask(g[0], p, seed, offset)};
   });
   return out;
@@ -90,7 +90,7 @@ Tensor& dropout_(Tensor& x, double p, bool training) {
   }
   x.bump_version();
   if (autograd::needs_grad({&x})) {
-    autograd::record("DropoutBackward (dropout_)", x, {&x}, [p, seed, offset](const TensorList& g) {
+    autograd::record("DropoutBackward0", x, {&x}, [p, seed, offset](const TensorList& g) {
       return TensorList{p == 1.0 ? mul(g[0], 0.0) : apply_dropout_mask(g[0], p, seed, offset)};
     });
   }

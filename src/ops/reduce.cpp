@@ -137,7 +137,7 @@ Tensor minmax(const Tensor& x_in, int64_t dim, bool keepdim, bool is_max, Tensor
     const Shape xs = x.shape(), ks = p.keepdim_shape;
     // The indices are an output the caller can hold (indices_out), so they are checked as well.
     const autograd::SavedTensor idx_s = autograd::saved(idx, "output 1 (indices)");
-    autograd::record(is_max ? "MaxBackward" : "MinBackward", out, {&x}, [d, xs, ks, idx_s](const TensorList& g) {
+    autograd::record(is_max ? "MaxBackward0" : "MinBackward0", out, {&x}, [d, xs, ks, idx_s](const TensorList& g) {
       // One-hot of the picked positions along d, built from arange so any backend can run it.
       Shape pos_shape(xs.size(), 1);
       pos_shape[d] = xs[d];
@@ -163,7 +163,7 @@ Tensor sum(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim, s
   run_reduce(ReduceOp::Sum, x, p, out, Tensor());
   if (autograd::needs_grad({&x})) {
     const Shape xs = x.shape(), ks = p.keepdim_shape;
-    autograd::record("SumBackward", out, {&x}, [xs, ks](const TensorList& g) { return TensorList{g[0].reshape(ks).expand(xs)}; });
+    autograd::record("SumBackward0", out, {&x}, [xs, ks](const TensorList& g) { return TensorList{g[0].reshape(ks).expand(xs)}; });
   }
   return out;
 }
@@ -175,10 +175,21 @@ Tensor mean(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) 
   check_floating("mean", x);
   const ReducePlan p = plan_reduce("mean", x, dims, keepdim);
   const double n = static_cast<double>(reduced_count(x, p));
-  // Accumulate half inputs in fp32: their sum can overflow where the mean does not.
-  const DType acc = is_half(x.dtype()) ? kFloat32 : x.dtype();
-  Tensor s = mul(sum(x, dims, keepdim, acc), 1.0 / n);
-  return s.dtype() == x.dtype() ? s : s.to(x.dtype());
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    // Accumulate half inputs in fp32: their sum can overflow where the mean does not.
+    const DType acc = is_half(x.dtype()) ? kFloat32 : x.dtype();
+    const Tensor s = mul(sum(x.detach(), dims, keepdim, acc), 1.0 / n);
+    out = s.dtype() == x.dtype() ? s : s.to(x.dtype());
+  }
+  if (autograd::needs_grad({&x})) {
+    const Shape xs = x.shape(), ks = p.keepdim_shape;
+    autograd::record("MeanBackward0", out, {&x}, [xs, ks, n](const TensorList& g) {
+      return TensorList{mul(g[0].reshape(ks).expand(xs), 1.0 / n)};
+    });
+  }
+  return out;
 }
 
 Tensor max(const Tensor& x, int64_t dim, bool keepdim) { return minmax(x, dim, keepdim, true, nullptr); }

@@ -54,7 +54,7 @@ Tensor Tensor::view(const Shape& shape_in) const {
   MT_CHECK(is_contiguous(), "view: input ", describe(*this), " is not contiguous; use reshape()");
   Tensor out = make_view(*this, shape, contiguous_strides(shape), storage_offset());
   const Shape from = this->shape();
-  autograd::record("ViewBackward", out, {this}, [from](const TensorList& g) { return TensorList{g[0].reshape(from)}; });
+  autograd::record("ViewBackward0", out, {this}, [from](const TensorList& g) { return TensorList{g[0].reshape(from)}; });
   return out;
 }
 
@@ -81,7 +81,7 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
   std::swap(shape[a], shape[b]);
   std::swap(strides[a], strides[b]);
   Tensor out = make_view(*this, shape, strides, storage_offset());
-  autograd::record("TransposeBackward", out, {this}, [a, b](const TensorList& g) { return TensorList{g[0].transpose(a, b)}; });
+  autograd::record("TransposeBackward0", out, {this}, [a, b](const TensorList& g) { return TensorList{g[0].transpose(a, b)}; });
   return out;
 }
 
@@ -103,7 +103,7 @@ Tensor Tensor::permute(const Shape& dims) const {
     inverse[d] = static_cast<int64_t>(i);
   }
   Tensor out = make_view(*this, shape, strides, storage_offset());
-  autograd::record("PermuteBackward", out, {this}, [inverse](const TensorList& g) { return TensorList{g[0].permute(inverse)}; });
+  autograd::record("PermuteBackward0", out, {this}, [inverse](const TensorList& g) { return TensorList{g[0].permute(inverse)}; });
   return out;
 }
 
@@ -120,7 +120,7 @@ Tensor Tensor::slice(int64_t dim_in, int64_t start, int64_t end, int64_t step) c
   strides[d] *= step;
   Tensor out = make_view(*this, shape, strides, storage_offset() + start * stride(d));
   const Shape from = this->shape();
-  autograd::record("SliceBackward", out, {this}, [from, d, start, end, step](const TensorList& g) {
+  autograd::record("SliceBackward0", out, {this}, [from, d, start, end, step](const TensorList& g) {
     Tensor full = zeros(from, g[0].options());
     full.slice(d, start, end, step).copy_(g[0]);
     return TensorList{full};
@@ -151,21 +151,36 @@ Tensor Tensor::unsqueeze(int64_t dim_in) const {
   strides.insert(strides.begin() + d, st);
   Tensor out = make_view(*this, shape, strides, storage_offset());
   const Shape from = this->shape();
-  autograd::record("UnsqueezeBackward", out, {this}, [from](const TensorList& g) { return TensorList{g[0].reshape(from)}; });
+  autograd::record("UnsqueezeBackward0", out, {this}, [from](const TensorList& g) { return TensorList{g[0].reshape(from)}; });
   return out;
 }
 
-Tensor Tensor::squeeze(int64_t dim_in) const {
-  const int64_t d = wrap_dim(dim_in, dim(), "squeeze");
-  if (size(d) != 1) return *this;
-  Shape shape = this->shape(), strides = this->strides();
-  shape.erase(shape.begin() + d);
-  strides.erase(strides.begin() + d);
-  Tensor out = make_view(*this, shape, strides, storage_offset());
-  const Shape from = this->shape();
-  autograd::record("SqueezeBackward", out, {this}, [from](const TensorList& g) { return TensorList{g[0].reshape(from)}; });
+namespace {
+// x without the size-1 dims of `drop` (as one view and one node).
+Tensor squeeze_dims(const Tensor& x, const std::vector<bool>& drop) {
+  Shape shape, strides;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (drop[static_cast<size_t>(d)] && x.size(d) == 1) continue;
+    shape.push_back(x.size(d));
+    strides.push_back(x.stride(d));
+  }
+  if (static_cast<int64_t>(shape.size()) == x.dim()) return x;
+  Tensor out = make_view(x, shape, strides, x.storage_offset());
+  const Shape from = x.shape();
+  autograd::record("SqueezeBackward0", out, {&x}, [from](const TensorList& g) { return TensorList{g[0].reshape(from)}; });
   return out;
 }
+}  // namespace
+
+Tensor Tensor::squeeze(int64_t dim_in) const {
+  const int64_t d = wrap_dim(dim_in, dim(), "squeeze");
+  if (dim() == 0) return *this;  // a 0-d tensor's only dim is size 1 already
+  std::vector<bool> drop(static_cast<size_t>(dim()), false);
+  drop[static_cast<size_t>(d)] = true;
+  return squeeze_dims(*this, drop);
+}
+
+Tensor Tensor::squeeze() const { return squeeze_dims(*this, std::vector<bool>(static_cast<size_t>(dim()), true)); }
 
 Tensor Tensor::expand(const Shape& shape_in) const {
   const int64_t nd = static_cast<int64_t>(shape_in.size());
@@ -183,7 +198,7 @@ Tensor Tensor::expand(const Shape& shape_in) const {
   if (shape == this->shape()) return *this;
   Tensor out = make_view(*this, shape, strides, storage_offset());
   const Shape from = this->shape();
-  autograd::record("ExpandBackward", out, {this}, [from](const TensorList& g) { return TensorList{sum_to(g[0], from)}; });
+  autograd::record("ExpandBackward0", out, {this}, [from](const TensorList& g) { return TensorList{sum_to(g[0], from)}; });
   return out;
 }
 
@@ -192,5 +207,8 @@ Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) { return x.transpo
 Tensor permute(const Tensor& x, const Shape& dims) { return x.permute(dims); }
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) { return x.slice(dim, start, end, step); }
 Tensor expand(const Tensor& x, const Shape& shape) { return x.expand(shape); }
+Tensor squeeze(const Tensor& x) { return x.squeeze(); }
+Tensor squeeze(const Tensor& x, int64_t dim) { return x.squeeze(dim); }
+Tensor unsqueeze(const Tensor& x, int64_t dim) { return x.unsqueeze(dim); }
 
 }  // namespace mixtrain

@@ -28,7 +28,7 @@ Tensor softmax_impl(OpId id, const Tensor& x_in, int64_t dim, std::optional<DTyp
   backends::softmax(x, xc, outer, n, inner, log, causal_rows, out);
   if (autograd::needs_grad({&x})) {
     const autograd::SavedTensor y = autograd::saved(out, "output 0");
-    autograd::record(log ? "LogSoftmaxBackward" : "SoftmaxBackward", out, {&x}, [y, outer, n, inner, log](const TensorList& g) {
+    autograd::record(log ? "LogSoftmaxBackward0" : "SoftmaxBackward0", out, {&x}, [y, outer, n, inner, log](const TensorList& g) {
       Tensor gc = g[0].contiguous();
       Tensor gx = new_empty(gc.shape(), gc);
       backends::softmax_backward(gc, y, gc, outer, n, inner, log, gx);

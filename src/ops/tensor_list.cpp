@@ -55,7 +55,7 @@ Tensor cat_impl(const char* op, std::vector<Tensor>& ts, int64_t dim) {
   for (const Tensor& t : ts) inputs.push_back(&t);
   std::vector<Tensor*> outputs{&out};
   if (autograd::needs_grad(ts)) {
-    autograd::record("CatBackward", outputs, inputs, [offsets, lengths, d](const TensorList& g) {
+    autograd::record("CatBackward0", outputs, inputs, [offsets, lengths, d](const TensorList& g) {
       TensorList r(offsets.size());
       for (size_t i = 0; i < offsets.size(); ++i)
         if (offsets[i] >= 0) r[i] = g[0].narrow(d, offsets[i], lengths[i]);

@@ -24,6 +24,17 @@ T Tensor::item() const {
   return to_vector<T>()[0];
 }
 
+Scalar Tensor::item() const {
+  if (is_floating(dtype())) return Scalar(item<double>());
+  if (dtype() == kBool) return Scalar(item<bool>());
+  return Scalar(item<int64_t>());
+}
+
+Tensor Tensor::type_as(const Tensor& other) const {
+  MT_CHECK(defined() && other.defined(), "type_as: expected defined tensors");
+  return to(other.device(), other.dtype());
+}
+
 #define MT_INSTANTIATE_READERS(T)                   \
   template std::vector<T> Tensor::to_vector<T>() const; \
   template T Tensor::item<T>() const;

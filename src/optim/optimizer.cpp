@@ -59,7 +59,8 @@ void Optimizer::add_param_group(ParamGroup group) {
     group.set_options(defaults_->clone());
   } else {
     const OptimizerOptions& o = group.options();
-    MT_CHECK(typeid(o) == typeid(*defaults_), who, ": the group's options are of another optimizer's type (",
+    const OptimizerOptions& d = *defaults_;
+    MT_CHECK(typeid(o) == typeid(d), who, ": the group's options are of another optimizer's type (",
              name(), " needs ", name(), "Options)");
   }
   group.options().validate(name());

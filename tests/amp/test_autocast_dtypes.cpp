@@ -105,6 +105,20 @@ std::map<std::string, Invoker> invokers() {
   m["cat"] = {kAll, [](DType d) { return cat({make({2, 3}, d), make({1, 3}, d)}, 0); }};
   m["stack"] = {kAll, [](DType d) { return stack({make({2, 3}, d), make({2, 3}, d)}, 1); }};
   m["split"] = {kAll, [](DType d) { return split(make({6, 2}, d), 4, 0)[1]; }};
+  m["masked_fill"] = {kAll, [](DType d) { return masked_fill(make({2, 3}, d), gt(make({3}, kFloat32), zeros({3})), 1.0); }};
+  m["clamp"] = {kAll, [](DType d) { return clamp(make({4}, d), -1, 1); }};  // int bounds keep ints int
+  m["clamp_min"] = {kAll, [](DType d) { return clamp_min(make({4}, d), 0); }};
+  m["clamp_max"] = {kAll, [](DType d) { return clamp_max(make({4}, d), 0); }};
+  m["all"] = {kAll, [](DType d) { return all(make({2, 3}, d), {1}); }, [](DType) { return kBool; }};
+  m["any"] = {kAll, [](DType d) { return any(make({2, 3}, d)); }, [](DType) { return kBool; }};
+  m["topk"] = {kAll, [](DType d) { return std::get<0>(topk(make({2, 5}, d), 2)); }};
+  // The dtype is the output's (the operands are fp8 whatever the scope): autocast leaves it alone.
+  m["scaled_mm"] = {{kFloat32, kFloat16, kBFloat16}, [](DType d) {
+                      const Tensor a = to_float8(make({16, 32}, kFloat32), kFloat8E4M3FN);
+                      const Tensor b = to_float8(make({32, 16}, kFloat32), kFloat8E4M3FN);
+                      return scaled_mm(a, b, ones({1}), ones({1}), d);
+                    }};
+  m["norm"] = {kFloats, [](DType d) { return norm(make({2, 3}, d), 2, {1}); }};
   return m;
 }
 

@@ -15,7 +15,9 @@ using amp::CastPolicy;
 // PyTorch's CUDA autocast lists (docs/REFERENCE_AMP.md, autocast_mode.h
 // @d70fe7f3), restricted to names mixtrain has, plus cross_entropy from the docs-level fp32
 // list (§1.3 "Docs-level names") and the banned op (§1.4). Everything else is unlisted there
-// and must be passthrough. dot and addcmul are on the promote list.
+// and must be passthrough. dot and addcmul are on the promote list. norm is on PyTorch's
+// fp32_append_dtype list (norm.Scalar, norm.ScalarOpt_dim): its result is computed and returned
+// in fp32, which is what mixtrain's fp32 policy gives.
 const std::map<std::string, CastPolicy>& pytorch_cuda_lists() {
   static const std::map<std::string, CastPolicy> lists = {
       {"matmul", CastPolicy::LowerPrecision},
@@ -32,6 +34,7 @@ const std::map<std::string, CastPolicy>& pytorch_cuda_lists() {
       {"log", CastPolicy::Float32},
       {"pow", CastPolicy::Float32},
       {"rsqrt", CastPolicy::Float32},
+      {"norm", CastPolicy::Float32},
       {"mse_loss", CastPolicy::Float32},
       {"nll_loss", CastPolicy::Float32},
       {"binary_cross_entropy_with_logits", CastPolicy::Float32},

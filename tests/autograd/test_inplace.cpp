@@ -119,13 +119,13 @@ TEST(InplaceOps, RebaseTheGradFnAndBumpTheVersion) {
   const uint64_t v = h.version();
   h.relu_();
   EXPECT_EQ(h.version(), v + 1);
-  EXPECT_STREQ(h.grad_fn()->name(), "ReluBackward (relu_)");
+  EXPECT_STREQ(h.grad_fn()->name(), "ReluBackward0");
   h.add_(x);
   EXPECT_EQ(h.version(), v + 2);
-  EXPECT_STREQ(h.grad_fn()->name(), "AddBackward (add_)");
+  EXPECT_STREQ(h.grad_fn()->name(), "AddBackward0");
   F::dropout_(h, 0.5, true);
   EXPECT_EQ(h.version(), v + 3);
-  EXPECT_STREQ(h.grad_fn()->name(), "DropoutBackward (dropout_)");
+  EXPECT_STREQ(h.grad_fn()->name(), "DropoutBackward0");
   // Not training, or p = 0: untouched.
   F::dropout_(h, 0.5, false);
   F::dropout_(h, 0.0, true);
@@ -161,14 +161,14 @@ TEST(InplaceOps, WritingATensorThatBackwardSavedRaisesAtBackward) {
     if (op == Which::Relu) y.relu_();
     if (op == Which::Add) y.add_(x);
     if (op == Which::Dropout) F::dropout_(y, 0.5, true);
-    expect_error([&] { y.sum().backward(); }, {"sigmoid", kInplaceError, "output 0", "[2, 3]"});
+    expect_error([&] { y.sum().backward(); }, {"SigmoidBackward0", kInplaceError, "output 0", "[2, 3]"});
   }
   // relu_ saved its own result: writing it afterwards is caught too.
   Tensor x = random_tensor({2, 3}, mt::kFloat32, 2).set_requires_grad(true);
   Tensor h = mt::mul(x, 3.0);
   h.relu_();
   h.add_(x);
-  expect_error([&] { h.sum().backward(); }, {"ReluBackward (relu_)", kInplaceError, "output 0 (self after relu_)"});
+  expect_error([&] { h.sum().backward(); }, {"ReluBackward0", kInplaceError, "output 0 (self after relu_)"});
   // A saved input: mul saves both inputs; relu_ writes one after the mul.
   Tensor a = random_tensor({4}, mt::kFloat32, 3).set_requires_grad(true);
   Tensor b = mt::mul(a, 2.0);
@@ -183,7 +183,7 @@ TEST(InplaceOps, AStaleViewOrBaseIsRefusedWhenUsed) {
   Tensor h = mt::mul(x, 2.0);
   Tensor v = h.reshape({6});
   h.relu_();
-  expect_error([&] { (void)mt::mul(v, 3.0); }, {"mul", kInplaceError, "did not record"});
+  expect_error([&] { (void)mt::mul(v, 3.0); }, {"MulBackward0", kInplaceError, "did not record"});
   // The base of a view written in place likewise.
   Tensor h2 = mt::mul(x, 2.0);
   Tensor v2 = h2.reshape({6});

@@ -84,5 +84,38 @@ TEST_F(CudaReduce, SumsAroundKeptDimsMatchTheCpu) {
   }
 }
 
+// topk: the same picks, in the same order (ties by index, NaN first when largest), as the CPU,
+// for short and long rows and k from 1 to a whole row; its backward scatters into zeros.
+TEST_F(CudaReduce, TopkMatchesTheCpu) {
+  struct Rows {
+    int64_t rows, n, k;
+  };
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kInt32}) {
+    for (const Rows& r : {Rows{64, 300, 7}, Rows{1, 5000, 100}, Rows{3, 10, 10}, Rows{70000, 4, 1}}) {
+      Tensor x = random_tensor({r.rows, r.n}, kFloat32, 31, -20, 20).to(dt);  // half types: ties
+      if (is_floating(dt)) x.select(0, 0).narrow(0, 1, 2).fill_(NAN);
+      for (bool largest : {true, false}) {
+        const std::string what = std::string(dtype_name(dt)) + " [" + std::to_string(r.rows) + ", " +
+                                 std::to_string(r.n) + "] k " + std::to_string(r.k) + (largest ? " largest" : " smallest");
+        compare_backends("topk " + what, {x}, {{{r.rows, r.k}, dt, "values", exact()}, {{r.rows, r.k}, kInt64, "indices", exact()}},
+                         [r, largest](auto& b, const auto& in, const auto& out) {
+                           backends::topk(b, in[0], r.rows, r.n, r.k, largest, out[0], out[1]);
+                         });
+      }
+    }
+  }
+  for (DType dt : float_types()) {
+    const Tensor g = random_tensor({5, 3}, dt, 32);
+    const Tensor idx = from_vector(std::vector<int64_t>{4, 0, 2, 1, 3, 0, 0, 1, 2, 6, 5, 4, 2, 6, 3}, {5, 3});
+    compare_backends(std::string("topk_backward ") + dtype_name(dt), {g, idx}, {{{5, 7}, dt, "grad", exact()}},
+                     [](auto& b, const auto& in, const auto& out) { backends::topk_backward(b, in[0], in[1], 5, 7, 3, out[0]); });
+  }
+  Tensor x = random_tensor({4, 9}, kFloat32, 33).to(gpu_device()).set_requires_grad(true);
+  auto [values, indices] = x.topk(3, 0);
+  values.sum().backward();
+  EXPECT_EQ(x.grad().device(), gpu_device());
+  EXPECT_EQ(x.grad().sum().item<float>(), 27.0f);
+}
+
 }  // namespace
 }  // namespace mixtrain::testing

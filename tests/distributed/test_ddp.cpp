@@ -11,11 +11,14 @@
 #include "mixtrain/distributed/process_group.h"
 #include "mixtrain/distributed/sampler.h"
 #include "mixtrain/distributed/ddp.h"
+#include "compare.h"
 #include "ranks.h"
 
 namespace mt = mixtrain;
 namespace dist = mixtrain::distributed;
 namespace nn = mixtrain::nn;
+using mt_dist_test::bit_equal;
+using mt_dist_test::max_rel_diff;
 using mt_dist_test::run_ranks;
 
 namespace {
@@ -36,26 +39,6 @@ std::vector<double> env_weights() {
     }
   }
   return w;
-}
-
-// Largest |a - b| relative to max(1, |b|) over every parameter.
-double max_rel_diff(const std::vector<mt::Tensor>& a, const std::vector<mt::Tensor>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const auto x = a[i].to(mt::kFloat64).to_vector<double>();
-    const auto y = b[i].to(mt::kFloat64).to_vector<double>();
-    for (size_t k = 0; k < x.size(); ++k) worst = std::max(worst, std::abs(x[k] - y[k]) / std::max(1.0, std::abs(y[k])));
-  }
-  return worst;
-}
-
-bool bit_equal(const std::vector<mt::Tensor>& a, const std::vector<mt::Tensor>& b) {
-  for (size_t i = 0; i < a.size(); ++i) {
-    const auto x = a[i].to_vector<float>();
-    const auto y = b[i].to_vector<float>();
-    if (std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) != 0) return false;
-  }
-  return true;
 }
 
 }  // namespace

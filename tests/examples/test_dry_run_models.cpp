@@ -86,7 +86,9 @@ int64_t predicted_peak(const ModelCase& c, const Precision& p, mt::Device target
   model->to(mt::Device::meta());
   mt::optim::AdamW opt(model->parameters(), mt::optim::AdamWOptions(1e-3));
   std::optional<mt::amp::GradScaler> scaler = scaler_for(p);
-  const auto [x, y] = c.batch(mt::Device::meta());
+  const auto batch = c.batch(mt::Device::meta());  // a pair, not bindings: the lambda captures them
+  const auto& x = batch.first;
+  const auto& y = batch.second;
   return mem::dry_run(target, [&] { step(*model, opt, scaler, c, x, y, p, target.type); }).peak_bytes();
 }
 

@@ -70,7 +70,7 @@ TEST(ExampleFlags, SizesBelowTheirMinimumNameTheFlag) {
 TEST(ExampleFlags, BadValuesAndUnknownFlagsNameTheFlag) {
   for (const char* v : {"0", "-0.5", "nan", "inf", "1e999", "abc", "0.1x"})
     expect_usage_error({"--lr", v}, {"--lr", "positive number", v});
-  expect_usage_error({"--precision", "fp8"}, {"--precision", "fp32, fp16 or bf16", "fp8"});
+  expect_usage_error({"--precision", "fp4"}, {"--precision", "fp32, fp16, bf16 or fp8", "fp4"});
   expect_usage_error({"--device", "tpu"}, {"--device", "tpu"});
   expect_usage_error({"--bogus", "1"}, {"unknown flag --bogus"});
   expect_usage_error({"--steps", "3", "--nope"}, {"unknown flag --nope"});

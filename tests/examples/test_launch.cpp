@@ -197,7 +197,7 @@ int64_t mlp_rank_fit(int64_t global, int64_t budget) {
   q.spec.synthetic = true;
   q.precision = mixtrain::train::Precision::Fp32;
   q.global_batch_size = global;
-  const cli::FitResult fit = cli::fit_batch(q, budget, global);
+  const cli::FitResult fit = cli::fit_batch(q, budget, global, cli::FitBy::Allocated);
   return fit.fits ? fit.best.batch_size : 0;
 }
 

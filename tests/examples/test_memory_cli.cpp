@@ -112,7 +112,7 @@ TEST(MemoryCli, ByteSizesParseStrictlyAndErrorsNameTheFlag) {
 // and bf16 at the tiny presets.
 TEST(MemoryCli, JsonHasTheKeysAndThePeakMatchesTheMeasuredStep) {
   for (const std::string model : {"mlp", "unet", "transformer"}) {
-    for (const std::string precision : {"fp32", "bf16"}) {
+    for (const std::string precision : {"fp32", "bf16", "fp8"}) {
       SCOPED_TRACE(model + " " + precision);
       const nlohmann::json j = run_json("memory " + model + " --precision " + precision + " --device cpu --measure");
       for (const char* key : {"peak_bytes", "persistent_bytes", "activation_bytes", "plan_arena_bytes",
@@ -135,6 +135,9 @@ TEST(MemoryCli, JsonHasTheKeysAndThePeakMatchesTheMeasuredStep) {
       int64_t by_role = 0;
       for (const auto& [role, bytes] : j["peak_by_role"].items()) by_role += bytes.get<int64_t>();
       EXPECT_EQ(by_role, peak);
+      // FP8: the scaling state of the converted Linear layers is part of every instant (the UNet has none).
+      const bool fp8_layers = precision == "fp8" && model != "unet";
+      EXPECT_EQ(j["peak_by_role"]["fp8_state"].get<int64_t>() > 0, fp8_layers) << j["peak_by_role"].dump();
     }
   }
 }
@@ -149,23 +152,43 @@ TEST(MemoryCli, CudaTargetIsPlannedWithoutAGpu) {
   EXPECT_GE(cuda["persistent_bytes"].get<int64_t>(), int64_t{32} << 20);
 }
 
-TEST(MemoryCli, FitFindsTheLargestBatchThatFits) {
+TEST(MemoryCli, FitFindsTheLargestBatchWhoseReservedBytesFit) {
+  // The limit a device meets is the caching allocator's reserve: a batch fits when its predicted
+  // reserved bytes do, and the answer says which figure stopped the next batch.
   const nlohmann::json at64 = run_json("memory mlp --batch-size 64");
-  const int64_t limit = at64["peak_bytes"].get<int64_t>() + 100000;
+  const int64_t limit = at64["reserved_bytes"].get<int64_t>();
   const nlohmann::json fit = run_json("memory mlp --fit " + std::to_string(limit));
   const int64_t batch = fit["fit_batch_size"];
   EXPECT_GE(batch, 64);
   EXPECT_EQ(fit["batch_size"], batch);
+  EXPECT_LE(fit["reserved_bytes"].get<int64_t>(), limit);
   EXPECT_LE(fit["peak_bytes"].get<int64_t>(), limit);
   EXPECT_EQ(fit["fit_over_batch_size"].get<int64_t>(), batch + 1);
-  EXPECT_GT(fit["fit_over_peak_bytes"].get<int64_t>(), limit);
+  EXPECT_GT(fit["fit_over_reserved_bytes"].get<int64_t>(), limit);
+  EXPECT_EQ(fit["fit_binds"], fit["fit_over_peak_bytes"].get<int64_t>() > limit ? "allocated" : "reserved");
   // The next batch, asked for directly, does not fit.
-  EXPECT_GT(run_json("memory mlp --batch-size " + std::to_string(batch + 1))["peak_bytes"].get<int64_t>(), limit);
-  // The table form says the same.
+  EXPECT_GT(run_json("memory mlp --batch-size " + std::to_string(batch + 1))["reserved_bytes"].get<int64_t>(), limit);
+  // The table form says the same, with both figures.
   const CliRun table = run_mixtrain("memory mlp --fit " + std::to_string(limit));
   EXPECT_EQ(table.code, 0) << table.err;
-  EXPECT_NE(table.out.find("batch " + std::to_string(batch) + " is the largest that fits"), std::string::npos)
+  EXPECT_NE(table.out.find("batch " + std::to_string(batch) + " is the largest whose reserved bytes fit"), std::string::npos)
       << table.out;
+  EXPECT_NE(table.out.find("batch " + std::to_string(batch + 1) + " would reserve"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find(" binds"), std::string::npos) << table.out;
+}
+
+// --fit never calls a batch fitting whose reserved estimate exceeds the budget, even where the
+// allocated peak alone would fit: the full transformer on a CUDA target at the README's 8 GiB.
+TEST(MemoryCli, FitKeepsTheReservedEstimateWithinTheBudget) {
+  const int64_t limit = int64_t{8} << 30;
+  const nlohmann::json fit = run_json("memory transformer --size full --precision fp16 --device cuda --fit 8GiB");
+  const int64_t batch = fit["fit_batch_size"];
+  EXPECT_LE(fit["reserved_bytes"].get<int64_t>(), limit);
+  EXPECT_GT(fit["fit_over_reserved_bytes"].get<int64_t>(), limit);
+  EXPECT_EQ(fit["fit_over_batch_size"].get<int64_t>(), batch + 1);
+  const nlohmann::json next =
+      run_json("memory transformer --size full --precision fp16 --device cuda --batch-size " + std::to_string(batch + 1));
+  EXPECT_GT(next["reserved_bytes"].get<int64_t>(), limit);
 }
 
 // Models built for a dry run skip their weight initialisation (nn::init::SkipInitGuard): the
@@ -217,13 +240,15 @@ TEST(MemoryCli, UninitialisedMetaBuildPredictsAsTheInitialisedOne) {
     EXPECT_EQ(a.persistent_bytes, b.persistent_bytes);
     EXPECT_EQ(mixtrain::memory::replay_reserved_bytes(a.trace), mixtrain::memory::replay_reserved_bytes(b.trace));
     // The fit search, at a limit a few batches above the preset's.
-    const int64_t limit = a.peak_bytes + 3 * (a.activation_bytes / std::max<int64_t>(a.batch_size, 1));
+    EXPECT_EQ(a.reserved_bytes, b.reserved_bytes);
+    const int64_t limit = a.reserved_bytes + 3 * (a.activation_bytes / std::max<int64_t>(a.batch_size, 1));
     const cli::FitResult fa = cli::fit_batch(fast, limit), fb = cli::fit_batch(initialised, limit);
     ASSERT_TRUE(fa.fits);
     EXPECT_EQ(fa.best.batch_size, fb.best.batch_size);
     EXPECT_EQ(fa.best.peak_bytes, fb.best.peak_bytes);
     EXPECT_EQ(fa.over_batch, fb.over_batch);
     EXPECT_EQ(fa.over_peak_bytes, fb.over_peak_bytes);
+    EXPECT_EQ(fa.over_reserved_bytes, fb.over_reserved_bytes);
     EXPECT_EQ(fa.dry_runs, fb.dry_runs);
   }
 }
@@ -243,7 +268,7 @@ TEST(MemoryCli, UsageErrorsExitWith2NamingTheFlag) {
            {"memory mlp --fit 8XB", "--fit"},
            {"memory mlp --fit 0", "--fit"},
            {"memory mlp --fit", "--fit"},
-           {"memory mlp --precision fp8", "--precision"},
+           {"memory mlp --precision fp4", "--precision"},
            {"memory mlp --device tpu", "--device"},
            {"memory mlp --batch-size 0", "--batch-size"},
            {"memory mlp --size huge", "--size"},
@@ -277,4 +302,62 @@ TEST(MemoryCli, TimelineIsAWellFormedSvgWithPhasesAndTheArena) {
   EXPECT_GT(count("class=\"buffer\""), 10u);
   EXPECT_EQ(count("<text"), count("</text>"));
   EXPECT_EQ(count("<svg"), 1u);
+}
+
+namespace {
+double attribute(const std::string& element, const std::string& name) {
+  const size_t at = element.find(" " + name + "=\"");
+  EXPECT_NE(at, std::string::npos) << name << " missing in " << element;
+  return at == std::string::npos ? 0 : std::stod(element.substr(at + name.size() + 3));
+}
+}  // namespace
+
+// The phases read in the order they ran (the gradients zeroed, forward, backward, then the
+// optimizer: unscale, clipping and the step), each label in a box inside the picture and clear
+// of the others, and the picture ends below its last text.
+TEST(MemoryCli, TimelinePhaseLabelsReadInOrderInsideThePicture) {
+  for (const char* precision : {"fp32", "fp16"}) {
+    SCOPED_TRACE(precision);
+    const std::string path = ::testing::TempDir() + "memory_phases_" + std::to_string(::getpid()) + ".svg";
+    const CliRun r = run_mixtrain(std::string("memory unet --precision ") + precision + " --timeline " + path);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const std::string svg = slurp(path);
+    std::remove(path.c_str());
+    const std::string head = svg.substr(0, svg.find('>'));
+    const double width = attribute(head, "width"), height = attribute(head, "height");
+    std::vector<std::string> labels;
+    struct Box {
+      double x, y, w, h;
+    };
+    std::vector<Box> boxes;
+    for (size_t at = svg.find("<rect class=\"phase-label-box\""); at != std::string::npos;
+         at = svg.find("<rect class=\"phase-label-box\"", at + 1)) {
+      const std::string rect = svg.substr(at, svg.find("/>", at) - at);
+      boxes.push_back({attribute(rect, "x"), attribute(rect, "y"), attribute(rect, "width"), attribute(rect, "height")});
+      const size_t text = svg.find("class=\"phase-label\"", at);
+      const size_t open = svg.find('>', text) + 1;
+      labels.push_back(svg.substr(open, svg.find("</text>", open) - open));
+    }
+    EXPECT_EQ(labels, (std::vector<std::string>{"zero_grad", "forward", "backward", "optimizer"}));
+    for (size_t i = 0; i < boxes.size(); ++i) {
+      const Box& b = boxes[i];
+      EXPECT_GE(b.x, 0) << labels[i];
+      EXPECT_GE(b.y, 0) << labels[i];
+      EXPECT_LE(b.x + b.w, width) << labels[i];
+      EXPECT_LE(b.y + b.h, height) << labels[i];
+      // Wide enough for its text at 11 px (no glyph past the box).
+      EXPECT_GE(b.w, 6.0 * static_cast<double>(labels[i].size())) << labels[i];
+      for (size_t j = 0; j < i; ++j) {
+        const Box& o = boxes[j];
+        EXPECT_TRUE(b.x >= o.x + o.w || o.x >= b.x + b.w || b.y >= o.y + o.h || o.y >= b.y + b.h)
+            << labels[i] << " covers " << labels[j];
+      }
+    }
+    // No dead space: the lowest text (the arena's axis title) is near the bottom edge.
+    double lowest = 0;
+    for (size_t at = svg.find("<text"); at != std::string::npos; at = svg.find("<text", at + 1))
+      lowest = std::max(lowest, attribute(svg.substr(at, svg.find('>', at) - at), "y"));
+    EXPECT_LE(lowest, height);
+    EXPECT_GT(lowest, height - 20) << "empty space below the last text";
+  }
 }

@@ -1,7 +1,8 @@
 # Installs the build tree into a scratch prefix, checks that the installed CMake files and headers
 # name no path of this machine, then configures, builds and runs a consumer project that uses
 # find_package(mixtrain) with CUDA hidden from CMake (no CUDAToolkit package, no nvcc on PATH),
-# with the README's training loops (examples/readme/amp_loop.cpp) as a second program, and checks
+# with the README's training loops (examples/readme/amp_loop.cpp) as a second program and the
+# libtorch habits (consumer/libtorch_habits.cpp, against PyTorch's results) as a third, and checks
 # what the consumer's binary links: never libcudart, libcublas(Lt) or libcudnn itself, nor
 # through libmixtrain when mixtrain was built without CUDA.
 # Variables: BUILD (mixtrain's build dir), SOURCE (the consumer), WORK (scratch), MT_SOURCE_DIR,
@@ -66,6 +67,12 @@ endif()
 execute_process(COMMAND ${WORK}/build/consumer RESULT_VARIABLE rc)
 if(rc)
   message(FATAL_ERROR "the consumer program failed: ${rc}")
+endif()
+execute_process(COMMAND ${WORK}/build/libtorch_habits ${MT_SOURCE_DIR}/tests/ops/pytorch_reference/libtorch_ops.json
+                        ${WORK}/build RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "the libtorch habits program (tests/install/consumer/libtorch_habits.cpp), built against the "
+                      "package, disagrees with PyTorch or failed: ${rc}")
 endif()
 execute_process(COMMAND ${WORK}/build/readme_loop RESULT_VARIABLE rc)
 if(rc)

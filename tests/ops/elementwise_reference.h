@@ -35,6 +35,8 @@ inline std::optional<UnaryReference> unary_reference(backends::UnaryOp op) {
     case UnaryOp::Abs: return UnaryReference{[](double x, double) { return std::abs(x); }, -2, 2};
     case UnaryOp::Pow: return UnaryReference{[](double x, double a) { return std::pow(x, a); }, 0.1, 3, 1.7};
     case UnaryOp::Square: return UnaryReference{[](double x, double) { return x * x; }, -2, 2};
+    case UnaryOp::ClampMin: return UnaryReference{[](double x, double a) { return x < a ? a : x; }, -2, 2, 0.3};
+    case UnaryOp::ClampMax: return UnaryReference{[](double x, double a) { return x > a ? a : x; }, -2, 2, -0.4};
   }
   return std::nullopt;
 }

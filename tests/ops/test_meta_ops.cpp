@@ -2,6 +2,8 @@
 // dtype), autocast casts and gradients of the same call on the CPU; values cannot be read, meta
 // and real tensors do not mix, and printing shows no values. A new op in op_list.h fails the
 // walk until it gets a case here.
+#include <cctype>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <optional>
@@ -107,6 +109,26 @@ std::map<std::string, Case> cases() {
   c["cat"] = {two({2, 4}, {3, 4}), [](const Inputs& i) { return V{mt::cat({i[0], i[1]})}; }};
   c["stack"] = {two({3, 4}, {3, 4}), [](const Inputs& i) { return V{mt::stack({i[0], i[1]})}; }};
   c["split"] = {one({4, 3}), [](const Inputs& i) { return mt::split(i[0], 2); }};
+  c["masked_fill"] = {[] { return Inputs{leaf({3, 4}, 1), mt::gt(random_tensor({4}, mt::kFloat32, 4), mt::zeros({}))}; },
+                      [](const Inputs& i) { return V{mt::masked_fill(i[0], i[1], -1.5)}; }};
+  c["clamp"] = {one({3, 4}), [](const Inputs& i) { return V{mt::clamp(i[0], 0.7, 1.2)}; }};
+  c["clamp_min"] = {one({3, 4}), [](const Inputs& i) { return V{mt::clamp_min(i[0], 0.7)}; }};
+  c["clamp_max"] = {one({3, 4}), [](const Inputs& i) { return V{mt::clamp_max(i[0], 1.2)}; }};
+  // FP8 operands (no grad: scaled_mm is not differentiable; fp8_linear has the layer's backward).
+  c["scaled_mm"] = {[] {
+                      const Tensor s = mt::ones({1});
+                      return Inputs{mt::to_float8(random_tensor({16, 32}, mt::kFloat32, 1, -2, 2), mt::kFloat8E4M3FN),
+                                    mt::to_float8(random_tensor({32, 16}, mt::kFloat32, 2, -2, 2), mt::kFloat8E4M3FN), s,
+                                    s * 0.5};
+                    },
+                    [](const Inputs& i) { return V{mt::scaled_mm(i[0], i[1], i[2], i[3])}; }};
+  c["all"] = {one({3, 4}), [](const Inputs& i) { return V{mt::all(i[0], {1}), mt::all(i[0])}; }};
+  c["any"] = {one({3, 4}), [](const Inputs& i) { return V{mt::any(i[0], {0}, true), mt::any(i[0])}; }};
+  c["topk"] = {one({3, 5}), [](const Inputs& i) {
+                 auto [values, indices] = mt::topk(i[0], 2, 0);
+                 return V{values, indices};
+               }};
+  c["norm"] = {one({3, 4}), [](const Inputs& i) { return V{mt::norm(i[0], 2, {1}), mt::norm(i[0], INFINITY)}; }};
   return c;
 }
 
@@ -181,6 +203,37 @@ TEST(MetaOps, EveryOpGivesTheCpuOutputsAndGradientsWithAndWithoutAutocast) {
         expect_same_meta(cpu.outputs[o], meta.outputs[o], "output " + std::to_string(o));
       for (size_t g = 0; g < cpu.grads.size(); ++g) expect_same_meta(cpu.grads[g], meta.grads[g], "grad " + std::to_string(g));
     }
+  }
+}
+
+// grad_fn names follow one rule (docs/FROM_LIBTORCH.md): the op's name in CamelCase and
+// "Backward0", as PyTorch's MulBackward0. A composite shows the node of the op that ran last.
+TEST(MetaOps, GradFnNamesAreTheOpNameInCamelCaseAndBackward0) {
+  auto camel = [](const std::string& op) {
+    std::string out;
+    bool upper = true;
+    for (char c : op) {
+      if (c == '_') upper = true;
+      else out += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c, upper = false;
+    }
+    return out + "Backward0";
+  };
+  EXPECT_EQ(camel("log_softmax"), "LogSoftmaxBackward0");
+  const std::map<std::string, std::string> composites = {
+      {"contiguous", "CloneBackward0"},     {"reshape", "ViewBackward0"},      {"matmul", "MmBackward0"},
+      {"mse_loss", "MeanBackward0"},     {"cross_entropy", "NllLossBackward0"},
+      {"binary_cross_entropy_with_logits", "MeanBackward0"}, {"binary_cross_entropy", "MeanBackward0"},
+      {"dot", "ViewBackward0"},             {"addcmul", "AddBackward0"},       {"stack", "CatBackward0"},
+      {"split", "SliceBackward0"}};
+  const std::map<std::string, Case> all = cases();
+  for (int k = 0; k < mt::ops::kNumOps; ++k) {
+    const std::string name = mt::ops::op_name(static_cast<mt::ops::OpId>(k));
+    EXPECT_EQ(mt::ops::backward_name(static_cast<mt::ops::OpId>(k)), camel(name));
+    const Inputs in = all.at(name).inputs();
+    const Tensor out = all.at(name).run(in).front();
+    if (!out.grad_fn()) continue;  // no gradient: compare, argmax, all, any, scaled_mm
+    const auto composite = composites.find(name);
+    EXPECT_EQ(out.grad_fn()->name(), composite == composites.end() ? camel(name) : composite->second) << name;
   }
 }
 

@@ -80,6 +80,14 @@ TEST(ModelOpPolicies, DefaultsFollowPyTorchCudaLists) {
       {ops::OpId::cat, CastPolicy::Passthrough},
       {ops::OpId::stack, CastPolicy::Passthrough},
       {ops::OpId::split, CastPolicy::Passthrough},
+      {ops::OpId::norm, CastPolicy::Float32},  // torch.norm: fp32_append_dtype
+      {ops::OpId::clamp, CastPolicy::Passthrough},
+      {ops::OpId::clamp_min, CastPolicy::Passthrough},
+      {ops::OpId::clamp_max, CastPolicy::Passthrough},
+      {ops::OpId::masked_fill, CastPolicy::Passthrough},
+      {ops::OpId::topk, CastPolicy::Passthrough},
+      {ops::OpId::all, CastPolicy::Passthrough},
+      {ops::OpId::any, CastPolicy::Passthrough},
   };
   for (const auto& [op, policy] : expected) {
     EXPECT_EQ(ops::default_policy(op), policy) << ops::op_name(op);
@@ -170,4 +178,33 @@ TEST(ModelOpPolicies, Float32OpsUpcastHalfInputsAndPassthroughOpsKeepThem) {
   g_offers.clear();
   EXPECT_EQ(mt::cat({xh, xh, xf}).dtype(), mt::kFloat32);  // ordinary promotion
   EXPECT_TRUE(offered_once(ops::OpId::cat, 3));
+  // The ops a libtorch user reaches for next: norm runs in fp32 (its sums would lose range in
+  // fp16), the others keep the half dtype; each offers its tensors once.
+  g_offers.clear();
+  EXPECT_EQ(mt::norm(xh, 2, {1}).dtype(), mt::kFloat32);
+  EXPECT_TRUE(offered_once(ops::OpId::norm, 1));
+  g_offers.clear();
+  EXPECT_EQ(mt::clamp(xh, -0.5, 0.5).dtype(), mt::kFloat16);
+  EXPECT_TRUE(offered_once(ops::OpId::clamp, 1));
+  g_offers.clear();
+  EXPECT_EQ(mt::clamp(xh, std::optional<mt::Tensor>(xf), std::nullopt).dtype(), mt::kFloat32);  // promotion
+  EXPECT_TRUE(offered_once(ops::OpId::clamp, 3));
+  g_offers.clear();
+  EXPECT_EQ(mt::clamp_min(xh, 0).dtype(), mt::kFloat16);
+  EXPECT_TRUE(offered_once(ops::OpId::clamp_min, 1));
+  g_offers.clear();
+  EXPECT_EQ(mt::clamp_max(xh, 0).dtype(), mt::kFloat16);
+  EXPECT_TRUE(offered_once(ops::OpId::clamp_max, 1));
+  g_offers.clear();
+  EXPECT_EQ(mt::masked_fill(xh, xh.gt(0.0), 1.0).dtype(), mt::kFloat16);
+  EXPECT_TRUE(offered_once(ops::OpId::masked_fill, 2));  // the input and the value
+  g_offers.clear();
+  EXPECT_EQ(std::get<0>(mt::topk(xh, 2)).dtype(), mt::kFloat16);
+  EXPECT_TRUE(offered_once(ops::OpId::topk, 1));
+  g_offers.clear();
+  EXPECT_EQ(mt::all(xh).dtype(), mt::kBool);
+  EXPECT_TRUE(offered_once(ops::OpId::all, 1));
+  g_offers.clear();
+  EXPECT_EQ(mt::any(xh, {1}).dtype(), mt::kBool);
+  EXPECT_TRUE(offered_once(ops::OpId::any, 1));
 }

@@ -67,6 +67,11 @@ std::string NetnsHosts::unavailable_reason() {
   if (geteuid() != 0) return "network-namespace hosts need root (ip netns add); this test runs as uid " +
                              std::to_string(geteuid());
   if (sh("command -v ip >/dev/null 2>&1") != 0) return "the `ip` command (iproute2) is not installed";
+  // Each simulated host gets a /tmp of its own (bind-mounted over /tmp), which hides a build there.
+  std::error_code ec;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (self.rfind("/tmp/", 0) == 0)
+    return "the build is under /tmp (" + self + "), which each simulated host replaces with its own; build elsewhere";
   const std::string probe = std::string(kPrefix) + std::to_string(getpid()) + "-probe";
   if (sh("ip netns add " + probe + " >/dev/null 2>&1") != 0) return "`ip netns add` fails here (no namespaces?)";
   sh("ip netns del " + probe + " >/dev/null 2>&1");

@@ -101,4 +101,15 @@ void expect_error(F&& f, const std::string& needle) {
   expect_error(std::forward<F>(f), std::vector<std::string>{needle});
 }
 
+// A fresh directory under the system's temp directory (mkdtemp), removed with its contents when
+// the object goes.
+struct TempDir {
+  std::string path;
+  explicit TempDir(const std::string& prefix = "mt_test");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return path + "/" + name; }
+};
+
 }  // namespace mixtrain::testing

@@ -36,6 +36,20 @@ class AutoGradMode {
   bool prev_;
 };
 
+// libtorch's GradMode::is_enabled() / set_enabled().
+struct GradMode {
+  static bool is_enabled() { return autograd::is_grad_enabled(); }
+  static void set_enabled(bool enabled) { autograd::set_grad_enabled(enabled); }
+};
+
+// The guards are mixtrain::NoGradGuard as torch::NoGradGuard is; also reachable as
+// mixtrain::autograd::NoGradGuard for code that spells the autograd namespace.
+namespace autograd {
+using mixtrain::AutoGradMode;
+using mixtrain::GradMode;
+using mixtrain::NoGradGuard;
+}  // namespace autograd
+
 // RAII: marks the scope as a checkpoint's recomputation (autograd::is_checkpoint_recompute).
 class CheckpointRecomputeGuard {
  public:

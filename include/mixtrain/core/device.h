@@ -17,6 +17,8 @@ struct Device {
   constexpr Device() = default;
   // Implicit, so a device type stands for its device 0 as in libtorch: x.to(kCUDA).
   constexpr Device(DeviceType t, int i = 0) : type(t), index(i) {}  // NOLINT
+  // From "cpu", "cuda", "cuda:1" or "meta", as libtorch's Device("cuda:0") (Device::parse).
+  Device(const std::string& text) : Device(parse(text)) {}  // NOLINT: implicit, as in libtorch
 
   static Device cpu() { return {DeviceType::CPU, 0}; }
   static Device cuda(int index = 0) { return {DeviceType::CUDA, index}; }

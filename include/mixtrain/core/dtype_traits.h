@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "mixtrain/core/dtype.h"
+#include "mixtrain/core/float8.h"
 #include "mixtrain/core/half.h"
 
 namespace mixtrain {
@@ -16,6 +17,8 @@ template <> struct dtype_of<BFloat16> { static constexpr DType value = DType::BF
 template <> struct dtype_of<int64_t> { static constexpr DType value = DType::Int64; };
 template <> struct dtype_of<int32_t> { static constexpr DType value = DType::Int32; };
 template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
+template <> struct dtype_of<Float8E4M3FN> { static constexpr DType value = DType::Float8E4M3FN; };
+template <> struct dtype_of<Float8E5M2> { static constexpr DType value = DType::Float8E5M2; };
 
 // The type arithmetic on T runs in: fp32 for the half types (as tensor cores and PyTorch's
 // opmath do), T itself otherwise.

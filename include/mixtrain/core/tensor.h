@@ -13,6 +13,7 @@
 #include "mixtrain/core/device.h"
 #include "mixtrain/core/dtype.h"
 #include "mixtrain/core/elementwise_ops.h"
+#include "mixtrain/core/scalar.h"
 #include "mixtrain/core/shape.h"
 #include "mixtrain/core/storage.h"
 #include "mixtrain/core/tensor_options.h"
@@ -104,6 +105,9 @@ class Tensor {
   // Raw element pointer (storage base + offset).
   void* raw_data() const;
   template <class T> T* data_ptr() const;
+  // The one element as a Scalar (floating, integral or bool, after the dtype), as libtorch's
+  // item(); item<float>(), item<int64_t>() convert it.
+  Scalar item() const;
   template <class T> T item() const;
   template <class T> std::vector<T> to_vector() const;
 
@@ -133,6 +137,8 @@ class Tensor {
   // tensor, even when device and dtype already match.
   Tensor to(Device device, bool non_blocking = false, bool copy = false) const;
   Tensor to(Device device, DType dtype, bool non_blocking = false, bool copy = false) const;
+  // To other's dtype and device (libtorch's type_as; differentiable).
+  Tensor type_as(const Tensor& other) const;
   Tensor float_() const { return to(DType::Float32); }
   Tensor half() const { return to(DType::Float16); }
   Tensor bfloat16() const { return to(DType::BFloat16); }
@@ -156,6 +162,7 @@ class Tensor {
   Tensor select(int64_t dim, int64_t index) const;
   Tensor unsqueeze(int64_t dim) const;
   Tensor squeeze(int64_t dim) const;
+  Tensor squeeze() const;  // every dimension of size 1
   Tensor expand(const Shape& shape) const;
 
   // Math (methods mirror the free functions in <mixtrain/ops/functional.h>).
@@ -201,6 +208,31 @@ class Tensor {
   Tensor le(double other) const;
   Tensor gt(double other) const;
   Tensor ge(double other) const;
+  // Truth tests as bool tensors: whether every (any) element is non-zero, over all elements or
+  // over dims. bool equal(): same shape and values; allclose: |a - b| <= atol + rtol * |b|.
+  Tensor all() const;
+  Tensor all(const DimList& dims, bool keepdim = false) const;
+  Tensor any() const;
+  Tensor any(const DimList& dims, bool keepdim = false) const;
+  bool equal(const Tensor& other) const;
+  bool allclose(const Tensor& other, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false) const;
+  // Bounds as libtorch's clamp: an integral bound keeps an integer tensor integral, a floating one
+  // makes the result float; NaN stays NaN; the gradient passes where x was not clamped.
+  Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt) const;
+  Tensor clamp(const std::optional<Tensor>& min, const std::optional<Tensor>& max = std::nullopt) const;
+  Tensor clamp_min(const Scalar& min) const;
+  Tensor clamp_max(const Scalar& max) const;
+  Tensor clamp_min(const Tensor& min) const;
+  Tensor clamp_max(const Tensor& max) const;
+  // value where mask (bool, broadcast to this shape) is true; value cast to this dtype.
+  Tensor masked_fill(const Tensor& mask, const Scalar& value) const;
+  Tensor masked_fill(const Tensor& mask, const Tensor& value) const;  // value: 0-d
+  // The k largest (smallest) elements along dim and their int64 indices; sorted (ties: lower
+  // index first, NaN above every number, as PyTorch's topk).
+  std::tuple<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) const;
+  // The p-norm over all elements or over dims (p = 2, 1, inf, -inf, 0 or any other value).
+  Tensor norm(const Scalar& p = 2) const;
+  Tensor norm(const Scalar& p, const DimList& dims, bool keepdim = false) const;
   Tensor softmax(int64_t dim) const;
   Tensor log_softmax(int64_t dim) const;
   Tensor matmul(const Tensor& other) const;
@@ -216,6 +248,9 @@ class Tensor {
   Tensor& relu_();
   Tensor& mul_(double value);
   Tensor& mul_(const Tensor& other);  // other broadcast to this shape, cast to this dtype
+  // Not differentiable, as zero_/fill_: refuse a tensor that requires grad under grad mode.
+  Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
+  Tensor& masked_fill_(const Tensor& mask, const Scalar& value);
 
   // The in-place write count of the memory, shared with every view (StorageImpl::version).
   // Anything that writes a tensor's values in place outside the in-place ops bumps it.

@@ -61,7 +61,8 @@ class DataLoader {
   // The dataset must outlive the loader. A custom sampler replaces shuffle/seed.
   DataLoader(const Dataset& dataset, const DataLoaderOptions& options = {});
   DataLoader(const Dataset& dataset, std::shared_ptr<const Sampler> sampler, const DataLoaderOptions& options = {});
-  ~DataLoader();  // stops and joins the workers
+  // Stops and joins the workers. Virtual: make_data_loader returns loaders that own their dataset.
+  virtual ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 

@@ -21,6 +21,10 @@
 
 namespace mixtrain::amp {
 class GradScaler;
+class Fp8Scaling;
+}
+namespace mixtrain::distributed {
+class ZeroRedundancyOptimizer;
 }
 namespace mixtrain::distributed {
 class RankBalancer;
@@ -42,6 +46,10 @@ class DistributedDataParallelOptions {
   // Weight each rank's gradient by its batch (forward's input.size(0)) over the global batch.
   // Off: plain mean over ranks.
   MT_ARG(bool, weight_by_batch) = true;
+  // At construction, compare the ranks' models and broadcast rank 0's parameters and buffers
+  // (collectives every rank must call). Off for a rank that joins a running elastic job: the
+  // others built theirs long ago, and the elastic agent sends it the state.
+  MT_ARG(bool, init_sync) = true;
 };
 
 class DistributedDataParallel {
@@ -84,6 +92,11 @@ class DistributedDataParallel {
   Module& module() { return *module_; }
   std::vector<Tensor> parameters() const { return module_->parameters(); }
   distributed::ProcessGroup& group() { return *group_; }
+  // Communicates over `group` from now on (an elastic job's next generation, with other ranks and
+  // another world size): the buckets stay, a backward interrupted by the old group's failure is
+  // forgotten, and the scaler synced by sync_grad_scaler follows. Adaptive shares start again
+  // from the new group's rank_shares (set them first). Between steps only.
+  void set_process_group(std::shared_ptr<distributed::ProcessGroup> group);
 
   // While alive, backward accumulates into the grads without communicating (gradient
   // accumulation); the first backward after it reduces the accumulated gradients.
@@ -103,6 +116,9 @@ class DistributedDataParallel {
   // Makes the scaler agree on inf/NaN across ranks (MAX of the flags), so every rank skips or
   // steps together even where their gradients could differ.
   void sync_grad_scaler(amp::GradScaler& scaler);
+  // Makes every rank's FP8 scales the same: Fp8Scaling::update() reduces the step's amaxes with
+  // MAX across ranks before computing them (as TransformerEngine does).
+  void sync_fp8(amp::Fp8Scaling& fp8);
 
   // For a rank out of data: shadows the other ranks' steps (their per-step collectives, with
   // this rank contributing no samples) until every rank has called join(); then the parameters
@@ -127,6 +143,7 @@ class DistributedDataParallel {
   std::vector<std::vector<size_t>> bucket_assignment() const;
 
  private:
+  friend class distributed::ZeroRedundancyOptimizer;  // shards the buckets (zero.h)
   struct Reducer;
   void check_models_match();
   void broadcast_state();
@@ -137,6 +154,8 @@ class DistributedDataParallel {
   void send_step_timing();
   void observe_step_timing();
   void end_of_backward();
+  // The balancer for the group's shares (adaptive only), started from its weights.
+  void follow_rank_shares();
 
   std::unique_ptr<distributed::RankBalancer> balancer_;  // adaptive shares only
   Tensor timing_;
@@ -148,10 +167,13 @@ class DistributedDataParallel {
 
   std::shared_ptr<Module> module_;
   std::shared_ptr<distributed::ProcessGroup> group_;
+  // What sync_grad_scaler's hook reduces over: the current group_, also after set_process_group.
+  std::shared_ptr<std::shared_ptr<distributed::ProcessGroup>> scaler_group_;
   DistributedDataParallelOptions options_;
   std::unique_ptr<Reducer> reducer_;
   bool sync_ = true;
   bool scaler_synced_ = false;
+  int64_t fp8_layers_ = -1;  // sync_fp8: the FP8 layers whose amaxes join() must shadow
   bool loss_scaled_ = false;  // this step's loss went through scale_loss: gradients are weighted
   int64_t global_batch_ = 0;
   double weight_ = 1.0;

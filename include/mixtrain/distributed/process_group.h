@@ -30,6 +30,14 @@ struct LaunchEnv {
   std::string master_addr;  // empty when not given
   int master_port = 0;
   std::string source;  // "torchrun", "openmpi", "slurm" or "none"
+  // How often the launcher restarted the job ($MIXTRAIN_RESTART_COUNT, torchrun's
+  // $TORCHELASTIC_RESTART_COUNT): a trainer restarted after a failure resumes from its checkpoint.
+  int restart_count = 0;
+  // `mixtrain launch --elastic` ($MIXTRAIN_ELASTIC=1): survivors of a failed rank go on without a
+  // restart (distributed::ElasticAgent, elastic.h). `--join` ($MIXTRAIN_ELASTIC_JOIN=1): this
+  // process joins a running elastic job; its RANK and WORLD_SIZE are placeholders until admitted.
+  bool elastic = false;
+  bool elastic_join = false;
 };
 // Reads RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT, else Open MPI's
 // OMPI_COMM_WORLD_*, else Slurm's SLURM_PROCID/NTASKS/LOCALID; none set: rank 0 of 1. Malformed
@@ -78,6 +86,7 @@ class Work {
 class CommThread;
 class KeyValueStore;
 struct UncheckedCollectives;
+struct GroupInternals;
 
 class ProcessGroup {
  public:
@@ -97,7 +106,8 @@ class ProcessGroup {
   void set_timeout(std::chrono::milliseconds timeout);
 
   // How the ranks share each global batch: from the launcher (launch_rank_shares) for a group
-  // made by init_process_group/new_process_group, else even. DistributedSampler reads them at
+  // made by init_process_group/new_process_group, else even (an ElasticAgent's groups: set them to
+  // the members' weights, MembershipChange::weights). DistributedSampler reads them at
   // every batch and DistributedDataParallel moves adaptive ones, so set them before training, the
   // same on every rank. set_rank_shares checks one positive weight per rank (or none: even).
   RankShares rank_shares() const;
@@ -116,14 +126,38 @@ class ProcessGroup {
   Work all_gather_async(const Tensor& tensor, std::shared_ptr<std::vector<Tensor>> out);
   void barrier();
   Work barrier_async();
+  // ZeRO's collectives (PyTorch's names), on dense tensors of one dtype and device. reduce_scatter:
+  // `input` holds world_size() equal chunks; `output` (one chunk's size, and may be this rank's
+  // chunk of `input` itself) receives the reduction of every rank's chunk rank(). `input` is
+  // scratch afterwards. all_gather_into_tensor: `output` (world_size() chunks) receives every
+  // rank's `input` in rank order; `input` may be this rank's chunk of `output` (in place). Each
+  // moves (world_size - 1) / world_size of `output`'s (reduce-scatter: `input`'s) bytes per rank,
+  // half of a ring all-reduce's.
+  void reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::Sum);
+  Work reduce_scatter_tensor_async(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::Sum);
+  void all_gather_into_tensor(Tensor& output, const Tensor& input);
+  Work all_gather_into_tensor_async(const Tensor& output, const Tensor& input);
+
+  // False once a collective failed (a peer died, timed out or called something else): the group
+  // refuses further calls. An elastic trainer then builds a group for the ranks left.
+  bool healthy() const { return failure().empty(); }
+  // The first failure's message, naming the collective ("" while healthy).
+  std::string failure() const;
+  // Marks the group failed (reason), fails what is queued without running it and closes the
+  // transport's connections, so that peers blocked on this rank fail at once instead of at their
+  // timeout. Waits for a collective already running (bounded by the timeout). Idempotent.
+  void abort(const std::string& reason);
 
  private:
   friend struct UncheckedCollectives;  // DDP's buckets (src/distributed/internal.h)
+  friend struct GroupInternals;        // the elastic agent's groups
   Backend& backend_for(const Tensor& t, const char* op);
   // signature: what this rank calls, compared across ranks first when checking (empty: no check).
   Work submit(std::string what, std::vector<int64_t> signature, std::function<void()> fn);
   Work all_reduce_impl(const Tensor& tensor, ReduceOp op, bool check);
   Work broadcast_impl(const Tensor& tensor, int root, bool check);
+  Work reduce_scatter_impl(const Tensor& output, const Tensor& input, ReduceOp op, bool check);
+  Work all_gather_into_impl(const Tensor& output, const Tensor& input, bool check);
   std::string ranks_behind(const std::string& message) const;
   LaunchEnv env_;
   std::chrono::milliseconds timeout_;
@@ -131,9 +165,11 @@ class ProcessGroup {
   std::unique_ptr<Backend> cpu_;
   std::unique_ptr<Backend> cuda_;  // created on the first CUDA tensor
   std::unique_ptr<CommThread> comm_;
-  std::shared_ptr<std::string> failure_;  // set by the first failed collective; later calls refuse
+  struct Failure;
+  std::shared_ptr<Failure> failure_;  // set by the first failed collective; later calls refuse
   bool check_collectives_ = false;
   std::vector<std::string> rank_addresses_;
+  std::string cuda_refusal_;  // non-empty: CUDA tensors are refused with this reason (elastic groups)
   mutable std::mutex shares_mutex_;
   RankShares shares_;
 };

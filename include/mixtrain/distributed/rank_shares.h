@@ -48,7 +48,8 @@ std::vector<double> parse_rank_weights(const std::string& text, int world_size);
 // The shares the launcher asked for a job of world_size ranks: MIXTRAIN_RANK_WEIGHTS (weights, or
 // adaptive) or MIXTRAIN_RANK_BATCHES=auto (by_memory); neither set: even. A malformed value, a
 // count other than world_size, or both variables set is an Error naming the variable or quoting
-// the weights.
+// the weights. A process joining an elastic job ($MIXTRAIN_ELASTIC_JOIN=1) brings its own weight
+// ($MIXTRAIN_ELASTIC_WEIGHT, ElasticAgent's), so fixed weights are not its to take.
 RankShares launch_rank_shares(int world_size);
 
 // This rank's memory budget for MIXTRAIN_RANK_BATCHES=auto: $MIXTRAIN_RANK_MEMORY when set (an

@@ -28,4 +28,18 @@ constexpr int64_t kMaxFitBatch = int64_t{1} << 30;
 BatchFit fit_batch(const std::function<int64_t(int64_t batch)>& peak_bytes_at, int64_t limit_bytes,
                    int64_t min_batch, int64_t max_batch = kMaxFitBatch);
 
+// What a probe of the search below reports about one batch.
+struct BatchProbe {
+  int64_t bytes = 0;  // the figure kept within the limit
+  // A figure that grows smoothly with the batch, from which the first guess is drawn: the
+  // allocated peak when `bytes` is the caching allocator's reserved bytes, which rise in
+  // segment-sized steps (flat from 2 to 4 for a small model, leaving doubling to find the
+  // answer). -1: `bytes` itself.
+  int64_t trend_bytes = -1;
+};
+// The same search on probe(batch).bytes, its linear guess from the trend (BatchFit's peak_bytes
+// and over_peak_bytes are the probes' `bytes`).
+BatchFit fit_batch(const std::function<BatchProbe(int64_t batch)>& probe, int64_t limit_bytes, int64_t min_batch,
+                   int64_t max_batch = kMaxFitBatch);
+
 }  // namespace mixtrain::memory

@@ -27,8 +27,10 @@ enum class Role : uint8_t {
   Temporary,       // freed in the phase that made it
   Workspace,       // library scratch estimated for the target (cuBLAS / cuDNN / reductions)
   Input,           // alive before the step and of no role above: the batch, targets
+  Fp8Copy,         // fp8 copies of weights and activations the fp8 GEMMs read (amp/fp8.h)
+  Fp8State,        // fp8 scaling state: scales, inverse scales, amax histories
 };
-constexpr int kNumRoles = 8;
+constexpr int kNumRoles = 10;
 enum class Phase : uint8_t { Forward, Backward, Optimizer };
 constexpr int kNumPhases = 3;
 

@@ -1,6 +1,7 @@
 #pragma once
 // Linear (y = x W^T + b), Flatten and Identity.
 #include <cstdint>
+#include <memory>
 
 #include "mixtrain/nn/module.h"
 
@@ -18,6 +19,18 @@ class LinearOptions {
   int64_t in_features_;
   int64_t out_features_;
   bool bias_ = true;
+};
+
+// A Linear's FP8 scaling state (amp::Fp8Scaling, docs/FP8.md), one slot per cast tensor: 0 input,
+// 1 weight, 2 grad output. The first three are the module's buffers, saved with it:
+//   fp8_amax_history [history_len, 3]: row 0 this step's amaxes (accumulated), then earlier steps'
+//   fp8_scale [3], fp8_scale_inv [3]: data = fp8(x * scale); the GEMMs multiply by scale_inv
+// saturated counts this step's clamped values (not saved); generation grows with every change of
+// the scales (an update, a load), so a cached fp8 weight knows when it is stale.
+struct LinearFp8State {
+  Tensor amax_history, scale, scale_inv;  // fp32
+  Tensor saturated;                       // int64 [3]
+  int64_t generation = 0;
 };
 
 // weight [out, in] and bias [out], fp32, initialised as PyTorch's nn.Linear:
@@ -38,13 +51,23 @@ class LinearImpl : public Module {
 
   const LinearOptions& options() const { return options_; }
 
+  // Gives the layer its FP8 scaling state (scales 1, empty history) on the weight's device, as
+  // buffers; under amp::Fp8AutocastGuard it then runs in FP8. Called again: an Error unless
+  // history_len is the same (the state is kept).
+  void enable_fp8(int64_t history_len);
+  LinearFp8State* fp8_state() { return fp8_.get(); }  // nullptr until enable_fp8
+  const LinearFp8State* fp8_state() const { return fp8_.get(); }
+
   Tensor weight;
   Tensor bias;  // undefined when options.bias() is false
 
  private:
   void check_input(const Tensor& input) const;
+  // The FP8 forward when amp's FP8 autocast applies to this call; undefined otherwise.
+  Tensor fp8_forward(const Tensor& input);
 
   LinearOptions options_;
+  std::shared_ptr<LinearFp8State> fp8_;
 };
 MT_MODULE(Linear);
 

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "mixtrain/core/ordered_dict.h"
 #include "mixtrain/core/tensor.h"
 
 namespace mixtrain::nn {
@@ -33,14 +34,16 @@ class Module : public std::enable_shared_from_this<Module> {
 
   const std::string& name() const { return name_; }
 
+  // The named lists are OrderedDicts as in libtorch: items with .key() / .value() (and .first /
+  // .second), looked up by name with ["weight"], converting to a vector of pairs.
   std::vector<Tensor> parameters(bool recurse = true) const;
-  std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
+  OrderedDict<std::string, Tensor> named_parameters(bool recurse = true) const;
   std::vector<Tensor> buffers(bool recurse = true) const;
-  std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
-  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
+  OrderedDict<std::string, Tensor> named_buffers(bool recurse = true) const;
+  OrderedDict<std::string, std::shared_ptr<Module>> named_children() const;
   std::vector<std::shared_ptr<Module>> children() const;
   // Every descendant (not this module), pre-order, by dotted name ("0", "encoder.conv1").
-  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules() const;
+  OrderedDict<std::string, std::shared_ptr<Module>> named_modules() const;
 
   // Training mode for this module and its children (dropout, batch norm).
   virtual void train(bool on = true);
@@ -120,9 +123,7 @@ class ModuleHolder {
   }
 
   std::vector<Tensor> parameters(bool recurse = true) const { return impl_->parameters(recurse); }
-  std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const {
-    return impl_->named_parameters(recurse);
-  }
+  OrderedDict<std::string, Tensor> named_parameters(bool recurse = true) const { return impl_->named_parameters(recurse); }
   std::map<std::string, Tensor> state_dict() const { return impl_->state_dict(); }
   void load_state_dict(const std::map<std::string, Tensor>& s, bool strict = true) const { impl_->load_state_dict(s, strict); }
   void train(bool on = true) const { impl_->train(on); }

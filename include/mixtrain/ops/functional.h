@@ -3,6 +3,7 @@
 // op, shapes, dtypes and devices), offers them to autocast, records autograd and runs the kernel
 // of the inputs' device.
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "mixtrain/core/elementwise_ops.h"
@@ -60,7 +61,32 @@ Tensor lt(const Tensor& a, const Tensor& b);
 Tensor le(const Tensor& a, const Tensor& b);
 Tensor gt(const Tensor& a, const Tensor& b);
 Tensor ge(const Tensor& a, const Tensor& b);
+// where: any dtypes (promoted); differentiable in the floating ones.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+// x with `value` where mask is true (mask bool, broadcastable to x's shape; value cast to x's
+// dtype, a 0-d tensor value gets the gradient of the filled places).
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Tensor& value);
+// min(max(x, min), max) as libtorch: at least one bound; the result dtype promotes x with the
+// bounds (an int tensor with a floating bound gives float32); NaN propagates; the gradient
+// passes where min < x < max (0 on a bound, as PyTorch 2.x). The Tensor bounds broadcast and get
+// the gradient of the places they set, shared evenly with x where x equals the bound (PyTorch's
+// maximum/minimum rule).
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
+Tensor clamp(const Tensor& x, const std::optional<Tensor>& min, const std::optional<Tensor>& max = std::nullopt);
+Tensor clamp_min(const Tensor& x, const Scalar& min);
+Tensor clamp_max(const Tensor& x, const Scalar& max);
+
+// Truth tests. all/any: bool tensors, whether every/any element (over dims; all when empty) is
+// non-zero (NaN counts as non-zero); an empty reduction is true for all, false for any.
+// equal: same shape and the same values (after type promotion; NaN is never equal), on one device.
+// isclose: |a - b| <= atol + rtol * |b| elementwise, or a == b (infinities), NaNs equal only with
+// equal_nan; a and b of one dtype, broadcast. allclose: isclose everywhere.
+Tensor all(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor any(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+bool equal(const Tensor& a, const Tensor& b);
+Tensor isclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false);
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false);
 
 // Reductions. dims empty = all. dtype: accumulate and return in this dtype (as torch.sum(dtype=)).
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false,
@@ -70,6 +96,15 @@ Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor min(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor max(const Tensor& x);
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+// The k largest (largest = false: smallest) elements of x along dim, with their int64 indices:
+// always in order (sorted = false is accepted and gives the same), ties in index order, NaN
+// above every number. Floating x is differentiable (the gradient goes back to the picked places).
+std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true);
+// The p-norm over dims (all when empty), as torch.norm / linalg.vector_norm: p = 2 by default,
+// 1, inf (max |x|), -inf (min |x|), 0 (count of non-zeros) or any other p ((sum |x|^p)^(1/p)).
+// Floating x; half inputs are computed in fp32 and the result rounded once. Differentiable, with
+// PyTorch's subgradients (0 where the norm is 0; inf: split evenly among the maxima).
+Tensor norm(const Tensor& x, const Scalar& p = 2, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 Tensor softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
 Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
 
@@ -88,5 +123,8 @@ Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
 Tensor permute(const Tensor& x, const Shape& dims);
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
 Tensor expand(const Tensor& x, const Shape& shape);
+Tensor squeeze(const Tensor& x);               // every dimension of size 1
+Tensor squeeze(const Tensor& x, int64_t dim);
+Tensor unsqueeze(const Tensor& x, int64_t dim);
 
 }  // namespace mixtrain

@@ -2,6 +2,7 @@
 // Every op mixtrain has, with its default autocast policy (PyTorch's CUDA lists; an op they do
 // not list is Passthrough). This X-macro is the single source of op ids, names and policies.
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "mixtrain/ops/cast_policy.h"
@@ -20,6 +21,8 @@
   _(matmul, LowerPrecision)                                \
   _(bmm, LowerPrecision)                                   \
   _(linear, LowerPrecision)                                \
+  /* fp8 operands are never cast (PyTorch lists no fp8 op) */ \
+  _(scaled_mm, Passthrough)                                \
   /* elementwise arithmetic */                             \
   _(add, Passthrough)                                      \
   _(sub, Passthrough)                                      \
@@ -37,6 +40,10 @@
   _(gelu, Passthrough)                                     \
   _(silu, Passthrough)                                     \
   _(where, Passthrough)                                    \
+  _(masked_fill, Passthrough)                              \
+  _(clamp, Passthrough)                                    \
+  _(clamp_min, Passthrough)                                \
+  _(clamp_max, Passthrough)                                \
   _(compare, Passthrough)                                  \
   /* numerically unsafe in half precision */               \
   _(exp, Float32)                                          \
@@ -49,6 +56,11 @@
   _(max, Passthrough)                                      \
   _(min, Passthrough)                                      \
   _(argmax, Passthrough)                                   \
+  _(all, Passthrough)                                      \
+  _(any, Passthrough)                                      \
+  _(topk, Passthrough)                                     \
+  /* norm: fp32 as PyTorch's norm (fp32_append_dtype) */   \
+  _(norm, Float32)                                         \
   _(softmax, Float32OptDtype)                              \
   _(log_softmax, Float32OptDtype)                          \
   /* losses */                                             \
@@ -92,6 +104,11 @@ enum class OpId : uint16_t {
 constexpr int kNumOps = static_cast<int>(OpId::kCount);
 
 const char* op_name(OpId op);
+// The name of the autograd node an op records, PyTorch's scheme: the op's name in CamelCase and
+// "Backward0" (log_softmax -> "LogSoftmaxBackward0"; a trailing '_' of an in-place op is dropped,
+// relu_ -> "ReluBackward0"). PyTorch's digit numbers an op's overloads; mixtrain's is always 0.
+std::string backward_node_name(std::string_view op);
+const char* backward_name(OpId op);  // backward_node_name(op_name(op)), with static storage
 bool op_from_name(std::string_view name, OpId* out);
 amp::CastPolicy default_policy(OpId op);
 

@@ -8,9 +8,15 @@
 #include <functional>
 #include <initializer_list>
 #include <iosfwd>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
+#include "mixtrain/amp/autocast.h"
+#include "mixtrain/amp/fp8.h"
 #include "mixtrain/core/device.h"
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/data/dataloader.h"
@@ -20,12 +26,28 @@
 
 namespace mixtrain::train {
 
-enum class Precision { Fp32, Fp16, Bf16 };
-Precision parse_precision(const std::string& name);  // "fp32", "fp16", "bf16"
+// Fp8: nn::Linear layers in FP8 (amp::Fp8Scaling, the recipe of TrainOptions), bf16 elsewhere.
+enum class Precision { Fp32, Fp16, Bf16, Fp8 };
+Precision parse_precision(const std::string& name);  // "fp32", "fp16", "bf16", "fp8"
 const char* precision_name(Precision p);
+
+// The forward pass's scope for a precision: autocast to fp16 or bf16 (off for fp32), or FP8
+// autocast (amp::Fp8AutocastGuard: the Linear layers with FP8 state in FP8, bf16 elsewhere).
+class ForwardScope {
+ public:
+  ForwardScope(DeviceType device, Precision p, const amp::Fp8Recipe& recipe = amp::Fp8Recipe());
+
+ private:
+  std::optional<amp::AutocastGuard> autocast_;
+  std::optional<amp::Fp8AutocastGuard> fp8_;
+};
+// The model's FP8 scaling for Precision::Fp8 (its Linear layers get their state), else nullptr.
+std::unique_ptr<amp::Fp8Scaling> make_fp8_scaling(nn::Module& model, Precision p, const amp::Fp8Recipe& recipe);
 
 // CUDA when a device is present, else the CPU: the trainers' default.
 Device default_device();
+// Throws naming the device (and this rank's LOCAL_RANK) unless a CUDA device exists here.
+void check_device_available(const Device& d, const std::string& name);
 // "cpu" or "cuda" (or "cuda:N"); "cuda" without a usable device is an Error that says so. Under a
 // launcher with several ranks, "cuda" without an index is the rank's own GPU (rank_cuda_index).
 Device parse_device(const std::string& name);
@@ -60,6 +82,11 @@ class TrainTask {
   // Advances the data stream by n batches without computing anything (resume from a checkpoint
   // saved without the loader's position).
   virtual void skip_batches(int64_t n) = 0;
+  // Moves the data stream to where it stands after n batches from the start, forward or back, so
+  // that the next next_loss draws the batch of step n + 1: elastic training redoes an interrupted
+  // step on its batch, and a joiner starts where the job is. The default refuses (such a task
+  // cannot train with --elastic).
+  virtual void seek_batches(int64_t n);
   // The training data loader, when the task has one: its position is saved in checkpoints.
   virtual data::DataLoader* loader() { return nullptr; }
   // The learning-rate schedule the model trains with (none: a constant rate).
@@ -84,6 +111,10 @@ class TrainTask {
   virtual std::vector<int64_t> prepare_batch() { return {}; }
 
  protected:
+  // seek_batches of a task that draws from `loader` (whose state before its first batch is
+  // `start`), or, without one, counts its batches in `next`.
+  static void seek_stream(int64_t n, data::DataLoader* loader, const nlohmann::json& start, size_t& next);
+
   // The tensors' shapes one after another, each followed by -1: a plan key.
   static std::vector<int64_t> shapes_key(std::initializer_list<Tensor> tensors);
 
@@ -113,6 +144,7 @@ class TrainTask {
 // the global batch's, and only rank 0 saves checkpoints.
 struct TrainOptions {
   Precision precision = Precision::Fp16;
+  amp::Fp8Recipe fp8_recipe;   // for Precision::Fp8: delayed scaling, HYBRID, history 1024, max
   Device device = Device::cpu();
   int64_t steps = 100;
   double lr = 1e-3;
@@ -139,6 +171,9 @@ struct TrainOptions {
   // --rank-weights adaptive sets it too. The steps stay those of one process over the global
   // batch, whatever the split.
   bool adaptive_rank_weights = false;
+  // Data parallel: 1 shards AdamW's state across the ranks (distributed::ZeroRedundancyOptimizer,
+  // ZeRO-1); 0: every rank holds all of it.
+  int zero_stage = 0;
 };
 
 struct StepRecord {
@@ -150,17 +185,27 @@ struct StepRecord {
   double grad_norm = 0;  // total gradient norm after unscaling
   double seconds = 0;    // wall time of the step
   std::vector<int64_t> rank_rows;  // data parallel: every rank's rows of this step's batch
+  int rank = 0;          // data parallel: this process's rank when the step ended (rank 0 reports)
 };
 
 struct TrainResult {
   std::vector<StepRecord> records;
   int64_t first_step = 1;
+  // The checkpoint the run started from: TrainOptions::resume_dir, or save_dir when its launcher
+  // restarted it after a failure (--max-restarts: $MIXTRAIN_RESTART_COUNT > 0) and it holds one.
+  std::string resumed_from;
   int64_t skipped_steps = 0;
   double seconds = 0;
   memory::Stats memory;  // of options.device, peaks over the run
+  // This rank's optimizer state at the end (moments, master weights): a ZeRO-1 rank's shard.
+  int64_t optimizer_state_bytes = 0;
   // With memory_plan: plans built (one per batch shape), requests served from their arenas and
   // steps that differed from their plan, over this run.
   int64_t memory_plans = 0, plan_hits = 0, plan_misses = 0;
+  // Precision::Fp8: the FP8 layers' statistics of the last step, and the model's Linear layers
+  // (those left out by amp::Fp8Scaling's filter ran in bf16).
+  std::vector<amp::Fp8LayerStats> fp8_layers;
+  int64_t linear_layers = 0;
 };
 
 TrainResult train(TrainTask& task, const TrainOptions& options,

@@ -161,16 +161,28 @@ Partial run_all(const std::vector<Tensor>& grads, const std::vector<Tensor>& out
     for (int64_t b = 0; b < n; b += kChunk) items.push_back({t, b, std::min(n, b + kChunk)});
   }
   const int64_t count = static_cast<int64_t>(items.size());
+  // One partial per part, combined in part order (or, max and integer sums: exact in any order).
+  const int parts = total > kParallelGrain ? split_threads() : 1;
+  std::vector<Partial> partial(static_cast<size_t>(parts));
+  auto run_part = [&](int t, int nt) {
+    Partial& acc = partial[static_cast<size_t>(t)];
+    for (int64_t i = t * count / nt; i < (t + 1) * count / nt; ++i) {
+      const Item& it = items[static_cast<size_t>(i)];
+      Partial p;
+      run_chunk<Stats>(grads[it.t], outs[it.t], it.b, it.e, inv, grads[it.t].is_same(outs[it.t]) ||
+                       grads[it.t].raw_data() == outs[it.t].raw_data(), p);
+      acc.nonfinite |= p.nonfinite;
+      acc.max_abs = std::max(acc.max_abs, p.max_abs);
+      acc.zeros += p.zeros;
+      acc.subnormal += p.subnormal;
+    }
+  };
+  if (parts > 1) run_parallel(parts, run_part);
+  else run_part(0, 1);
   int bad = 0;
   float mx = 0.0f;
   int64_t zeros = 0, sub = 0;
-#pragma omp parallel for schedule(static) reduction(| : bad) reduction(max : mx) reduction(+ : zeros, sub) \
-    if (total > kParallelGrain)
-  for (int64_t i = 0; i < count; ++i) {
-    const Item& it = items[static_cast<size_t>(i)];
-    Partial p;
-    run_chunk<Stats>(grads[it.t], outs[it.t], it.b, it.e, inv, grads[it.t].is_same(outs[it.t]) ||
-                     grads[it.t].raw_data() == outs[it.t].raw_data(), p);
+  for (const Partial& p : partial) {
     bad |= p.nonfinite;
     mx = std::max(mx, p.max_abs);
     zeros += p.zeros;

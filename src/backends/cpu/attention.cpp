@@ -113,7 +113,9 @@ namespace attention_avx512 {
 // about as uninitialized (a false positive fixed in later GCC).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 __attribute__((target("avx512f"))) float exp_shifted(float* s, int64_t n, float shift) {
   const __m512 lo = _mm512_set1_ps(-87.3f), hi = _mm512_set1_ps(88.3f), one = _mm512_set1_ps(1.0f);
   const __m512 vshift = _mm512_set1_ps(shift);

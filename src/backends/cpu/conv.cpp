@@ -156,8 +156,8 @@ constexpr int64_t kPerThreadColumnBytes = int64_t(16) << 20;
 template <class W, class F>
 std::vector<SampleScratch<W>> for_each_sample(const Geometry& g, F&& f) {
   const int64_t column_bytes = g.c * g.kh * g.kw * g.l() * static_cast<int64_t>(sizeof(W));
-  const int threads = g.n >= 2 && column_bytes <= kPerThreadColumnBytes && !omp_in_parallel()
-                          ? static_cast<int>(std::min<int64_t>(omp_get_max_threads(), g.n))
+  const int threads = g.n >= 2 && column_bytes <= kPerThreadColumnBytes
+                          ? static_cast<int>(std::min<int64_t>(split_threads(), g.n))
                           : 1;
   std::vector<SampleScratch<W>> scratch(static_cast<size_t>(threads));
   if (threads == 1) {

@@ -3,6 +3,7 @@
 
 #include "backends/copy.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/fp8_convert.h"
 #include "backends/cpu/loops.h"
 
 namespace mixtrain::backends::cpu {
@@ -29,6 +30,36 @@ void copy_run(char* dst, const char* src, int64_t n, int64_t dst_stride, int64_t
   for (int64_t i = 0; i < n; ++i)
     *reinterpret_cast<To*>(dst + i * dst_stride) = convert<To>(*reinterpret_cast<const From*>(src + i * src_stride));
 }
+// Contiguous casts to and from fp8 (plain: e4m3fn saturates, e5m2 overflows to inf) through the
+// bulk converters, split over the threads. False when neither side is fp8 or the other side is
+// not fp32, fp16 or bf16.
+bool copy_float8_contiguous(const Tensor& src, const Tensor& dst) {
+  const int64_t n = src.numel();
+  const DType from = src.dtype(), to = dst.dtype();
+  if (!is_float8(from) && !is_float8(to)) return false;
+  auto to_fp8 = [&](const auto* in) {
+    uint8_t* out = static_cast<uint8_t*>(dst.raw_data());
+    parallel_for(n, kParallelGrain,
+                 [&](int64_t b, int64_t e) { to_fp8_array(in + b, out + b, e - b, to, nullptr, false, false); });
+    return true;
+  };
+  auto from_fp8 = [&](auto* out) {
+    const uint8_t* in = static_cast<const uint8_t*>(src.raw_data());
+    parallel_for(n, kParallelGrain, [&](int64_t b, int64_t e) { from_fp8_array(in + b, out + b, e - b, from); });
+    return true;
+  };
+  if (is_float8(to)) {
+    if (from == kFloat32) return to_fp8(src.data_ptr<float>());
+    if (from == kFloat16) return to_fp8(src.data_ptr<Half>());
+    if (from == kBFloat16) return to_fp8(src.data_ptr<BFloat16>());
+    return false;
+  }
+  if (to == kFloat32) return from_fp8(dst.data_ptr<float>());
+  if (to == kFloat16) return from_fp8(dst.data_ptr<Half>());
+  if (to == kBFloat16) return from_fp8(dst.data_ptr<BFloat16>());
+  return false;
+}
+
 }  // namespace
 
 void copy(const Tensor& src, const Tensor& dst) {
@@ -49,10 +80,11 @@ void copy(const Tensor& src, const Tensor& dst) {
       return convert_parallel(src.data_ptr<float>(), n, dst.data_ptr<BFloat16>());
     if (src.dtype() == kBFloat16 && dst.dtype() == kFloat32)
       return convert_parallel(src.data_ptr<BFloat16>(), n, dst.data_ptr<float>());
+    if (copy_float8_contiguous(src, dst)) return;
   }
-  dispatch_all(dst.dtype(), "copy", [&](auto to_tag) {
+  dispatch_all_and_float8(dst.dtype(), "copy", [&](auto to_tag) {
     using To = typename decltype(to_tag)::type;
-    dispatch_all(src.dtype(), "copy", [&](auto from_tag) {
+    dispatch_all_and_float8(src.dtype(), "copy", [&](auto from_tag) {
       using From = typename decltype(from_tag)::type;
       std::array<char*, 2> base{static_cast<char*>(dst.raw_data()), static_cast<char*>(src.raw_data())};
       std::array<const int64_t*, 2> strides{dst.strides().data(), src.strides().data()};
@@ -66,7 +98,7 @@ void copy(const Tensor& src, const Tensor& dst) {
 }
 
 void fill(const Tensor& dst, double value) {
-  dispatch_all(dst.dtype(), "fill", [&](auto tag) {
+  dispatch_all_and_float8(dst.dtype(), "fill", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T v = convert<T>(value);
     std::array<char*, 1> base{static_cast<char*>(dst.raw_data())};

@@ -11,13 +11,13 @@
 // further K blocking pays. Each output tile is summed by one thread in a fixed order, so results
 // do not depend on the thread count.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
 #include "backends/cpu/gemm_bf16.h"
+#include "backends/cpu/thread_pool.h"
 
 namespace mixtrain::backends::cpu::gemm_avx512bf16 {
 
@@ -27,6 +27,12 @@ constexpr int kMr = 8;   // rows of a tile
 constexpr int kNr = 32;  // columns of a tile (two zmm of fp32)
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Part `part` of `parts` of [0, count): [begin, end).
+void share(int64_t count, int part, int parts, int64_t& begin, int64_t& end) {
+  begin = count * part / parts;
+  end = count * (part + 1) / parts;
+}
 
 uint32_t to_bits(uint16_t v) { return v; }
 uint32_t to_bits(float f) {  // the high half: exact for widened bf16 values (gemm_bf16.h)
@@ -168,22 +174,42 @@ void product(const GemmBf16Call<S>& c) {
   const int64_t kp = cdiv(k, 2), panels = cdiv(n, kNr), tiles = cdiv(m, kMr);
   uint32_t* const bpack = b_scratch.get(panels * kp * kNr);
   uint32_t* const apack = a_scratch.get(tiles * kp * kMr);
-  // Small products stay on the calling thread: a team costs more than they take.
-  const bool team = m * n * k >= (int64_t(1) << 18) && !omp_in_parallel();
-#pragma omp parallel if (team)
-  {
-#pragma omp for schedule(static)
-    for (int64_t j = 0; j < panels; ++j) pack_b_panel(c.b, j * kNr, kp, bpack + j * kp * kNr);
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < tiles; ++i) pack_a_tile(c.a, i * kMr, kp, apack + i * kp * kMr);
-    // Panel-major: a thread's consecutive tiles share a B panel.
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < panels * tiles; ++t) {
-      const int64_t j = t / tiles, i = t % tiles;
-      const int64_t cols = n - j * kNr;
-      tile(apack + i * kp * kMr, bpack + j * kp * kNr, kp, c.out + i * kMr * c.ldc + j * kNr, c.ldc, m - i * kMr,
-           mask_of(cols), mask_of(cols - 16), c.accumulate);
+  // Small products stay on the calling thread: a region costs more than they take. Larger ones
+  // pack and multiply in three regions on the backend's worker threads (thread_pool.h).
+  const int threads = m * n * k >= (int64_t(1) << 18) ? region_threads() : 1;
+  struct Job {
+    const GemmBf16Call<S>& c;
+    int64_t m, n, kp, panels, tiles;
+    uint32_t *apack, *bpack;
+  } job{c, m, n, kp, panels, tiles, apack, bpack};
+  const RegionPartFn pack_b = [](void* ctx, int part, int parts) {
+    const Job& j = *static_cast<const Job*>(ctx);
+    int64_t b, e;
+    share(j.panels, part, parts, b, e);
+    for (int64_t p = b; p < e; ++p) pack_b_panel(j.c.b, p * kNr, j.kp, j.bpack + p * j.kp * kNr);
+  };
+  const RegionPartFn pack_a = [](void* ctx, int part, int parts) {
+    const Job& j = *static_cast<const Job*>(ctx);
+    int64_t b, e;
+    share(j.tiles, part, parts, b, e);
+    for (int64_t i = b; i < e; ++i) pack_a_tile(j.c.a, i * kMr, j.kp, j.apack + i * j.kp * kMr);
+  };
+  // Panel-major: a thread's consecutive tiles share a B panel.
+  const RegionPartFn multiply = [](void* ctx, int part, int parts) {
+    const Job& j = *static_cast<const Job*>(ctx);
+    int64_t b, e;
+    share(j.panels * j.tiles, part, parts, b, e);
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t p = t / j.tiles, i = t % j.tiles;
+      const int64_t cols = j.n - p * kNr;
+      tile(j.apack + i * j.kp * kMr, j.bpack + p * j.kp * kNr, j.kp, j.c.out + i * kMr * j.c.ldc + p * kNr, j.c.ldc,
+           j.m - i * kMr, mask_of(cols), mask_of(cols - 16), j.c.accumulate);
     }
+  };
+  const RegionPartFn steps[] = {pack_b, pack_a, multiply};
+  for (RegionPartFn step : steps) {
+    if (threads > 1) run_region(threads, threads, step, &job);
+    else step(&job, 0, 1);
   }
 }
 

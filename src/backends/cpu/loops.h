@@ -29,10 +29,16 @@ void dispatch_floating(DType dtype, const char* op, F&& f) {
   dispatch_floating_types<Half, BFloat16>(dtype, op, "CPU", std::forward<F>(f));
 }
 
-// Calls f(Tag<T>{}) for every dtype.
+// Calls f(Tag<T>{}) for every dtype but fp8.
 template <class F>
 void dispatch_all(DType dtype, const char* op, F&& f) {
   dispatch_all_types<Half, BFloat16>(dtype, op, "CPU", std::forward<F>(f));
+}
+
+// Calls f(Tag<T>{}) for every dtype, fp8 included (copy, fill).
+template <class F>
+void dispatch_all_and_float8(DType dtype, const char* op, F&& f) {
+  dispatch_all_and_float8_types<Half, BFloat16>(dtype, op, "CPU", std::forward<F>(f));
 }
 
 // Elements below which a loop stays on one thread. 8192 measured best on 2 cores (the small
@@ -164,14 +170,19 @@ S lane_sum(int64_t n, F&& f) {
 }
 
 // n elements between a half type and fp32, in vectorized bulk conversions split over the threads.
-// One value converted as the GPU does it: half types through fp32, bool as x != 0.
+template <class T>
+constexpr bool kIsFloat8 = std::is_same_v<T, Float8E4M3FN> || std::is_same_v<T, Float8E5M2>;
+
+// One value converted as the GPU does it: half and fp8 types through fp32, bool as x != 0.
 template <class To, class From>
 To convert(From v) {
-  if constexpr (std::is_same_v<To, bool>) {
+  if constexpr (std::is_same_v<To, From>) {
+    return v;
+  } else if constexpr (std::is_same_v<To, bool>) {
     return static_cast<float>(v) != 0.0f;
-  } else if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) {
-    return static_cast<To>(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
+  } else if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16> || kIsFloat8<From>) {
+    return convert<To>(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16> || kIsFloat8<To>) {
     // fp64 -> half through fp32 would round twice; PyTorch rounds double to float first as well,
     // and so does the GPU, so we match them.
     return To(static_cast<float>(v));

@@ -85,8 +85,9 @@ void gemm_typed(const MatrixView& a, const MatrixView& b, S* out, int64_t batch,
   };
   if (batch > 1) {
     // Batched products are small: parallelize across the batch, Eigen runs single-threaded inside.
-#pragma omp parallel for schedule(static)
-    for (int64_t bi = 0; bi < batch; ++bi) one(bi);
+    parallel_for(batch, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t bi = b0; bi < b1; ++bi) one(bi);
+    });
   } else {
     one(0);
   }

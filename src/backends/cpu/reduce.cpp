@@ -1,4 +1,5 @@
 // Reductions, softmax and log_softmax over the middle axis of an [outer, n, inner] view.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -27,24 +28,25 @@ double grad_norm_part(const T* g, int64_t n, double p) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> part(static_cast<size_t>(chunks), 0.0);
   const bool inf = std::isinf(p);
-#pragma omp parallel for schedule(static) if (n > kChunk)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
-    double acc = 0.0;
-    if (inf) {
-      for (int64_t i = b; i < e; ++i) {
-        acc = max_keeping_nan(acc, std::fabs(static_cast<double>(static_cast<acc_t<T>>(g[i]))));
+  parallel_for(chunks, n > kChunk ? 1 : chunks, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
+      double acc = 0.0;
+      if (inf) {
+        for (int64_t i = b; i < e; ++i) {
+          acc = max_keeping_nan(acc, std::fabs(static_cast<double>(static_cast<acc_t<T>>(g[i]))));
+        }
+      } else if (p == 2.0) {
+        acc = lane_sum(e - b, [&](int64_t i) {
+          const double v = static_cast<double>(static_cast<acc_t<T>>(g[b + i]));
+          return v * v;
+        });
+      } else {
+        for (int64_t i = b; i < e; ++i) acc += std::pow(std::fabs(static_cast<double>(static_cast<acc_t<T>>(g[i]))), p);
       }
-    } else if (p == 2.0) {
-      acc = lane_sum(e - b, [&](int64_t i) {
-        const double v = static_cast<double>(static_cast<acc_t<T>>(g[b + i]));
-        return v * v;
-      });
-    } else {
-      for (int64_t i = b; i < e; ++i) acc += std::pow(std::fabs(static_cast<double>(static_cast<acc_t<T>>(g[i]))), p);
+      part[static_cast<size_t>(c)] = acc;
     }
-    part[static_cast<size_t>(c)] = acc;
-  }
+  });
   double total = 0.0;
   for (double v : part) total = inf ? max_keeping_nan(total, v) : total + v;
   return total;
@@ -102,6 +104,55 @@ void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inne
   });
 }
 
+void topk(const Tensor& x, int64_t rows, int64_t n, int64_t k, bool largest, const Tensor& values,
+          const Tensor& indices) {
+  MT_CHECK(x.is_contiguous() && values.is_contiguous() && indices.is_contiguous(), "topk: expected contiguous tensors");
+  dispatch_all(x.dtype(), "topk", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const T* px = x.data_ptr<T>();
+    T* pv = values.data_ptr<T>();
+    int64_t* pi = indices.data_ptr<int64_t>();
+    parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, n)), [&](int64_t rb, int64_t re) {
+      std::vector<int64_t> order(static_cast<size_t>(n));
+      for (int64_t r = rb; r < re; ++r) {
+        const T* row = px + r * n;
+        // A strict total order: NaN above every number, then by value, then by index.
+        auto before = [&](int64_t i, int64_t j) {
+          const A a = static_cast<A>(row[i]), b = static_cast<A>(row[j]);
+          const bool na = is_nan_value(a), nb = is_nan_value(b);
+          if (na != nb) return largest ? na : nb;
+          if (!na && a != b) return largest ? a > b : a < b;
+          return i < j;
+        };
+        for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+        std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
+        for (int64_t j = 0; j < k; ++j) {
+          pv[r * k + j] = row[order[static_cast<size_t>(j)]];
+          pi[r * k + j] = order[static_cast<size_t>(j)];
+        }
+      }
+    });
+  });
+}
+
+void topk_backward(const Tensor& grad, const Tensor& indices, int64_t rows, int64_t n, int64_t k, const Tensor& grad_x) {
+  MT_CHECK(grad.is_contiguous() && indices.is_contiguous() && grad_x.is_contiguous(),
+           "topk_backward: expected contiguous tensors");
+  dispatch_floating(grad_x.dtype(), "topk_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* pg = grad.data_ptr<T>();
+    const int64_t* pi = indices.data_ptr<int64_t>();
+    T* px = grad_x.data_ptr<T>();
+    parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, n)), [&](int64_t rb, int64_t re) {
+      for (int64_t r = rb; r < re; ++r) {
+        std::fill(px + r * n, px + (r + 1) * n, T(0.0f));
+        for (int64_t j = 0; j < k; ++j) px[r * n + pi[r * k + j]] = pg[r * k + j];
+      }
+    });
+  });
+}
+
 void norm_part(const Tensor& x, double p, const Tensor& out) {
   MT_CHECK(x.is_dense() && out.dtype() == kFloat64 && out.numel() == 1 && out.device().is_cpu(),
            "norm_part: expected a dense input and a 1-element float64 host output, got ", x.summary(), " and ", out.summary());
@@ -114,6 +165,8 @@ void norm_part(const Tensor& x, double p, const Tensor& out) {
 void register_reduce() {
   backends::reduce.set(DeviceType::CPU, reduce);
   backends::norm_part.set(DeviceType::CPU, norm_part);
+  backends::topk.set(DeviceType::CPU, topk);
+  backends::topk_backward.set(DeviceType::CPU, topk_backward);
 }
 
 }  // namespace mixtrain::backends::cpu

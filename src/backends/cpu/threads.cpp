@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
 #include "mixtrain/core/error.h"
 
@@ -55,23 +54,7 @@ bool parse_adaptive(const char* value) {
   return value[0] == '1';
 }
 
-bool regions_parallel(int64_t now) {
-  ThreadGovernor& g = governor();
-  if (!g.adaptive()) return true;
-  static std::atomic<bool> inactive{false};
-  static std::mutex switching;
-  static int restore = 1;  // the max-active-levels the process had, put back after a serial spell
-  const bool serial = g.serial(now);
-  if (serial != inactive.load(std::memory_order_relaxed)) {
-    std::lock_guard<std::mutex> lock(switching);
-    if (serial != inactive.load(std::memory_order_relaxed)) {
-      if (serial) restore = omp_get_max_active_levels();
-      omp_set_max_active_levels(serial ? 0 : restore);
-      inactive.store(serial, std::memory_order_relaxed);
-    }
-  }
-  return !serial;
-}
+bool regions_parallel(int64_t now) { return !governor().serial(now); }
 
 ThreadGovernor& governor() {
   static ThreadGovernor g = [] {

@@ -4,8 +4,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <type_traits>
 
 #include <omp.h>
+
+#include "backends/cpu/thread_pool.h"
 
 namespace mixtrain::backends::cpu {
 
@@ -68,39 +71,29 @@ bool parse_adaptive(const char* value);
 // or MIXTRAIN_CPU_ADAPTIVE=0.
 ThreadGovernor& governor();
 
-// Brings OpenMP in line with the governor at `now` and returns whether regions may use several
-// threads. While serial, OpenMP's regions are made inactive (max-active-levels 0): every team,
-// Eigen's GEMM and `omp parallel for` included, has one thread, yet the work is split as for the
-// full count (Eigen blocks for the threads it asked for), so results stay bit-identical.
+// Whether regions starting at `now` may use several threads (false during a serial spell). A
+// serial spell runs every part on the calling thread, split as for the full count, so results
+// stay bit-identical.
 bool regions_parallel(int64_t now);
 
-// The parts a region splits its work into: the full thread count, or 1 inside a parallel region
-// (which then runs on its own thread).
-inline int split_threads() { return omp_in_parallel() ? 1 : governor().full(); }
+// The parts a region splits its work into: the full thread count, or 1 inside a region (which
+// then runs on its own thread) and on a thread that asked OpenMP for one thread (a DataLoader
+// worker, oneDNN's calls: omp_set_num_threads(1)).
+inline int split_threads() {
+  return in_region() || omp_in_parallel() || omp_get_max_threads() == 1 ? 1 : governor().full();
+}
 
-// Runs body(part, parts) for each part in [0, parts) (parts > 1): on a team of threads, reporting
-// the calling thread's busy and waiting time to the governor, or in order on this thread while
-// the governor says so. Either way each part sees the same bounds, so results do not change.
+// Runs body(part, parts) for each part in [0, parts) (parts > 1): on the backend's worker threads
+// (thread_pool.h), reporting the calling thread's busy and waiting time to the governor, or in
+// order on this thread while the governor says so. Either way each part sees the same bounds, so
+// results do not change. The first exception a part throws is rethrown once all have finished.
 template <class Body>
 void run_parallel(int parts, Body&& body) {
-  const int64_t start = now_ns();
-  if (!regions_parallel(start)) {
-    for (int p = 0; p < parts; ++p) body(p, parts);
-    return;
-  }
-  int64_t done = start;
-  int team = parts;
-#pragma omp parallel num_threads(parts)
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    for (int p = t; p < parts; p += nt) body(p, parts);
-    if (t == 0) {
-      done = now_ns();
-      team = nt;
-    }
-  }
-  const int64_t end = now_ns();
-  governor().record(end, team, done - start, end - done);
+  using B = std::remove_reference_t<Body>;
+  const RegionPartFn run_part = [](void* ctx, int part, int n) { (*static_cast<B*>(ctx))(part, n); };
+  const int threads = regions_parallel(now_ns()) ? governor().full() : 1;
+  const RegionTimes t = run_region(parts, threads, run_part, const_cast<void*>(static_cast<const void*>(&body)));
+  governor().record(now_ns(), t.team, t.busy_ns, t.wait_ns);
 }
 
 }  // namespace mixtrain::backends::cpu

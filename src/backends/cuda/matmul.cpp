@@ -20,6 +20,7 @@
 #include "backends/cuda/operands.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/gemm_tuning.h"
+#include "backends/cuda/lt_types.h"
 
 namespace mixtrain::backends::cuda {
 
@@ -55,23 +56,6 @@ bool as_transposed_operand(const Tensor& t, bool trans, Operand& o) {
     return o.ld >= std::max<int64_t>(o.rows, 1);
   }
   return false;
-}
-
-cudaDataType_t cuda_type(DType dt) {
-  switch (dt) {
-    case DType::Float32: return CUDA_R_32F;
-    case DType::Float16: return CUDA_R_16F;
-    case DType::BFloat16: return CUDA_R_16BF;
-    case DType::Float64: return CUDA_R_64F;
-    default: MT_ERROR("gemm: not implemented on CUDA for dtype ", dt);
-  }
-}
-
-int alignment(const void* p) {
-  const auto v = reinterpret_cast<uintptr_t>(p);
-  int a = 256;
-  while (a > 1 && v % a != 0) a /= 2;
-  return a;
 }
 
 using PlanKey = std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
@@ -139,7 +123,7 @@ cublasStatus_t build_plan(DeviceContext& ctx, DType dt, const Operand& x, const 
                           Plan& plan, std::vector<cublasLtMatmulHeuristicResult_t>& candidates) {
   // First, since it may throw (a bad MIXTRAIN_GEMM_TUNING) before anything needs destroying.
   candidates.assign(static_cast<size_t>(gemm_candidate_count(ctx)), cublasLtMatmulHeuristicResult_t{});
-  const cudaDataType_t type = cuda_type(dt);
+  const cudaDataType_t type = lt_data_type(dt, "gemm");
   const bool fp64 = dt == DType::Float64;
   const cublasComputeType_t compute =
       fp64 ? CUBLAS_COMPUTE_64F
@@ -237,12 +221,12 @@ void gemm(const Tensor& a_in, bool trans_a, const Tensor& b_in, bool trans_b, co
     return;
   }
 
-  const int align[4] = {alignment(b.raw_data()), alignment(a.raw_data()), alignment(out.raw_data()),
-                        alignment(out.raw_data())};
+  const int align[4] = {pointer_alignment(b.raw_data()), pointer_alignment(a.raw_data()),
+                        pointer_alignment(out.raw_data()), pointer_alignment(out.raw_data())};
   const bool tf32 = dt == DType::Float32 && mixtrain::cuda::allow_tf32();
   PlanKey key{static_cast<int>(dt), static_cast<int>(x.op), static_cast<int>(y.op), m, n, k, batch, x.ld, y.ld,
               x.batch_stride, y.batch_stride, ctx.index,
-              bias.defined() ? std::min(alignment(bias_c.raw_data()), 16) : 0, static_cast<int>(epilogue),
+              bias.defined() ? std::min(pointer_alignment(bias_c.raw_data()), 16) : 0, static_cast<int>(epilogue),
               tf32 ? 1 : 0, std::min(align[0], 16), std::min(align[1], 16), std::min(align[2], 16)};
   // Held through the launch: the bias pointer is an attribute of the shared descriptor.
   PlanCache& cache = plan_cache();

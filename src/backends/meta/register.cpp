@@ -11,6 +11,7 @@
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/onednn/onednn.h"
 #include "backends/families.h"
+#include "backends/fp8.h"
 #include "backends/kernel.h"
 #include "backends/loss.h"
 #include "backends/matmul.h"
@@ -99,6 +100,35 @@ void conv2d_backward_weight_meta(const Tensor& grad_out, const Tensor& x, const 
   cuda_conv_workspace(ConvDirection::BackwardWeight, x, grad_w, grad_out, p);
 }
 
+// scaled_mm's scratch. The CPU (cpu/fp8.cpp) holds an fp32 product unless the output is fp32,
+// decodes both operands to bf16 (fp32 without the vdpbf16ps kernel) for the GEMM and widens the
+// bias. CUDA (cuda/fp8.cpp) takes cuBLASLt's workspace and copies into the TN layout an operand
+// that is not in it: a must be row-major, b column-major.
+void scaled_mm_meta(const Tensor& a, const Tensor& b, const Tensor&, const Tensor&, const Tensor& bias,
+                    const Tensor& out) {
+  if (!memory::recording()) return;
+  auto bytes = [](int64_t n, size_t size) { return static_cast<size_t>(n) * size; };
+  if (memory::dry_run_target().is_cuda()) {
+    memory::hold_workspace("cublaslt", kCudaGemmWorkspaceBytes);
+    const bool a_ok = a.stride(1) == 1 || a.size(1) == 1, b_ok = b.stride(0) == 1 || b.size(0) == 1;
+    const int64_t ia = a_ok ? -1 : memory::begin_workspace(bytes(a.numel(), 1));
+    const int64_t ib = b_ok ? -1 : memory::begin_workspace(bytes(b.numel(), 1));
+    memory::end_workspace(ib);
+    memory::end_workspace(ia);
+    return;
+  }
+  const int64_t acc = out.dtype() == kFloat32 ? -1 : memory::begin_workspace(bytes(out.numel(), 4));
+  if (a.size(1) > 0) {
+    const size_t width = backends::cpu::bf16_gemm_enabled() ? 2 : 4;
+    const int64_t ia = memory::begin_workspace(bytes(a.numel(), width));
+    const int64_t ib = memory::begin_workspace(bytes(b.numel(), width));
+    memory::end_workspace(ib);
+    memory::end_workspace(ia);
+  }
+  if (bias.defined()) memory::end_workspace(memory::begin_workspace(bytes(bias.numel(), 4)));
+  memory::end_workspace(acc);
+}
+
 // The CUDA loss takes an int flag (the target range check) and its workspace for the call.
 void nll_loss_meta(const Tensor&, const Tensor&, int64_t, int64_t, int64_t, const NllLossArgs&, const Tensor&,
                    const Tensor&) {
@@ -116,6 +146,7 @@ void register_kernels() {
 #undef MT_REGISTER_NOOP
   gemm.set(DeviceType::Meta, &gemm_meta);
   nll_loss.set(DeviceType::Meta, &nll_loss_meta);
+  scaled_mm.set(DeviceType::Meta, &scaled_mm_meta);
   attention_forward.set(DeviceType::Meta, &attention_forward_meta);
   attention_backward.set(DeviceType::Meta, &attention_backward_meta);
   conv2d.set(DeviceType::Meta, &conv2d_meta);

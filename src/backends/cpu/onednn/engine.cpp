@@ -89,7 +89,7 @@ void run_parts(int parts, const char* op, const std::function<std::string()>& op
       failure[static_cast<size_t>(part)] = std::current_exception();
     }
   };
-  if (parts <= 1 || omp_in_parallel()) {
+  if (parts <= 1 || in_region() || omp_in_parallel()) {
     for (int part = 0; part < parts; ++part) run_one(part);
   } else {
     run_parallel(parts, [&](int part, int) { run_one(part); });

@@ -31,7 +31,7 @@ int64_t onednn_calls();
 // Where oneDNN takes a call in Sized mode; other calls stay on the own kernels, whose per-call
 // cost is lower (a oneDNN call costs about 2.5 us of CPU time more: memory objects, argument maps,
 // the primitive's bookkeeping). From bench_cpu_onednn's CPU times on one thread of a 2-core Zen 4
-// without AMX (2026-12-01, a busy machine): bf16 GEMMs on oneDNN overtook the vdpbf16ps kernel at
+// without AMX (2026-11-27, a busy machine): bf16 GEMMs on oneDNN overtook the vdpbf16ps kernel at
 // 48^3-64^3 multiply-adds, fp32 ones Eigen at 96^3-128^3; convolutions of 16 channels and more
 // were 1.3-3x faster from the tiny UNet's sizes up, but with 8 channels (padded to oneDNN's
 // blocks of 16) up to 1.8x slower. Re-measure on a quiet machine, and on one with AMX, whose bf16

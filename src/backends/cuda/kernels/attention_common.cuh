@@ -26,9 +26,11 @@ void allow_smem(Kernel kernel, const char* name, size_t bytes) {
            ": cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin) failed");
   MT_CHECK(bytes <= static_cast<size_t>(most), name, ": the head dims need ", bytes,
            " bytes of shared memory per block, the device has ", most);
-  const cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-  MT_CHECK(err == cudaSuccess, name, ": cudaFuncSetAttribute(MaxDynamicSharedMemorySize, ", bytes,
+  // The device's whole opt-in maximum, not `bytes`: the attribute is the kernel's limit for every
+  // later launch, and one that needs more than this call's bytes (other head dims) but no opt-in
+  // of its own would otherwise fail with "invalid argument".
+  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
+  MT_CHECK(err == cudaSuccess, name, ": cudaFuncSetAttribute(MaxDynamicSharedMemorySize, ", most,
            ") failed: ", cudaGetErrorName(err));
 }
 

@@ -12,6 +12,7 @@
 #include "backends/dtype_dispatch.h"
 #include "backends/elementwise_math.h"
 #include "launchers.h"
+#include "mixtrain/core/float8.h"
 #include "mixtrain/core/error.h"
 
 namespace mixtrain::kernels {
@@ -22,20 +23,38 @@ using backends::Tag;
 template <class T> struct Acc { using type = T; };
 template <> struct Acc<__half> { using type = float; };
 template <> struct Acc<__nv_bfloat16> { using type = float; };
+template <> struct Acc<Float8E4M3FN> { using type = float; };
+template <> struct Acc<Float8E5M2> { using type = float; };
 template <class T> using acc_t = typename Acc<T>::type;
 
 template <class T> constexpr bool is_half_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+template <class T> constexpr bool is_float8_v = std::is_same_v<T, Float8E4M3FN> || std::is_same_v<T, Float8E5M2>;
 
-// Converts like the CPU backend's copy(): half types go through fp32 (so fp64 -> half rounds
-// twice, as PyTorch and the CPU backend do), bool is "nonzero".
+// fp16 -> fp32 as the CPU converts it (F16C): a NaN keeps its sign and payload, made quiet. The
+// hardware's cvt.f32.f16 gives the canonical NaN instead, whose lost sign the fp8 encoders would
+// write (0x7f where the CPU and PyTorch write 0xff for a negative NaN).
+__device__ __forceinline__ float half_to_float(__half h) {
+  const unsigned b = __half_as_ushort(h);
+  if ((b & 0x7C00u) == 0x7C00u && (b & 0x03FFu) != 0u)
+    return __uint_as_float(((b & 0x8000u) << 16) | 0x7FC00000u | ((b & 0x03FFu) << 13));
+  return __half2float(h);
+}
+
+// Converts like the CPU backend's copy(): half and fp8 types go through fp32 (so fp64 -> half
+// rounds twice, as PyTorch and the CPU backend do), bool is "nonzero". The fp8 encoders are
+// core/float8.h's, the CPU's own: the same bytes on both backends.
 template <class To, class From>
 __device__ __forceinline__ To convert(From v) {
   if constexpr (std::is_same_v<To, From>) {
     return v;
   } else if constexpr (std::is_same_v<To, bool>) {
     return static_cast<float>(v) != 0.0f;  // as the CPU backend: a double below fp32's range is false
-  } else if constexpr (is_half_v<From>) {
+  } else if constexpr (std::is_same_v<From, __half>) {
+    return convert<To>(half_to_float(v));
+  } else if constexpr (is_half_v<From> || is_float8_v<From>) {
     return convert<To>(static_cast<float>(v));
+  } else if constexpr (is_float8_v<To>) {
+    return To(static_cast<float>(v));
   } else if constexpr (std::is_same_v<To, __half>) {
     return __float2half_rn(static_cast<float>(v));
   } else if constexpr (std::is_same_v<To, __nv_bfloat16>) {
@@ -69,6 +88,12 @@ void dispatch_floating(DType dtype, const char* op, F&& f) {
 template <class F>
 void dispatch_all(DType dtype, const char* op, F&& f) {
   backends::dispatch_all_types<__half, __nv_bfloat16>(dtype, op, "CUDA", std::forward<F>(f));
+}
+
+// Every dtype, fp8 included (copy, fill).
+template <class F>
+void dispatch_all_and_float8(DType dtype, const char* op, F&& f) {
+  backends::dispatch_all_and_float8_types<__half, __nv_bfloat16>(dtype, op, "CUDA", std::forward<F>(f));
 }
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }

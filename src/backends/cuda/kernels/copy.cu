@@ -19,9 +19,9 @@ struct Constant {
 }  // namespace
 
 void copy(const ElemIter<2>& it, DType dst, DType src, cudaStream_t stream) {
-  dispatch_all(dst, "copy", [&](auto to_tag) {
+  dispatch_all_and_float8(dst, "copy", [&](auto to_tag) {
     using To = typename decltype(to_tag)::type;
-    dispatch_all(src, "copy", [&](auto from_tag) {
+    dispatch_all_and_float8(src, "copy", [&](auto from_tag) {
       using From = typename decltype(from_tag)::type;
       launch_map<To, From>(it, Identity{}, stream, "copy");
     });
@@ -29,7 +29,7 @@ void copy(const ElemIter<2>& it, DType dst, DType src, cudaStream_t stream) {
 }
 
 void fill(const ElemIter<1>& it, DType dtype, double value, cudaStream_t stream) {
-  dispatch_all(dtype, "fill", [&](auto tag) {
+  dispatch_all_and_float8(dtype, "fill", [&](auto tag) {
     using T = typename decltype(tag)::type;
     launch_map<T>(it, Constant<T>{host_value<T>(value)}, stream, "fill");
   });

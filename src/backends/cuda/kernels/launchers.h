@@ -54,6 +54,13 @@ size_t reduce_workspace_bytes(DType in, int64_t outer, int64_t n, int64_t inner)
 void reduce(backends::ReduceOp op, DType in, DType out_dtype, const void* x, void* out, int64_t* indices,
             int64_t outer, int64_t n, int64_t inner, void* workspace, cudaStream_t stream);
 
+// ---- topk.cu. x [rows, n] contiguous -> values [rows, k] (dtype), indices [rows, k], in
+// backends::topk's order. topk_backward zeroes grad_x [rows, n] and scatters grad [rows, k] into it.
+void topk(DType dtype, const void* x, int64_t rows, int64_t n, int64_t k, bool largest, void* values, int64_t* indices,
+          cudaStream_t stream);
+void topk_backward(DType dtype, const void* grad, const int64_t* indices, int64_t rows, int64_t n, int64_t k,
+                   void* grad_x, cudaStream_t stream);
+
 // ---- softmax.cu. Over the middle axis of [outer, n, inner], one dtype for x and out.
 // causal_rows: see backends::softmax (backends/softmax.h; rows only).
 void softmax(DType dtype, const void* x, void* out, int64_t outer, int64_t n, int64_t inner, bool log, int64_t causal_rows,
@@ -163,5 +170,15 @@ void adam_step(DType w, DType g, DType h, void* weight, const void* grad, void* 
 void sgd_step(DType w, DType g, DType h, void* weight, const void* grad, void* momentum_buffer, void* half_out,
               int64_t n, const backends::SgdArgs& args, const float* found_inf, int32_t* skipped_steps,
               cudaStream_t stream);
+
+// ---- fp8.cu (backends/fp8.h). src: n contiguous elements of `src_dtype` (fp32, fp16, bf16);
+// dst: n bytes of `fp8` or null (statistics only); scale: one device float or null. amax (one
+// device float, >= 0) becomes max(amax, max |src|), NaN ignored; saturated (one device int64) grows
+// by the count of |src * scale| > max; either may be null.
+void cast_to_fp8(DType src_dtype, const void* src, void* dst, int64_t n, DType fp8, const float* scale, bool saturate,
+                 float* amax, int64_t* saturated, cudaStream_t stream);
+// history [rows, k], scale [k], scale_inv [k] (k <= Fp8ScaleArgs::kMaxSlots), updated in place.
+void fp8_update_scale(float* history, int64_t rows, int64_t k, float* scale, float* scale_inv,
+                      const backends::Fp8ScaleArgs& args, cudaStream_t stream);
 
 }  // namespace mixtrain::kernels

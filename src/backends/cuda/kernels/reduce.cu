@@ -189,10 +189,10 @@ void reduce(ReduceOp op, DType in, DType out_dtype, const void* x, void* out, in
         case ReduceOp::Min: launch<ReduceOp::Min, T, TO>(x, out, indices, outer, n, inner, workspace, stream); break;
       }
     };
-    constexpr bool kHalf = std::is_same_v<acc_t<T>, float> && !std::is_same_v<T, float>;
+    constexpr bool half_in = std::is_same_v<acc_t<T>, float> && !std::is_same_v<T, float>;
     if (out_dtype == in) run(Tag<T>{});
     else if (!std::is_floating_point_v<acc_t<T>> && out_dtype == DType::Int64) run(Tag<int64_t>{});
-    else if (kHalf && out_dtype == DType::Float32) run(Tag<float>{});  // partial sums of half inputs
+    else if (half_in && out_dtype == DType::Float32) run(Tag<float>{});  // partial sums of half inputs
     else MT_ERROR("reduce: ", in, " input with a ", out_dtype, " output is not supported on CUDA");
   });
 }

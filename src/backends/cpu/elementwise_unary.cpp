@@ -1,0 +1,47 @@
+// Unary elementwise kernels and their derivatives, the larger half of the family's instantiations
+// (every unary op in every floating dtype, twice): in a file of their own so that the family
+// compiles on two cores at once. elementwise.cpp has the rest and registers these.
+#include "backends/elementwise.h"
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/loops.h"
+#include "backends/elementwise_math.h"
+#include "backends/op_switch.h"
+
+namespace mixtrain::backends::cpu {
+
+using math::Unary;
+
+void unary(UnaryOp op, const Tensor& x, const Tensor& out, double alpha) {
+  dispatch_floating(x.dtype(), unary_op_name(op), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const A a = static_cast<A>(alpha);
+    with_unary(op, [&](auto k) {
+      map_elementwise<T, T>(out, [a](A v) { return Unary<decltype(k)::value>::forward(v, a); }, x);
+    });
+  });
+}
+
+void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& grad_y,
+                                const Tensor& grad_x, double alpha) {
+  // x or y may be undefined when the formula does not read it; substitute grad_y (same shape).
+  const Tensor& xs = x.defined() ? x : grad_y;
+  const Tensor& ys = y.defined() ? y : grad_y;
+  dispatch_floating(grad_y.dtype(), unary_op_name(op), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const A a = static_cast<A>(alpha);
+    with_unary(op, [&](auto k) {
+      map_elementwise<T, T, T, T>(
+          grad_x, [a](A xv, A yv, A g) { return Unary<decltype(k)::value>::backward(xv, yv, g, a); }, xs, ys,
+          grad_y);
+    });
+  });
+}
+
+void register_elementwise_unary() {
+  backends::unary.set(DeviceType::CPU, unary);
+  backends::unary_backward.set(DeviceType::CPU, unary_backward);
+}
+
+}  // namespace mixtrain::backends::cpu

@@ -1,0 +1,105 @@
+// The trainers' optimizer, schedule and checkpoints, whole or sharded (trainer_state.h).
+#include "train/trainer_state.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "mixtrain/core/error.h"
+#include "mixtrain/distributed/ddp.h"
+#include "mixtrain/io/checkpoint.h"
+#include "mixtrain/nn/utils.h"
+
+namespace mixtrain::train {
+
+TrainerState::TrainerState(nn::Module& model, amp::GradScaler& scaler, const TrainOptions& options,
+                           const LrSchedule& schedule)
+    : model_(model),
+      scaler_(scaler),
+      lr_(options.lr),
+      weight_decay_(options.weight_decay),
+      steps_(options.steps),
+      schedule_(options.constant_lr ? LrSchedule{} : schedule) {
+  MT_CHECK(options.zero_stage == 0 || options.zero_stage == 1, "ZeRO stage ", options.zero_stage,
+           " is not implemented (0: none, 1: optimizer state and master weights sharded)");
+  full_ = std::make_unique<optim::AdamW>(model.parameters(), optim::AdamWOptions().lr(lr_).weight_decay(weight_decay_));
+  make_scheduler();
+}
+
+TrainerState::~TrainerState() = default;
+
+void TrainerState::make_scheduler() {
+  scheduler_.reset();
+  optim::Optimizer& opt = optimizer();
+  const LrSchedule& s = schedule_;
+  MT_CHECK(s.warmup_steps >= -1, "warmup steps must be >= 0 (or -1: a tenth of the steps), got ", s.warmup_steps);
+  const int64_t warmup = std::min(s.warmup_steps < 0 ? steps_ / 10 : s.warmup_steps, steps_);
+  const int64_t decay = std::max<int64_t>(1, steps_ - warmup);
+  if (warmup > 0 && s.cosine) {
+    auto w = std::make_shared<optim::LinearLR>(opt, 1.0 / static_cast<double>(warmup), 1.0, warmup);
+    auto c = std::make_shared<optim::CosineAnnealingLR>(opt, decay);
+    scheduler_ = std::make_unique<optim::SequentialLR>(opt, std::vector<std::shared_ptr<optim::LRScheduler>>{w, c},
+                                                       std::vector<int64_t>{warmup});
+  } else if (warmup > 0) {
+    scheduler_ = std::make_unique<optim::LinearLR>(opt, 1.0 / static_cast<double>(warmup), 1.0, warmup);
+  } else if (s.cosine) {
+    scheduler_ = std::make_unique<optim::CosineAnnealingLR>(opt, decay);
+  }
+}
+
+void TrainerState::shard(nn::DistributedDataParallel& ddp) {
+  const double lr = lr_, wd = weight_decay_;
+  zero_ = std::make_unique<distributed::ZeroRedundancyOptimizer>(ddp, [lr, wd](std::vector<optim::ParamGroup> groups) {
+    return std::make_unique<optim::AdamW>(std::move(groups), optim::AdamWOptions().lr(lr).weight_decay(wd));
+  });
+  scheduler_.reset();
+  full_.reset();  // never stepped: it holds no state, and the shard's optimizer replaces it
+  make_scheduler();
+}
+
+void TrainerState::reshard() {
+  scheduler_.reset();
+  zero_->reshard();
+  make_scheduler();
+}
+
+optim::Optimizer& TrainerState::optimizer() { return zero_ ? zero_->optimizer() : *full_; }
+
+void TrainerState::zero_grad() {
+  if (zero_)
+    zero_->zero_grad();
+  else
+    full_->zero_grad();
+}
+
+Tensor TrainerState::clip_grad_norm_(double max_norm) {
+  return zero_ ? zero_->clip_grad_norm_(max_norm) : nn::utils::clip_grad_norm_(model_.parameters(), max_norm);
+}
+
+amp::StepOutcome TrainerState::step() { return zero_ ? zero_->step(scaler_) : scaler_.step(*full_); }
+
+int64_t TrainerState::load(const std::string& dir, TrainTask& task, bool fresh) {
+  io::CheckpointParts parts;
+  parts.scheduler = scheduler_.get();
+  parts.data = task.loader();
+  parts.fp8 = fp8_;
+  const int64_t done = zero_ ? distributed::load_checkpoint(dir, model_, *zero_, scaler_, nullptr, parts)
+                             : io::load_checkpoint(dir, model_, *full_, scaler_, nullptr, parts);
+  if (!parts.data) {
+    if (fresh)
+      task.skip_batches(done);  // from a task's start: any task can
+    else
+      task.seek_batches(done);
+  }
+  return done;
+}
+
+void TrainerState::save(const std::string& dir, int64_t step, TrainTask& task, bool writer) {
+  const io::CheckpointParts parts{scheduler_.get(), task.loader(), fp8_};
+  if (zero_)
+    distributed::save_checkpoint(dir, model_, *zero_, scaler_, step, nlohmann::json::object(), parts);
+  else if (writer)
+    io::save_checkpoint(dir, model_, *full_, scaler_, step, nlohmann::json::object(), parts);
+}
+
+}  // namespace mixtrain::train

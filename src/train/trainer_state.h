@@ -1,0 +1,61 @@
+#pragma once
+// The optimizer side of the training loop (train_loop.cpp): AdamW over the whole model,
+// or, with TrainOptions::zero_stage 1 under data parallelism, its ZeRO-1 shard
+// (distributed::ZeroRedundancyOptimizer); the learning-rate schedule over it; and checkpoints of
+// either (one format: the whole model's optimizer state, so a ZeRO run resumes at any world size).
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "mixtrain/amp/grad_scaler.h"
+#include "mixtrain/distributed/zero.h"
+#include "mixtrain/optim/adamw.h"
+#include "mixtrain/optim/schedulers.h"
+#include "mixtrain/train/train_loop.h"
+
+namespace mixtrain::train {
+
+class TrainerState {
+ public:
+  TrainerState(nn::Module& model, amp::GradScaler& scaler, const TrainOptions& options, const LrSchedule& schedule);
+  ~TrainerState();
+
+  // ZeRO-1 over `ddp` from now on: the optimizer (and its schedule) over this rank's shard.
+  void shard(nn::DistributedDataParallel& ddp);
+  // After the DDP moved to another group (elastic): the shard laid out anew, with empty state.
+  void reshard();
+  bool sharded() const { return zero_ != nullptr; }
+  // FP8 training: its scaling state goes into checkpoints with the rest (null: none).
+  void set_fp8(amp::Fp8Scaling* fp8) { fp8_ = fp8; }
+
+  optim::Optimizer& optimizer();
+  optim::LRScheduler* scheduler() { return scheduler_.get(); }
+  distributed::ZeroRedundancyOptimizer* zero() { return zero_.get(); }
+
+  void zero_grad();
+  // After the scaler's unscale_: the total gradient norm (across ranks when sharded), clipped.
+  Tensor clip_grad_norm_(double max_norm);
+  // The scaler's step of the optimizer (and, sharded, the parameters' all-gather).
+  amp::StepOutcome step();
+
+  // Checkpoints: the model, optimizer, scaler, schedule and data position. Sharded: collective
+  // (save gathers the state into rank 0, which writes; every rank loads its shard). Returns the
+  // checkpoint's step; the task's data stream is where it was then (`fresh`: the task has drawn
+  // nothing yet, so skipping forward is enough).
+  int64_t load(const std::string& dir, TrainTask& task, bool fresh);
+  void save(const std::string& dir, int64_t step, TrainTask& task, bool writer);
+
+ private:
+  void make_scheduler();
+  nn::Module& model_;
+  amp::GradScaler& scaler_;
+  double lr_, weight_decay_;
+  int64_t steps_;
+  LrSchedule schedule_;
+  std::unique_ptr<optim::AdamW> full_;
+  std::unique_ptr<distributed::ZeroRedundancyOptimizer> zero_;
+  std::unique_ptr<optim::LRScheduler> scheduler_;
+  amp::Fp8Scaling* fp8_ = nullptr;
+};
+
+}  // namespace mixtrain::train
