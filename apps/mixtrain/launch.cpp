@@ -259,7 +259,10 @@ int run_launch(const std::vector<std::string>& argv) {
     stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   };
   for (;;) {
-    const std::vector<RankProcesses::Exit> exits = ranks.poll(50, g_signal_pipe[0]);
+    std::vector<RankProcesses::Exit> exits = ranks.poll(50, g_signal_pipe[0]);
+    // Exits seen in one poll: a rank killed by a signal first. Its peers fail when its connections
+    // close and may exit within the same poll, so the first exit named is the cause.
+    std::stable_partition(exits.begin(), exits.end(), [](const RankProcesses::Exit& x) { return x.code > 128; });
     char sig = 0;
     while (read(g_signal_pipe[0], &sig, 1) == 1) {
       // Forwarded; the ranks decide how to stop. A second signal ends them.
