@@ -102,6 +102,9 @@ template <class A>
 MT_HOST_DEVICE inline A gelu_cdf(A x) { return A(0.5) * (A(1) + gelu_erf(x * A(0.70710678118654752440))); }
 template <class A>
 MT_HOST_DEVICE inline A gelu_pdf(A x) { return A(0.39894228040143267794) * gelu_exp(A(-0.5) * x * x); }
+// SiLU's sigmoid, for its backward (PyTorch's formula: g * s * (1 + x * (1 - s))).
+template <class A>
+MT_HOST_DEVICE inline A silu_sigmoid(A x) { return A(1) / (A(1) + m_exp(-x)); }
 
 // ---- Unary: forward(x, alpha) and backward(x, y, g, alpha) = g * d op(x) / dx, from the forward's
 // input x and output y (the ops layer saves only what MT_UNARY_OPS says the backward reads).
@@ -134,6 +137,7 @@ MT_UNARY_MATH(Tanh,    m_tanh(x),                       g * (A(1) - y * y))
 MT_UNARY_MATH(Sigmoid, A(1) / (A(1) + m_exp(-x)),       g * y * (A(1) - y))
 MT_UNARY_MATH(Relu,    x <= A(0) ? A(0) : x,            x > A(0) ? g : A(0))  // NaN stays NaN
 MT_UNARY_MATH(Gelu,    x * gelu_cdf(x),                 g * (gelu_cdf(x) + x * gelu_pdf(x)))
+MT_UNARY_MATH(Silu,    x / (A(1) + m_exp(-x)),          g * silu_sigmoid(x) * (A(1) + x * (A(1) - silu_sigmoid(x))))
 MT_UNARY_MATH(Abs,     m_abs(x),                        x > A(0) ? g : (x < A(0) ? -g : A(0)))
 MT_UNARY_MATH(Pow,     m_pow(x, alpha),                 alpha == A(0) ? A(0) : g * alpha * m_pow(x, alpha - A(1)))
 MT_UNARY_MATH(Square,  x * x,                           A(2) * g * x)
