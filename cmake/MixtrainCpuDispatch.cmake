@@ -1,7 +1,8 @@
 # Vector code chosen at run time. A portable build (MIXTRAIN_NATIVE off) compiles the CPU
-# backend's matrix product (src/backends/cpu/gemm_eigen.cpp) twice more, for AVX2+FMA and for
+# backend's matrix product (src/backends/cpu/gemm_eigen.cpp) and its vector unary kernels
+# (src/backends/cpu/unary_vector.cpp) twice more, for AVX2+FMA and for
 # AVX-512, each copy in its own namespace with Eigen renamed (-DEigen=...) so that none of its
-# inline or template code can stand in for the portable code's; gemm_dispatch.cpp picks the copy
+# inline or template code can stand in for the portable code's; cpu_isa.cpp picks the copy
 # the CPU supports. With MIXTRAIN_NATIVE the portable copy is already built for this CPU.
 if(MIXTRAIN_NATIVE OR NOT CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$"
    OR NOT CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
@@ -17,8 +18,17 @@ function(mt_add_gemm_copy isa macro)
   target_compile_options(${_target} PRIVATE ${_flags})
   target_link_libraries(${_target} PRIVATE Eigen3::Eigen OpenMP::OpenMP_CXX)
   target_sources(mixtrain PRIVATE $<TARGET_OBJECTS:${_target}>)
-  set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/backends/cpu/gemm_dispatch.cpp TARGET_DIRECTORY mixtrain
-               APPEND PROPERTY COMPILE_DEFINITIONS ${macro})
+  # The vector unary kernels (src/backends/cpu/unary_vector.h), same copies, same choice.
+  add_library(mixtrain_unary_${isa} OBJECT ${PROJECT_SOURCE_DIR}/src/backends/cpu/unary_vector.cpp)
+  target_include_directories(mixtrain_unary_${isa} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include
+                             ${PROJECT_BINARY_DIR}/include)
+  target_compile_definitions(mixtrain_unary_${isa} PRIVATE MT_VEC_ISA=vec_${isa})
+  target_compile_options(mixtrain_unary_${isa} PRIVATE ${_flags} -fno-math-errno)
+  target_sources(mixtrain PRIVATE $<TARGET_OBJECTS:mixtrain_unary_${isa}>)
+  foreach(_chooser cpu_isa.cpp gemm_dispatch.cpp unary_vector_dispatch.cpp)
+    set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/backends/cpu/${_chooser} TARGET_DIRECTORY mixtrain
+                 APPEND PROPERTY COMPILE_DEFINITIONS ${macro})
+  endforeach()
 endfunction()
 
 mt_add_gemm_copy(avx2 MT_GEMM_HAVE_AVX2 -march=haswell -mtune=generic)

@@ -22,6 +22,7 @@ set_target_properties(mixtrain::cudnn PROPERTIES IMPORTED_LOCATION ${MT_CUDNN_LI
 
 file(GLOB MT_CUDA_KERNELS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backends/cuda/kernels/*.cu)
 file(GLOB MT_CUDA_HOST CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backends/cuda/*.cpp)
+list(FILTER MT_CUDA_HOST EXCLUDE REGEX "/workspace\\.cpp$")  # in every build (CMakeLists.txt)
 
 add_library(mixtrain_kernels OBJECT ${MT_CUDA_KERNELS})
 target_include_directories(mixtrain_kernels

@@ -28,6 +28,7 @@ LAYERS = [
     ("data", [r"data/"]),
     ("io", [r"io/"]),
     ("distributed", [r"distributed/"]),
+    ("train", [r"train/"]),
     ("umbrella", [r"mixtrain\.h$"]),
 ]
 RANK = {name: i for i, (name, _) in enumerate(LAYERS)}

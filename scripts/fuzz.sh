@@ -33,7 +33,7 @@ else
   fi
   CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DMIXTRAIN_FUZZ=ON \
     -DMIXTRAIN_SANITIZE=address,undefined -DMIXTRAIN_CUDA=OFF -DMIXTRAIN_NATIVE=OFF -DMIXTRAIN_BUILD_TESTS=OFF \
-    -DMIXTRAIN_BUILD_EXAMPLES=OFF -DMIXTRAIN_BUILD_BENCH=OFF >/dev/null
+    -DMIXTRAIN_BUILD_EXAMPLES=OFF -DMIXTRAIN_BUILD_CLI=OFF -DMIXTRAIN_BUILD_BENCH=OFF >/dev/null
 fi
 build_targets=()
 for t in $targets; do build_targets+=(--target "fuzz_$t"); done

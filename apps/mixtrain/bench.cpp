@@ -52,24 +52,24 @@ nlohmann::json load_reference(const std::string& path) {
 // One model at one precision: a fresh task (same seed, so every precision starts from the same
 // weights and data), warm-up steps, then the timed ones. loss.item() at the end of every step
 // waits for the device, so each step's wall time is its device time too.
-nlohmann::json bench_one(const TaskSpec& spec, examples::Precision precision, int64_t warmup, int64_t steps) {
+nlohmann::json bench_one(const TaskSpec& spec, train::Precision precision, int64_t warmup, int64_t steps) {
   memory::empty_cache(spec.device);  // reserved memory is then this run's own
   auto task = make_task(spec);
-  examples::TrainOptions o;
+  train::TrainOptions o;
   o.precision = precision;
   o.device = spec.device;
   o.steps = warmup + steps;
   o.lr = default_lr(spec.model);
   o.constant_lr = true;
-  const examples::TrainResult r = examples::train(*task, o);
+  const train::TrainResult r = train::train(*task, o);
   std::vector<double> times;
   for (size_t i = static_cast<size_t>(warmup); i < r.records.size(); ++i) times.push_back(r.records[i].seconds);
   const double step_s = median(times);
   const int64_t skipped = std::count_if(r.records.begin() + warmup, r.records.end(),
-                                        [](const examples::StepRecord& s) { return s.skipped; });
+                                        [](const train::StepRecord& s) { return s.skipped; });
   return {{"model", spec.model},
-          {"precision", examples::precision_name(precision)},
-          {"parameters", examples::parameter_count(task->model())},
+          {"precision", train::precision_name(precision)},
+          {"parameters", train::parameter_count(task->model())},
           {"batch_size", task->batch_size()},
           {"median_step_ms", step_s * 1e3},
           {"samples_per_s", static_cast<double>(task->batch_size()) / step_s},
@@ -84,13 +84,13 @@ nlohmann::json bench_one(const TaskSpec& spec, examples::Precision precision, in
 
 // The dry run's prediction and planned arena into a row (null, with the reason on stderr, when
 // the dry run cannot take the step).
-void add_prediction(nlohmann::json& row, const TaskSpec& spec, examples::Precision precision) {
+void add_prediction(nlohmann::json& row, const TaskSpec& spec, train::Precision precision) {
   try {
     const StepMemoryPrediction p = predict_step_memory(spec, precision, default_lr(spec.model));
     row["predicted_peak_bytes"] = p.peak_bytes;
     row["plan_arena_bytes"] = p.plan_arena_bytes;
   } catch (const std::exception& e) {
-    std::cerr << "note: no memory prediction for " << spec.model << " " << examples::precision_name(precision)
+    std::cerr << "note: no memory prediction for " << spec.model << " " << train::precision_name(precision)
               << ": " << e.what() << "\n";
   }
 }
@@ -113,7 +113,7 @@ int run_bench(const std::vector<std::string>& argv) {
   std::string fp32_math = "default", size = "tiny", out_dir = "mixtrain-bench", reference_path;
   int64_t steps = 20, warmup = 3;
   TaskSpec spec;
-  spec.device = examples::default_device();
+  spec.device = train::default_device();
   const auto app = flags::make_app("mixtrain bench", "Each model in fp32 and under AMP on synthetic data: median step "
                                                      "time, samples/s, speedup, peak memory, final loss.");
   app->add_option("--models", models, "the models to run")
@@ -146,8 +146,8 @@ int run_bench(const std::vector<std::string>& argv) {
       ->type_name("default|strict");
   app->add_flag("--channels-last", spec.channels_last, "the UNet in NHWC");
   if (!flags::parse(*app, argv, std::cout)) return 0;
-  std::vector<examples::Precision> precisions;
-  for (const auto& name : precision_names) precisions.push_back(examples::parse_precision(name));
+  std::vector<train::Precision> precisions;
+  for (const auto& name : precision_names) precisions.push_back(train::parse_precision(name));
   cuda::set_allow_tf32(false);
   cuda::set_cudnn_allow_tf32(fp32_math == "default");
   spec.synthetic = true;
@@ -169,12 +169,12 @@ int run_bench(const std::vector<std::string>& argv) {
   for (const auto& model : models) {
     spec.model = model;
     double fp32_ms = 0;
-    for (examples::Precision p : precisions) {
-      std::cout << model << " " << examples::precision_name(p) << ": " << std::flush;
+    for (train::Precision p : precisions) {
+      std::cout << model << " " << train::precision_name(p) << ": " << std::flush;
       nlohmann::json row = bench_one(spec, p, warmup, steps);
       add_prediction(row, spec, p);
       const double ms = row["median_step_ms"].get<double>();
-      if (p == examples::Precision::Fp32) fp32_ms = ms;
+      if (p == train::Precision::Fp32) fp32_ms = ms;
       row["speedup_vs_fp32"] = fp32_ms > 0 ? fp32_ms / ms : 0.0;
       std::cout << std::fixed << std::setprecision(2) << ms << " ms/step, final loss "
                 << row["final_loss"].get<double>() << std::defaultfloat << "\n";

@@ -1,11 +1,18 @@
 #include "bench_prediction.h"
 
+#include <memory>
+
+#include <mixtrain/amp/fp8.h>
+#include <mixtrain/amp/grad_scaler.h>
 #include <mixtrain/memory/dry_run.h>
 #include <mixtrain/memory/plan.h>
+#include <mixtrain/nn/skip_init.h>
+#include <mixtrain/nn/utils.h>
+#include <mixtrain/optim/adamw.h>
 
 namespace mixtrain::cli {
 
-StepMemoryPrediction predict_step_memory(TaskSpec spec, examples::Precision precision, double lr) {
+StepMemoryPrediction predict_step_memory(TaskSpec spec, train::Precision precision, double lr) {
   const Device target = spec.device;
   spec.device = Device::meta();
   // Never read on meta: the weights are left uninitialised (nn/skip_init.h), which saves the
@@ -16,17 +23,17 @@ StepMemoryPrediction predict_step_memory(TaskSpec spec, examples::Precision prec
   }();
   nn::Module& model = task->model();
   model.to(Device::meta());
-  // As examples::train sets up and steps (TrainOptions' defaults: clipping at 1, loss scaling
+  // As train::train sets up and steps (TrainOptions' defaults: clipping at 1, loss scaling
   // for fp16 only), with zero_grad at the end as --memory-plan takes it: the gradients are then
   // in-step buffers, and the peak is the same as with zero_grad first.
   optim::AdamW opt(model.parameters(), optim::AdamWOptions().lr(lr));
-  amp::GradScaler scaler(amp::GradScalerOptions().enabled(precision == examples::Precision::Fp16));
-  const std::unique_ptr<amp::Fp8Scaling> fp8 = examples::make_fp8_scaling(model, precision, amp::Fp8Recipe());
+  amp::GradScaler scaler(amp::GradScalerOptions().enabled(precision == train::Precision::Fp16));
+  const std::unique_ptr<amp::Fp8Scaling> fp8 = train::make_fp8_scaling(model, precision, amp::Fp8Recipe());
   auto step = [&](DeviceType autocast_type) {
     opt.zero_grad();
     Tensor loss;
     {
-      const examples::ForwardScope scope(autocast_type, precision);
+      const train::ForwardScope scope(autocast_type, precision);
       loss = task->next_loss();
     }
     scaler.scale(loss).backward();

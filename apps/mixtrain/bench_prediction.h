@@ -5,7 +5,7 @@
 // of the target device is touched. See docs/MEMORY.md.
 #include <cstdint>
 
-#include "common/train_loop.h"
+#include <mixtrain/train/train_loop.h>
 #include "tasks.h"
 
 namespace mixtrain::cli {
@@ -19,6 +19,6 @@ struct StepMemoryPrediction {
 // spec.device is the target; the task is rebuilt on the meta device with spec's seed and size.
 // The first step (which makes AdamW's state) runs unrecorded, the second is traced. Throws what
 // the dry run throws.
-StepMemoryPrediction predict_step_memory(TaskSpec spec, examples::Precision precision, double lr);
+StepMemoryPrediction predict_step_memory(TaskSpec spec, train::Precision precision, double lr);
 
 }  // namespace mixtrain::cli

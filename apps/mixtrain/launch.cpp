@@ -36,7 +36,6 @@
 #include "launch_guardian.h"
 #include "launch_ranks.h"
 #include "memory_predict.h"
-#include "rank_batches.h"
 
 extern char** environ;
 
@@ -169,7 +168,7 @@ int run_launch(const std::vector<std::string>& argv) {
   if (!weights.empty() && weights != "adaptive") {
     // The ranks apply the same rule; checked here so that a bad list stops before any rank starts.
     try {
-      examples::parse_rank_weights(weights, join ? 1 : world);
+      distributed::parse_rank_weights(weights, join ? 1 : world);
     } catch (const std::exception& e) {
       throw flags::UsageError(std::string("launch: --rank-weights: ") + e.what());
     }
@@ -232,9 +231,10 @@ int run_launch(const std::vector<std::string>& argv) {
     }
     if (!run_id.empty()) env.push_back("MIXTRAIN_RUN_ID=" + run_id);
     if (!user_threads) env.push_back("OMP_NUM_THREADS=" + threads);
-    if (!weights.empty()) env.push_back((join ? "MIXTRAIN_ELASTIC_WEIGHT=" : "MIXTRAIN_RANK_WEIGHTS=") + weights);
-    if (!rank_batches.empty()) env.push_back(std::string(kRankBatchesEnv) + "=" + rank_batches);
-    if (!memory_of_rank.empty()) env.push_back(std::string(kRankMemoryEnv) + "=" + memory_of_rank[static_cast<size_t>(r)]);
+    if (!weights.empty())
+      env.push_back((join ? std::string("MIXTRAIN_ELASTIC_WEIGHT") : std::string(distributed::kRankWeightsEnv)) + "=" + weights);
+    if (!rank_batches.empty()) env.push_back(std::string(distributed::kRankBatchesEnv) + "=" + rank_batches);
+    if (!memory_of_rank.empty()) env.push_back(std::string(distributed::kRankMemoryEnv) + "=" + memory_of_rank[static_cast<size_t>(r)]);
     for (char** e = environ; *e; ++e) {
       const std::string s = *e;
       const std::string key = s.substr(0, s.find('=') + 1);
@@ -259,7 +259,10 @@ int run_launch(const std::vector<std::string>& argv) {
     stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   };
   for (;;) {
-    const std::vector<RankProcesses::Exit> exits = ranks.poll(50, g_signal_pipe[0]);
+    std::vector<RankProcesses::Exit> exits = ranks.poll(50, g_signal_pipe[0]);
+    // Exits seen in one poll: a rank killed by a signal first. Its peers fail when its connections
+    // close and may exit within the same poll, so the first exit named is the cause.
+    std::stable_partition(exits.begin(), exits.end(), [](const RankProcesses::Exit& x) { return x.code > 128; });
     char sig = 0;
     while (read(g_signal_pipe[0], &sig, 1) == 1) {
       // Forwarded; the ranks decide how to stop. A second signal ends them.

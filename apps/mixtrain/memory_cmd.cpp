@@ -83,7 +83,7 @@ constexpr const char* kRoleLabels[memory::kNumRoles] = {
     "temporaries", "workspace", "input",           "fp8 copies",     "fp8 scaling state"};
 
 void print_row(std::ostream& out, const std::string& name, int64_t bytes, const std::string& note = "") {
-  out << "  " << std::left << std::setw(28) << name << std::right << std::setw(12) << format_bytes(bytes) << "  "
+  out << "  " << std::left << std::setw(28) << name << std::right << std::setw(12) << memory::format_bytes(bytes) << "  "
       << std::setw(15) << bytes << " B" << (note.empty() ? "" : "  " + note) << "\n";
 }
 
@@ -94,12 +94,12 @@ int run_memory(const std::vector<std::string>& argv) {
   const auto app = memory_app(f);
   if (!examples::cli::parse(*app, argv, std::cout)) return 0;
   StepQuery& q = f.query;
-  q.precision = examples::parse_precision(f.precision);
+  q.precision = train::parse_precision(f.precision);
   q.target = f.device == "cuda" ? Device::cuda(0) : Device::cpu();
   q.spec.size = parse_task_size(f.size);
   q.spec.device = q.target;
   const int64_t fit_limit = f.fit.empty() ? 0 : parse_byte_size(f.fit, "--fit");
-  if (f.measure && q.target.is_cuda() && !examples::default_device().is_cuda())
+  if (f.measure && q.target.is_cuda() && !train::default_device().is_cuda())
     throw examples::cli::UsageError("--measure --device cuda needs a GPU; none is usable here");
   if (!f.timeline.empty()) check_timeline_path(f.timeline);
   const int world = q.world_size;
@@ -128,12 +128,12 @@ int run_memory(const std::vector<std::string>& argv) {
       const std::string size = f.fit + " (" + std::to_string(fit_limit) + " B)";
       if (fit.best.persistent_bytes > fit_limit)
         std::cerr << "mixtrain memory: --fit " << size << " is smaller than the step's persistent bytes alone ("
-                  << format_bytes(fit.best.persistent_bytes) << ", " << fit.best.persistent_bytes
+                  << memory::format_bytes(fit.best.persistent_bytes) << ", " << fit.best.persistent_bytes
                   << " B: weights, optimizer state, data at batch " << fit.best.batch_size << "); no batch fits\n";
       else
         std::cerr << "mixtrain memory: --fit " << size << ": even batch " << fit.over_batch << " reserves "
-                  << format_bytes(fit.over_reserved_bytes) << " (" << fit.over_reserved_bytes << " B; allocated "
-                  << format_bytes(fit.over_peak_bytes) << "); no batch fits\n";
+                  << memory::format_bytes(fit.over_reserved_bytes) << " (" << fit.over_reserved_bytes << " B; allocated "
+                  << memory::format_bytes(fit.over_peak_bytes) << "); no batch fits\n";
       return 1;
     }
     p = std::move(fit.best);
@@ -203,17 +203,17 @@ int run_memory(const std::vector<std::string>& argv) {
         << " samples" << (q.zero_stage == 1 ? "; ZeRO-1: AdamW's state for its shard of the parameters only" : "")
         << "\n";
   if (fit_limit > 0 && fit.capped) {
-    out << "  --fit " << f.fit << ": batch " << p.batch_size << " fits (" << format_bytes(reserved) << " reserved, "
-        << format_bytes(p.peak_bytes) << " allocated), and the search goes no further (it stops at " << kMaxFitBatch
+    out << "  --fit " << f.fit << ": batch " << p.batch_size << " fits (" << memory::format_bytes(reserved) << " reserved, "
+        << memory::format_bytes(p.peak_bytes) << " allocated), and the search goes no further (it stops at " << kMaxFitBatch
         << " samples; larger batches were not tried) (" << fit.dry_runs << " dry runs, " << static_cast<int64_t>(fit_ms)
         << " ms)\n";
   } else if (fit_limit > 0) {
     // The limit meets the reserved bytes (the caching allocator's segments), so that is what fits.
     out << "  --fit " << f.fit << ": batch " << p.batch_size << " is the largest whose reserved bytes fit ("
-        << format_bytes(reserved) << " reserved, " << format_bytes(p.peak_bytes) << " allocated)\n";
+        << memory::format_bytes(reserved) << " reserved, " << memory::format_bytes(p.peak_bytes) << " allocated)\n";
     if (fit.over_batch > 0)
-      out << "  batch " << fit.over_batch << " would reserve " << format_bytes(fit.over_reserved_bytes) << " and allocate "
-          << format_bytes(fit.over_peak_bytes) << ": "
+      out << "  batch " << fit.over_batch << " would reserve " << memory::format_bytes(fit.over_reserved_bytes) << " and allocate "
+          << memory::format_bytes(fit.over_peak_bytes) << ": "
           << (fit.binds() == "reserved" ? "reserved binds (the allocated bytes alone would fit)" : "allocated binds")
           << " (" << fit.dry_runs << " dry runs, " << static_cast<int64_t>(fit_ms) << " ms)\n";
   }

@@ -1,17 +1,15 @@
-// The dry-run prediction, measurement, allocator replay, arena layout and batch search behind
+// The dry-run prediction, measurement, arena layout and batch search behind
 // `mixtrain memory` (memory_predict.h).
 #include "memory_predict.h"
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
-#include <cmath>
-#include <cstdio>
 #include <optional>
-#include <unordered_map>
 
 #include "common/cli.h"
 #include "mixtrain/core/checked_int.h"
+#include "mixtrain/memory/batch_fit.h"
+#include "mixtrain/memory/device_memory.h"
 #include "mixtrain/memory/plan.h"
 #include "mixtrain/distributed/zero.h"
 
@@ -19,10 +17,10 @@ namespace mixtrain::cli {
 
 namespace {
 
-// One optimizer and scaler per task, as examples::train makes them. ZeRO-1: the optimizer over
+// One optimizer and scaler per task, as train::train makes them. ZeRO-1: the optimizer over
 // rank 0's shard (`shard`: views of the parameters' elements it updates, `pieces` where they lie).
 struct Trainer {
-  std::unique_ptr<examples::TrainTask> task;
+  std::unique_ptr<train::TrainTask> task;
   std::unique_ptr<optim::AdamW> opt;
   std::unique_ptr<amp::GradScaler> scaler;
   std::unique_ptr<amp::Fp8Scaling> fp8;  // --precision fp8
@@ -30,7 +28,7 @@ struct Trainer {
   std::vector<Tensor> shard;
 };
 
-Trainer make_trainer(TaskSpec spec, examples::Precision p, Device device, bool initialise_weights = true,
+Trainer make_trainer(TaskSpec spec, train::Precision p, Device device, bool initialise_weights = true,
                      int zero_world = 0) {
   spec.device = device;
   spec.synthetic = true;
@@ -52,22 +50,22 @@ Trainer make_trainer(TaskSpec spec, examples::Precision p, Device device, bool i
   }
   t.opt = std::make_unique<optim::AdamW>(params, optim::AdamWOptions().lr(default_lr(spec.model)));
   t.scaler = std::make_unique<amp::GradScaler>(
-      amp::GradScalerOptions().init_scale(65536.0).enabled(p == examples::Precision::Fp16));
-  t.fp8 = examples::make_fp8_scaling(t.task->model(), p, amp::Fp8Recipe());
+      amp::GradScalerOptions().init_scale(65536.0).enabled(p == train::Precision::Fp16));
+  t.fp8 = train::make_fp8_scaling(t.task->model(), p, amp::Fp8Recipe());
   return t;
 }
 
-// One step as examples::train takes it (train_loop.cpp): autocast forward, scaled backward,
+// One step as train::train takes it (train_loop.cpp): autocast forward, scaled backward,
 // unscale, clip at 1, scaler step and update. `autocast_type` is the device type whose autocast
 // state applies (the target's, also for a meta step). The outcome is read only for a real step
 // (a meta one cannot give the found_inf flag).
-amp::StepOutcome train_step(Trainer& t, DeviceType autocast_type, examples::Precision p) {
+amp::StepOutcome train_step(Trainer& t, DeviceType autocast_type, train::Precision p) {
   t.opt->zero_grad();
   if (!t.shard.empty())
     for (Tensor& param : t.task->model().parameters()) param.set_grad(Tensor());
   Tensor loss;
   {
-    const examples::ForwardScope scope(autocast_type, p);
+    const train::ForwardScope scope(autocast_type, p);
     loss = t.task->next_loss();
   }
   t.scaler->scale(loss).backward();
@@ -99,67 +97,6 @@ int64_t peak_live_of_role(const memory::MemoryTrace& trace, memory::Role role) {
   return peak;
 }
 
-// Hands out increasing addresses that are never mapped: the CachingAllocator only keeps
-// bookkeeping about its blocks and never touches their memory.
-class UnmappedBacking : public memory::BackingAllocator {
- public:
-  void* alloc(size_t nbytes) override {
-    void* p = reinterpret_cast<void*>(next_);
-    next_ += (nbytes + 4095) / 4096 * 4096;
-    return p;
-  }
-  void free(void*, size_t) override {}
-  size_t free_device_memory() override { return size_t{1} << 50; }
-  std::string name() const override { return "unmapped"; }
-
- private:
-  uintptr_t next_ = uintptr_t{1} << 32;
-};
-
-// Two meta storages of these sizes, made and dropped one after the other, mark where the
-// recorded warm-up step ends and the measured step begins.
-constexpr int64_t kMarkerBytes[2] = {3587, 3589};
-
-void mark_step_boundary() {
-  for (const int64_t bytes : kMarkerBytes) mixtrain::empty({bytes}, TensorOptions(kBool).device(Device::meta()));
-}
-
-// The events after the marker, preceded by before_step Allocs for the buffers alive at it. Roles
-// come from the whole recording, so state the first step made keeps the role its lifetime gave it
-// (optimizer state); a dry run started at the second step would see it only as alive before.
-memory::MemoryTrace second_step(const memory::MemoryTrace& both) {
-  const auto& ev = both.events;
-  size_t mark = ev.size();
-  for (size_t i = 0; i + 3 < ev.size() && mark == ev.size(); ++i)
-    if (ev[i].requested == size_t(kMarkerBytes[0]) && ev[i + 2].requested == size_t(kMarkerBytes[1]) &&
-        ev[i].kind == memory::MemoryEvent::Kind::Alloc && ev[i + 1].kind == memory::MemoryEvent::Kind::Free &&
-        ev[i + 2].kind == memory::MemoryEvent::Kind::Alloc && ev[i + 3].kind == memory::MemoryEvent::Kind::Free)
-      mark = i;
-  MT_CHECK(mark < ev.size(), "mixtrain memory: the step boundary marker is missing from the dry run's trace");
-  std::unordered_map<int64_t, size_t> alive;  // buffer -> its Alloc event
-  std::vector<int64_t> order;
-  for (size_t i = 0; i < mark; ++i) {
-    if (ev[i].kind == memory::MemoryEvent::Kind::Alloc) {
-      alive[ev[i].buffer] = i;
-      order.push_back(ev[i].buffer);
-    } else {
-      alive.erase(ev[i].buffer);
-    }
-  }
-  memory::MemoryTrace out;
-  out.target = both.target;
-  out.assumptions = both.assumptions;
-  for (const int64_t id : order) {
-    const auto it = alive.find(id);
-    if (it == alive.end()) continue;
-    memory::MemoryEvent e = ev[it->second];
-    e.before_step = true;
-    out.events.push_back(e);
-  }
-  out.events.insert(out.events.end(), ev.begin() + static_cast<std::ptrdiff_t>(mark + 4), ev.end());
-  return out;
-}
-
 }  // namespace
 
 StepPrediction predict_step(const StepQuery& query) {
@@ -178,39 +115,17 @@ StepPrediction predict_step(const StepQuery& query) {
   // Rank 0 of two whose shares are `rows` and the rest: its step computes on its rows only.
   if (shard) t.task->set_data_shard(0, {static_cast<double>(rows), static_cast<double>(query.global_batch_size - rows)});
   const auto start = std::chrono::steady_clock::now();
-  const memory::MemoryTrace both = memory::dry_run(query.target, [&] {
-    train_step(t, query.target.type, query.precision);
-    mark_step_boundary();
-    train_step(t, query.target.type, query.precision);
-  });
   StepPrediction r;
-  r.trace = second_step(both);
+  r.trace = memory::dry_run_step(query.target, [&] { train_step(t, query.target.type, query.precision); });
   r.dry_run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   r.batch_size = query.global_batch_size > 0 ? rows : t.task->batch_size();
   r.peak_bytes = r.trace.peak_bytes();
-  r.reserved_bytes = predicted_reserved_bytes(r.trace);
+  r.reserved_bytes = memory::replay_reserved_bytes(r.trace);
   for (const memory::MemoryEvent& e : r.trace.events)
     r.persistent_bytes = live_after(r.persistent_bytes, e, "mixtrain memory: persistent bytes");
   r.activation_bytes = peak_live_of_role(r.trace, memory::Role::Activation);
   r.lower_bound_bytes = r.trace.in_step_peak_bytes();
   return r;
-}
-
-int64_t predicted_reserved_bytes(const memory::MemoryTrace& trace) {
-  UnmappedBacking backing;
-  memory::CachingAllocator allocator(backing, trace.target);
-  std::unordered_map<int64_t, void*> live;
-  for (const memory::MemoryEvent& e : trace.events) {
-    if (e.kind == memory::MemoryEvent::Kind::Alloc) {
-      live[e.buffer] = allocator.allocate(e.requested);
-    } else if (auto it = live.find(e.buffer); it != live.end()) {
-      allocator.deallocate(it->second);
-      live.erase(it);
-    }
-  }
-  const int64_t peak = allocator.stats().peak_reserved_bytes;
-  for (const auto& [id, ptr] : live) allocator.deallocate(ptr);
-  return peak;
 }
 
 StepMeasurement measure_step(const StepQuery& query) {
@@ -244,39 +159,11 @@ int64_t arena_bytes(const std::vector<memory::BufferLifetime>& buffers) {
 }
 
 int64_t parse_byte_size(const std::string& text, const std::string& flag) {
-  const auto bad = [&](const std::string& why) {
-    return examples::cli::UsageError(flag + ": expects a size such as 8GiB, 512MiB or 4096 (bytes), got '" + text +
-                                     "'" + why);
-  };
-  size_t digits = 0;
-  while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.'))
-    ++digits;
-  const std::string number = text.substr(0, digits), unit = text.substr(digits);
-  if (number.empty() || number.front() == '.' || number.back() == '.' || std::count(number.begin(), number.end(), '.') > 1)
-    throw bad("");
-  static const std::vector<std::pair<std::string, double>> kUnits = {
-      {"", 1},         {"B", 1},          {"KiB", 0x1p10},   {"MiB", 0x1p20},   {"GiB", 0x1p30},
-      {"TiB", 0x1p40}, {"kB", 1e3},       {"KB", 1e3},       {"MB", 1e6},       {"GB", 1e9},
-      {"TB", 1e12}};
-  const auto unit_it = std::find_if(kUnits.begin(), kUnits.end(), [&](const auto& u) { return u.first == unit; });
-  if (unit_it == kUnits.end()) throw bad(" (units: B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)");
-  const double bytes = std::strtod(number.c_str(), nullptr) * unit_it->second;
-  if (!(bytes >= 1) || bytes > 0x1p62) throw bad(" (must be 1 byte to 4 EiB)");
-  if (unit_it->second == 1 && number.find('.') != std::string::npos) throw bad(" (bytes are whole)");
-  return static_cast<int64_t>(std::llround(bytes));
-}
-
-std::string format_bytes(int64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (std::fabs(v) >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
+  try {
+    return memory::parse_bytes(text, flag);
+  } catch (const Error& e) {
+    throw examples::cli::UsageError(e.what());
   }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
-  return buf;
 }
 
 // The smallest batch searched: the tiny MLP preset's synthetic data needs two samples.
@@ -288,79 +175,43 @@ std::string FitResult::binds() const {
 }
 
 FitResult fit_batch(StepQuery query, int64_t limit, int64_t max_batch, FitBy by) {
-  FitResult r;
-  r.by = by;
-  r.limit = limit;
   // The figure the search keeps within the limit (reserved is never below allocated, but the
   // larger of the two is taken so the answer holds whatever the replay says).
   const auto bytes = [by](const StepPrediction& p) {
     return by == FitBy::Allocated ? p.peak_bytes : std::max(p.peak_bytes, p.reserved_bytes);
   };
-  const auto at = [&](int64_t batch) {
-    query.spec.batch_size = batch;
-    ++r.dry_runs;
-    return predict_step(query);
-  };
-  const auto mark_over = [&](int64_t batch, const StepPrediction& p) {
-    r.over_batch = batch;
-    r.over_peak_bytes = p.peak_bytes;
-    r.over_reserved_bytes = p.reserved_bytes;
-  };
-  r.best = at(kMinFitBatch);
-  const int64_t peak_at_min = r.best.peak_bytes;
-  if (bytes(r.best) > limit) {
-    mark_over(kMinFitBatch, r.best);
-    return r;
-  }
-  r.fits = true;
-  int64_t lo = kMinFitBatch, hi = 0;  // lo fits; hi (when > 0) does not
-  int64_t over_bytes = 0;             // bytes(hi)
-  const auto probe = [&](int64_t batch) {
-    StepPrediction p = at(batch);
-    const bool fits = bytes(p) <= limit;
-    if (fits && batch > lo) {
-      lo = batch;
-      r.best = std::move(p);
-    } else if (!fits && (hi == 0 || batch < hi)) {
-      hi = batch;
-      over_bytes = bytes(p);
-      mark_over(batch, p);
-    }
-    return fits;
-  };
-  // Each probe builds the task anew (on meta, weights left uninitialised) and dry-runs two steps
-  // (tens of ms for the full transformer), so guess first: the peak grows about linearly with the
-  // batch. The guess and its neighbour usually settle it; doubling and bisection below make the answer exact whatever the guess.
-  if (max_batch >= 2 * kMinFitBatch && probe(2 * kMinFitBatch)) {
-    // The slope of the allocated peak: smooth, where the reserved bytes rise in segment-sized steps
-    // (flat from 2 to 4 for a small model, which would leave doubling to find the answer).
-    const int64_t slope = (r.best.peak_bytes - peak_at_min) / kMinFitBatch;
-    if (slope > 0) {
-      const int64_t guess = std::clamp<int64_t>(lo + (limit - bytes(r.best)) / slope, lo, max_batch);
-      if (guess > lo) {
-        if (probe(guess)) {
-          if (guess < max_batch) probe(guess + 1);
-        } else if (guess - 1 > lo) {
-          probe(guess - 1);
+  // Each probe's prediction is kept only if the answer may need it: the largest batch that fits
+  // and the smallest that does not.
+  std::optional<StepPrediction> best, over;
+  int64_t best_batch = 0, over_batch = 0;
+  const memory::BatchFit fit = memory::fit_batch(
+      [&](int64_t batch) {
+        query.spec.batch_size = batch;
+        StepPrediction p = predict_step(query);
+        // Guessed from the allocated peak, which grows smoothly with the batch.
+        const memory::BatchProbe probe{bytes(p), p.peak_bytes};
+        if (probe.bytes <= limit && batch > best_batch) {
+          best_batch = batch;
+          best = std::move(p);
+        } else if (probe.bytes > limit && (over_batch == 0 || batch < over_batch)) {
+          over_batch = batch;
+          over = std::move(p);
         }
-      }
-    }
+        return probe;
+      },
+      limit, kMinFitBatch, max_batch);
+  FitResult r;
+  r.by = by;
+  r.limit = limit;
+  r.fits = fit.fits;
+  r.over_batch = fit.over_batch;
+  if (over) {
+    r.over_peak_bytes = over->peak_bytes;
+    r.over_reserved_bytes = over->reserved_bytes;
   }
-  while (hi == 0 && lo < max_batch) probe(lo > max_batch / 2 ? max_batch : lo * 2);
-  // Interpolate between the peaks at lo and hi (near-linear, so a probe or two), bisecting after
-  // any probe that did not halve the interval, so it stays O(log) whatever the curve.
-  bool bisect = false;
-  while (hi > lo + 1) {
-    const int64_t width = hi - lo;
-    int64_t mid = lo + width / 2;
-    if (!bisect && over_bytes > bytes(r.best)) {
-      const double t = static_cast<double>(limit - bytes(r.best)) / static_cast<double>(over_bytes - bytes(r.best));
-      mid = std::clamp<int64_t>(lo + static_cast<int64_t>(t * static_cast<double>(width)), lo + 1, hi - 1);
-    }
-    probe(mid);
-    bisect = !bisect && 2 * (hi - lo) > width;
-  }
-  r.capped = hi == 0;
+  r.best = fit.fits ? std::move(*best) : *over;  // the smallest batch when even that does not fit
+  r.capped = fit.capped;
+  r.dry_runs = fit.dry_runs;
   return r;
 }
 

@@ -6,7 +6,8 @@
 #include <string>
 #include <vector>
 
-#include <mixtrain/memory/caching_allocator.h>
+#include <mixtrain/memory/batch_fit.h>
+#include <mixtrain/memory/device_memory.h>
 #include <mixtrain/memory/dry_run.h>
 #include <mixtrain/mixtrain.h>
 
@@ -18,7 +19,7 @@ namespace mixtrain::cli {
 // (spec.device is ignored: the task is built on meta); `target` is the device it is planned for.
 struct StepQuery {
   TaskSpec spec;
-  examples::Precision precision = examples::Precision::Fp32;
+  train::Precision precision = train::Precision::Fp32;
   Device target = Device::cpu();
   // Build the model as a real run would (weights initialised on the CPU, then moved to meta)
   // instead of under nn::init::SkipInitGuard. The prediction is the same either way (a dry run
@@ -38,7 +39,7 @@ struct StepPrediction {
   memory::MemoryTrace trace;  // the second step's events (the first creates the optimizer state)
   int64_t batch_size = 0;
   int64_t peak_bytes = 0;          // most bytes allocated at once, everything alive included
-  int64_t reserved_bytes = 0;      // predicted_reserved_bytes(trace): what a device limit meets
+  int64_t reserved_bytes = 0;      // memory::replay_reserved_bytes(trace): what a device limit meets
   // Alive at the step's end, what the next step starts with: weights, gradients, optimizer state,
   // data. (MemoryTrace::persistent_bytes() also counts the gradients the step replaced.)
   int64_t persistent_bytes = 0;
@@ -51,13 +52,6 @@ struct StepPrediction {
 // for fp16, clipping, AdamW); the trace is the second's (the first allocates the optimizer state,
 // which the second finds alive before it).
 StepPrediction predict_step(const StepQuery& query);
-
-// The reserved bytes the target's caching allocator would peak at on this trace: the trace's
-// requests replayed, in order, through a real CachingAllocator over a backing allocator that
-// hands out addresses it never maps. Alive-before-step buffers are allocated first, in trace
-// order; the real process's earlier history (construction temporaries) is not known, so the
-// measured figure can be higher.
-int64_t predicted_reserved_bytes(const memory::MemoryTrace& trace);
 
 struct StepMeasurement {
   int64_t peak_bytes = 0;           // peak allocated during the step, less what was held before the task existed
@@ -78,10 +72,8 @@ struct ArenaLayout {
 ArenaLayout arena_layout(const std::vector<memory::BufferLifetime>& buffers);
 int64_t arena_bytes(const std::vector<memory::BufferLifetime>& buffers);  // the arena it needs
 
-// "8GiB", "512MiB", "1.5GB", "4096": bytes (KiB/MiB/GiB/TiB binary, kB/MB/GB/TB decimal, B or none
-// for bytes). Anything else throws a UsageError naming `flag`.
+// memory::parse_bytes for a flag: anything but a size throws a UsageError naming `flag`.
 int64_t parse_byte_size(const std::string& text, const std::string& flag);
-std::string format_bytes(int64_t bytes);  // "1.50 MiB"
 
 // What a batch must keep within the limit. Reserved: the caching allocator's predicted peak
 // reserved bytes (never below the allocated peak), which is what a device's memory limit meets:
@@ -102,12 +94,11 @@ struct FitResult {
   // "reserved" when only the allocator's reserve does ("" when no batch was over).
   std::string binds() const;
 };
-// The largest batch whose predicted bytes (by `by`) are at most `limit`, from 2 up: a linear guess
-// from the figures at 2 and 4 and its neighbour, then doubling and interpolating until exact (the
-// figure grows with the batch). Every batch it calls fitting was dry-run and is within the limit.
-// Goes no further than max_batch (kMaxFitBatch by default: a dry run's cost does not grow with the
-// batch, but a batch of 2^30 samples is past any device); `capped` says it got there.
-constexpr int64_t kMaxFitBatch = int64_t{1} << 30;
+// The largest batch whose predicted bytes (by `by`) are at most `limit`, from 2 up to max_batch:
+// memory::fit_batch's search over predict_step, its guesses from the allocated peak (smooth, where
+// the reserved bytes rise in segment-sized steps). Every batch it calls fitting was dry-run and is
+// within the limit; `capped` says it stopped at max_batch.
+using memory::kMaxFitBatch;
 FitResult fit_batch(StepQuery query, int64_t limit, int64_t max_batch = kMaxFitBatch, FitBy by = FitBy::Reserved);
 
 }  // namespace mixtrain::cli

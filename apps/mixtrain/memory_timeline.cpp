@@ -128,7 +128,7 @@ std::string timeline_svg(const memory::MemoryTrace& trace, const ArenaLayout& ar
   {
     const double peak = static_cast<double>(trace.peak_bytes()) / kMiB;
     const svg::Frame f{left, y + 10, plot_w, panel_h, 0, x_hi, 0, std::max(peak * 1.12, 1e-6)};
-    svg::axes(s, f, "live bytes (MiB) through the step: peak " + format_bytes(trace.peak_bytes()),
+    svg::axes(s, f, "live bytes (MiB) through the step: peak " + memory::format_bytes(trace.peak_bytes()),
               "event of the step (the biggest buffers numbered)");
     phase_marks(s, f, phase_segments(events, first));
     svg::line(s, f, xs, ys, "#1f4e8c", 1.5, "live", /*hold=*/true);
@@ -141,7 +141,7 @@ std::string timeline_svg(const memory::MemoryTrace& trace, const ArenaLayout& ar
       const memory::MemoryEvent& e = events[allocs[k]];
       const double px = f.px(static_cast<double>(allocs[k] - first)), py = f.py(live[allocs[k]]);
       const std::string what = std::to_string(k + 1) + ": " + (*e.op ? e.op : "?") + ", " + memory::role_name(e.role) +
-                               ", " + format_bytes(static_cast<int64_t>(e.bytes));
+                               ", " + memory::format_bytes(static_cast<int64_t>(e.bytes));
       s << "<circle class=\"big\" cx=\"" << px << "\" cy=\"" << py << "\" r=\"3\" fill=\"" << kRoleColors[int(e.role)]
         << "\"/><text x=\"" << px + 4 << "\" y=\"" << py - 5 << "\" font-size=\"10\">" << k + 1 << "</text>\n"
         << "<text class=\"big-label\" x=\"" << f.x + (k < 3 ? 0 : 430) << "\" y=\"" << f.y + f.h + 52 + 14.0 * (k % 3)
@@ -156,8 +156,8 @@ std::string timeline_svg(const memory::MemoryTrace& trace, const ArenaLayout& ar
     const double arena_mib = static_cast<double>(arena.bytes) / kMiB;
     const svg::Frame f{left, y + 10, plot_w, panel_h, 0, x_hi, 0, std::max(arena_mib * 1.05, 1e-6)};
     svg::axes(s, f,
-              "planned arena (MiB offset): " + format_bytes(arena.bytes) + " for in-step buffers; lower bound " +
-                  format_bytes(trace.in_step_peak_bytes()),
+              "planned arena (MiB offset): " + memory::format_bytes(arena.bytes) + " for in-step buffers; lower bound " +
+                  memory::format_bytes(trace.in_step_peak_bytes()),
               "event");
     for (size_t i = 0; i < buffers.size() && i < arena.offsets.size(); ++i) {
       const memory::BufferLifetime& b = buffers[i];

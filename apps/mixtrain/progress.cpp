@@ -101,7 +101,7 @@ std::string Progress::status_line(int columns, bool bar) const {
   return line;
 }
 
-void Progress::update(const examples::StepRecord& r) {
+void Progress::update(const train::StepRecord& r) {
   const auto now = Clock::now();
   latest_ = r;
   losses_.push_back(r.loss);

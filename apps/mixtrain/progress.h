@@ -10,7 +10,7 @@
 #include <ostream>
 #include <string>
 
-#include "common/train_loop.h"
+#include <mixtrain/train/train_loop.h>
 
 namespace mixtrain::cli {
 
@@ -24,7 +24,7 @@ class Progress {
   static constexpr size_t kWindow = 20;
 
   Progress(std::ostream& out, bool terminal, int columns, int64_t first_step, int64_t last_step);
-  void update(const examples::StepRecord& record);
+  void update(const train::StepRecord& record);
   // Ends the redrawn line (terminal) so later output starts on a fresh one.
   void finish();
 
@@ -40,7 +40,7 @@ class Progress {
   bool terminal_;
   int columns_;
   int64_t first_, last_;
-  examples::StepRecord latest_;
+  train::StepRecord latest_;
   std::deque<double> losses_;            // the last kWindow steps' losses
   std::deque<Clock::time_point> ends_;   // when each of the last kWindow + 1 steps ended
   double first_step_seconds_ = 0;        // the rate before two steps have ended

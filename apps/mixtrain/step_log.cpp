@@ -18,7 +18,7 @@ std::string iso8601_utc(std::chrono::system_clock::time_point t) {
   return buf;
 }
 
-nlohmann::json step_log_line(const examples::StepRecord& r, int64_t batch_size, const memory::Stats& memory,
+nlohmann::json step_log_line(const train::StepRecord& r, int64_t batch_size, const memory::Stats& memory,
                              std::chrono::system_clock::time_point now) {
   nlohmann::json line = {
       {"step", r.step},

@@ -14,11 +14,11 @@
 #include <nlohmann/json.hpp>
 #include <mixtrain/mixtrain.h>
 
-#include "common/train_loop.h"
+#include <mixtrain/train/train_loop.h>
 
 namespace mixtrain::cli {
 
-nlohmann::json step_log_line(const examples::StepRecord& record, int64_t batch_size, const memory::Stats& memory,
+nlohmann::json step_log_line(const train::StepRecord& record, int64_t batch_size, const memory::Stats& memory,
                              std::chrono::system_clock::time_point now);
 
 // "2026-11-25T13:04:05.123Z"

@@ -51,7 +51,7 @@ int64_t synthetic_rows(int64_t batch_size) {
   return std::max<int64_t>(8, checked_mul(4, batch_size, "mlp: synthetic rows (4 batches)"));
 }
 
-std::unique_ptr<examples::TrainTask> make_mlp(const TaskSpec& s) {
+std::unique_ptr<train::TrainTask> make_mlp(const TaskSpec& s) {
   examples::MlpConfig c;
   c.device = s.device;
   c.seed = s.seed;
@@ -77,7 +77,7 @@ std::unique_ptr<examples::TrainTask> make_mlp(const TaskSpec& s) {
   return examples::make_mlp_task(c);
 }
 
-std::unique_ptr<examples::TrainTask> make_unet(const TaskSpec& s) {
+std::unique_ptr<train::TrainTask> make_unet(const TaskSpec& s) {
   examples::UnetConfig c;
   c.device = s.device;
   c.seed = s.seed;
@@ -107,7 +107,7 @@ std::unique_ptr<examples::TrainTask> make_unet(const TaskSpec& s) {
   return examples::make_unet_task(c);
 }
 
-std::unique_ptr<examples::TrainTask> make_transformer(const TaskSpec& s) {
+std::unique_ptr<train::TrainTask> make_transformer(const TaskSpec& s) {
   examples::TransformerConfig c;
   c.device = s.device;
   c.seed = s.seed;
@@ -138,7 +138,7 @@ std::unique_ptr<examples::TrainTask> make_transformer(const TaskSpec& s) {
 
 }  // namespace
 
-std::unique_ptr<examples::TrainTask> make_task(const TaskSpec& spec) {
+std::unique_ptr<train::TrainTask> make_task(const TaskSpec& spec) {
   check_model_name(spec.model);
   if (spec.model == "mlp") return make_mlp(spec);
   if (spec.model == "unet") return make_unet(spec);

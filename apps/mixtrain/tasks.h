@@ -3,7 +3,7 @@
 #include <memory>
 #include <string>
 
-#include "common/train_loop.h"
+#include <mixtrain/train/train_loop.h>
 
 namespace mixtrain::cli {
 
@@ -28,7 +28,7 @@ struct TaskSpec {
   bool checkpoint_activations = false;  // recompute each UNet stage / transformer block in backward
 };
 
-std::unique_ptr<examples::TrainTask> make_task(const TaskSpec& spec);
+std::unique_ptr<train::TrainTask> make_task(const TaskSpec& spec);
 double default_lr(const std::string& model);
 const char* known_models();  // "mlp, unet, transformer"
 // Throws std::runtime_error (a usage error) for a name not in known_models().

@@ -16,8 +16,8 @@
 #include "commands.h"
 #include "common/cli.h"
 #include "cpu_autocast.h"
+#include "memory_predict.h"
 #include "progress.h"
-#include "rank_batches.h"
 #include "step_log.h"
 #include "tasks.h"
 
@@ -29,14 +29,14 @@ constexpr double kMiB = 1024.0 * 1024.0;
 
 struct TrainFlags {
   TaskSpec spec;
-  examples::TrainOptions options;
+  train::TrainOptions options;
   std::string log_path, cpu_autocast = "cuda";
 };
 
 std::unique_ptr<CLI::App> train_app(TrainFlags& f) {
   namespace flags = examples::cli;
   auto app = flags::make_app("mixtrain train", "Trains an example model with autocast, GradScaler and AdamW.");
-  f.spec.device = examples::default_device();
+  f.spec.device = train::default_device();
   f.options.steps = 200;
   app->add_option("model", f.spec.model, "mlp, unet or transformer")
       ->required()
@@ -103,7 +103,7 @@ struct QuietUnlessRankZero {
   ~QuietUnlessRankZero() { std::cout.rdbuf(saved); }
 };
 
-StepQuery step_query(const TaskSpec& spec, const examples::TrainOptions& options) {
+StepQuery step_query(const TaskSpec& spec, const train::TrainOptions& options) {
   StepQuery q;
   q.spec = spec;
   q.precision = options.precision;
@@ -112,6 +112,28 @@ StepQuery step_query(const TaskSpec& spec, const examples::TrainOptions& options
   q.zero_stage = options.zero_stage;
   q.world_size = distributed::read_launch_env().world_size;
   return q;
+}
+
+// --rank-batches auto under a launcher: each rank's share of the global batch sized to its memory
+// by the dry-run fit of `mixtrain memory --fit`, before the real task takes any of it
+// (distributed::fit_rank_shares gathers the fits). Empty without it or without a launcher. The
+// launcher's variables, wrong, are usage errors here: they come from its flags.
+std::vector<double> memory_sized_rank_weights(StepQuery query, int64_t global_batch, std::string* report) {
+  const int world = distributed::read_launch_env().world_size;
+  distributed::RankShares shares;
+  try {
+    shares = distributed::launch_rank_shares(world);
+  } catch (const Error& e) {
+    throw examples::cli::UsageError(e.what());
+  }
+  if (!shares.by_memory || world <= 1) return {};  // one process: its batch is the global batch
+  query.global_batch_size = global_batch;
+  return distributed::fit_rank_shares(query.target, global_batch, [&](int64_t budget) {
+    // By the allocated peak, as before --fit moved to reserved bytes; the rank budget is free memory
+    // plus the cache's free bytes, so reserved would be the stricter and truer test (a follow-up).
+    const FitResult fit = fit_batch(query, budget, global_batch, FitBy::Allocated);
+    return fit.fits ? fit.best.batch_size : int64_t{0};
+  }, report);
 }
 
 // --batch-size, or the model's default (read off a task built on meta, weights uninitialised).
@@ -133,7 +155,7 @@ int run_train(const std::vector<std::string>& argv) {
   if (app->count("--lr") == 0) f.options.lr = default_lr(f.spec.model);
   const QuietUnlessRankZero quiet;
   TaskSpec& spec = f.spec;
-  examples::TrainOptions& options = f.options;
+  train::TrainOptions& options = f.options;
   options.device = spec.device;
   if (f.cpu_autocast != "cuda") {
     if (!spec.device.is_cpu())
@@ -156,19 +178,19 @@ int run_train(const std::vector<std::string>& argv) {
   // --rank-batches auto (under a launcher): each rank's share sized to its memory by dry run,
   // before the real task takes any of it.
   std::string rank_report;
-  if (std::getenv(kRankBatchesEnv))
-    options.rank_weights = auto_rank_weights(step_query(spec, options), global_batch_size(spec), &rank_report);
+  if (std::getenv(distributed::kRankBatchesEnv))
+    options.rank_weights = memory_sized_rank_weights(step_query(spec, options), global_batch_size(spec), &rank_report);
 
   const auto task = make_task(spec);
   if (!rank_report.empty()) std::cout << rank_report << "\n";
   std::cout << task->describe() << "\n"
             << "training " << options.steps << " steps, batch " << task->batch_size() << ", "
-            << examples::precision_name(options.precision) << " on " << options.device << ", lr " << options.lr
+            << train::precision_name(options.precision) << " on " << options.device << ", lr " << options.lr
             << (f.cpu_autocast != "cuda" ? ", CPU autocast preset " + f.cpu_autocast : std::string()) << "\n"
             << std::flush;
   std::unique_ptr<Progress> progress;
   const bool terminal = ::isatty(::fileno(stdout)) != 0;
-  const examples::TrainResult result = examples::train(*task, options, [&](const examples::StepRecord& r) {
+  const train::TrainResult result = train::train(*task, options, [&](const train::StepRecord& r) {
     if (!progress)  // the first step tells where a resumed run starts
       progress = std::make_unique<Progress>(std::cout, terminal, terminal_columns(::fileno(stdout)), r.step,
                                             options.steps);
@@ -203,7 +225,7 @@ int run_train(const std::vector<std::string>& argv) {
     std::cout << "; memory plan: " << result.memory_plans << " plans, " << result.plan_hits << " arena hits, "
               << result.plan_misses << " missed steps";
   std::cout << "\n";
-  if (options.precision == examples::Precision::Fp8) {
+  if (options.precision == train::Precision::Fp8) {
     int64_t saturated[3] = {0, 0, 0};
     for (const amp::Fp8LayerStats& l : result.fp8_layers)
       for (int j = 0; j < 3; ++j) saturated[j] += l.saturated[j];

@@ -160,19 +160,19 @@ CLI::Validator device_name() {
       "");
 }
 
-void add_precision_flag(CLI::App& app, Precision& precision) {
+void add_precision_flag(CLI::App& app, train::Precision& precision) {
   app.add_option_function<std::string>(
-         "--precision", [&precision](const std::string& v) { precision = parse_precision(v); },
+         "--precision", [&precision](const std::string& v) { precision = train::parse_precision(v); },
          "fp32, or autocast to fp16 (with loss scaling) or bf16, or fp8 (the Linear layers in FP8, delayed "
          "scaling, HYBRID; bf16 elsewhere)")
       ->check(one_of({"fp32", "fp16", "bf16", "fp8"}))
       ->type_name("fp32|fp16|bf16|fp8")
-      ->default_str(precision_name(precision));
+      ->default_str(train::precision_name(precision));
 }
 
 void add_device_flag(CLI::App& app, Device& device) {
   app.add_option_function<std::string>(
-         "--device", [&device](const std::string& v) { device = parse_device(v); },
+         "--device", [&device](const std::string& v) { device = train::parse_device(v); },
          "where to train (default: cuda when present, else cpu)")
       ->check(device_name())
       ->type_name("cpu|cuda");

@@ -12,7 +12,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "common/train_loop.h"
+#include <mixtrain/train/train_loop.h>
 
 namespace mixtrain::examples::cli {
 
@@ -39,7 +39,7 @@ CLI::Validator one_of(const std::vector<std::string>& names);
 CLI::Validator device_name();               // cpu, cuda or cuda:N
 
 // --precision and --device: parsed into `precision` / `device` when given.
-void add_precision_flag(CLI::App& app, Precision& precision);
+void add_precision_flag(CLI::App& app, train::Precision& precision);
 void add_device_flag(CLI::App& app, Device& device);
 
 // The flags every example trainer takes (--precision, --device, --steps, --batch-size, --lr,

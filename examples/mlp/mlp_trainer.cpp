@@ -48,7 +48,7 @@ Tensor loss_of(const Tensor& out, const Tensor& y, bool classification) {
   return classification ? nn::functional::cross_entropy(out, y) : nn::functional::mse_loss(out, y);
 }
 
-class MlpTrainTask : public TrainTask {
+class MlpTrainTask : public train::TrainTask {
  public:
   explicit MlpTrainTask(const MlpConfig& c) : config_(c) {
     MT_CHECK(c.batch_size > 0, "mlp: --batch-size must be positive, got ", c.batch_size);
@@ -96,7 +96,7 @@ class MlpTrainTask : public TrainTask {
   data::DataLoader* loader() override { return loader_.get(); }
   int64_t batch_size() const override { return config_.batch_size; }
   std::string describe() const override {
-    return description_ + ": " + std::to_string(parameter_count(*model_)) + " parameters, " + std::to_string(rows_) +
+    return description_ + ": " + std::to_string(train::parameter_count(*model_)) + " parameters, " + std::to_string(rows_) +
            " training rows";
   }
 
@@ -215,7 +215,7 @@ class MlpTrainTask : public TrainTask {
 
 }  // namespace
 
-std::unique_ptr<TrainTask> make_mlp_task(const MlpConfig& config) { return std::make_unique<MlpTrainTask>(config); }
+std::unique_ptr<train::TrainTask> make_mlp_task(const MlpConfig& config) { return std::make_unique<MlpTrainTask>(config); }
 
 MlpResult run_mlp(const MlpConfig& config) {
   MT_CHECK(config.steps > 0, "mlp: --steps must be positive, got ", config.steps);

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include <mixtrain/mixtrain.h>
-#include "common/train_loop.h"
+#include "common/run_task.h"
 
 namespace mixtrain::examples {
 
@@ -31,8 +31,8 @@ struct MlpConfig {
   int64_t batch_size = 128;
   double lr = 1e-3;
   uint64_t seed = 0;
-  Precision precision = Precision::Fp16;
-  Device device = default_device();
+  train::Precision precision = train::Precision::Fp16;
+  Device device = train::default_device();
   int64_t log_every = 100;      // a progress line every this many steps (0: none)
   bool memory_plan = false;     // steps served from static memory plans (TrainOptions::memory_plan)
   std::ostream* log = nullptr;  // where progress lines go; nullptr: silent
@@ -46,7 +46,7 @@ struct MlpResult : RunSummary {  // description e.g. "fashion-mnist 784-256-128-
 
 // The task for the shared loop; evaluate() fills nothing in a result, see run_mlp for that.
 // Throws mixtrain::Error for bad configuration or data (a missing data set names its package).
-std::unique_ptr<TrainTask> make_mlp_task(const MlpConfig& config);
+std::unique_ptr<train::TrainTask> make_mlp_task(const MlpConfig& config);
 
 // Trains with the shared loop (AMP per config.precision on config.device) and evaluates.
 MlpResult run_mlp(const MlpConfig& config);

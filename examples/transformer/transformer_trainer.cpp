@@ -16,7 +16,7 @@ struct TokenBatch {
   Tensor x, y;  // int64 [N, T] on the device
 };
 
-class TransformerTrainTask : public TrainTask {
+class TransformerTrainTask : public train::TrainTask {
  public:
   explicit TransformerTrainTask(const TransformerConfig& c) : config_(c) {
     MT_CHECK(c.batch_size > 0, "transformer: --batch-size must be positive, got ", c.batch_size);
@@ -40,7 +40,7 @@ class TransformerTrainTask : public TrainTask {
     os << "gpt " << c.model.layers << " layers, width " << c.model.width << ", " << c.model.heads << " heads, context "
        << c.model.context << " on " << (c.synthetic ? std::string("synthetic sequences") : c.text_path + " (" +
                                                            std::to_string(text_.size() / 1024) + " KiB)")
-       << ": " << parameter_count(*model_) << " parameters (" << model_->non_embedding_parameters()
+       << ": " << train::parameter_count(*model_) << " parameters (" << model_->non_embedding_parameters()
        << " outside the embeddings)";
     description_ = os.str();
     if (c.synthetic) make_synthetic();
@@ -48,7 +48,7 @@ class TransformerTrainTask : public TrainTask {
 
   nn::Module& model() override { return *model_; }
   data::DataLoader* loader() override { return train_loader_.get(); }
-  LrSchedule schedule() const override {
+  train::LrSchedule schedule() const override {
     return {config_.warmup_steps, /*cosine=*/true};  // -1: a tenth of the run's steps
   }
   int64_t batch_size() const override { return config_.batch_size; }
@@ -173,7 +173,7 @@ GptOptions gpt_preset(const std::string& name) {
   MT_ERROR("transformer: unknown preset '", name, "' (expected tiny, small or bert-base)");
 }
 
-std::unique_ptr<TrainTask> make_transformer_task(const TransformerConfig& config) {
+std::unique_ptr<train::TrainTask> make_transformer_task(const TransformerConfig& config) {
   return std::make_unique<TransformerTrainTask>(config);
 }
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/train_loop.h"
+#include "common/run_task.h"
 #include "transformer/gpt_model.h"
 #include "transformer/text_data.h"
 
@@ -26,8 +26,8 @@ struct TransformerConfig {
   double lr = 1e-3;                // peak rate: linear warm-up to it, then cosine decay to 0
   int64_t warmup_steps = -1;       // -1: a tenth of the run's steps
   uint64_t seed = 0;
-  Precision precision = Precision::Fp16;
-  Device device = default_device();
+  train::Precision precision = train::Precision::Fp16;
+  Device device = train::default_device();
   int64_t log_every = 50;
   bool memory_plan = false;     // steps served from static memory plans (TrainOptions::memory_plan)
   std::ostream* log = nullptr;
@@ -42,7 +42,7 @@ struct TransformerResult : RunSummary {  // losses: mean cross-entropy per byte 
   int64_t non_embedding_parameters = 0;
 };
 
-std::unique_ptr<TrainTask> make_transformer_task(const TransformerConfig& config);
+std::unique_ptr<train::TrainTask> make_transformer_task(const TransformerConfig& config);
 TransformerResult run_transformer(const TransformerConfig& config);
 
 }  // namespace mixtrain::examples

@@ -22,7 +22,7 @@ struct SegBatch {
   Tensor labels;  // [N, S, S] int64
 };
 
-class UnetTrainTask : public TrainTask {
+class UnetTrainTask : public train::TrainTask {
  public:
   explicit UnetTrainTask(const UnetConfig& c) : config_(c) {
     MT_CHECK(c.image_size >= 8 && c.image_size % 8 == 0, "unet: --image-size must be a positive multiple of 8, got ",
@@ -50,7 +50,7 @@ class UnetTrainTask : public TrainTask {
     if (c.channels_last) model_.to(MemoryFormat::ChannelsLast);
     std::ostringstream os;
     os << "unet width " << c.width << " on " << (c.synthetic ? "synthetic " : "fashion-mnist ") << o.in_channels << "x"
-       << c.image_size << "x" << c.image_size << ", " << o.classes << " classes: " << parameter_count(*model_)
+       << c.image_size << "x" << c.image_size << ", " << o.classes << " classes: " << train::parameter_count(*model_)
        << " parameters";
     description_ = os.str();
     if (c.synthetic) {
@@ -179,7 +179,7 @@ class UnetTrainTask : public TrainTask {
 
 }  // namespace
 
-std::unique_ptr<TrainTask> make_unet_task(const UnetConfig& config) { return std::make_unique<UnetTrainTask>(config); }
+std::unique_ptr<train::TrainTask> make_unet_task(const UnetConfig& config) { return std::make_unique<UnetTrainTask>(config); }
 
 UnetResult run_unet(const UnetConfig& config) {
   MT_CHECK(config.steps > 0, "unet: --steps must be positive, got ", config.steps);

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include <mixtrain/mixtrain.h>
-#include "common/train_loop.h"
+#include "common/run_task.h"
 
 namespace mixtrain::examples {
 
@@ -29,8 +29,8 @@ struct UnetConfig {
   int64_t batch_size = 8;
   double lr = 1e-3;
   uint64_t seed = 0;
-  Precision precision = Precision::Fp16;
-  Device device = default_device();
+  train::Precision precision = train::Precision::Fp16;
+  Device device = train::default_device();
   int64_t log_every = 20;
   bool memory_plan = false;     // steps served from static memory plans (TrainOptions::memory_plan)
   std::ostream* log = nullptr;
@@ -41,7 +41,7 @@ struct UnetResult : RunSummary {
 };
 
 // Throws mixtrain::Error for bad configuration or missing data (naming the Debian package).
-std::unique_ptr<TrainTask> make_unet_task(const UnetConfig& config);
+std::unique_ptr<train::TrainTask> make_unet_task(const UnetConfig& config);
 UnetResult run_unet(const UnetConfig& config);
 
 }  // namespace mixtrain::examples

@@ -1,4 +1,7 @@
 // The policy table seen from amp: listing, per-op overrides, JSON dump and load.
+#include <algorithm>
+#include <iterator>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -28,7 +31,46 @@ std::string policy_names() {
   return s;
 }
 
+// PyTorch's CPU autocast lists (KERNEL_CPU in aten/src/ATen/autocast_mode.cpp), for the ops
+// mixtrain has.
+constexpr const char* kTorchCpuLowerPrecision[] = {"matmul", "bmm", "linear", "conv2d", "conv_transpose2d",
+                                                   "scaled_dot_product_attention"};
+constexpr const char* kTorchCpuFp32[] = {"mse_loss", "nll_loss", "cross_entropy", "binary_cross_entropy",
+                                         "binary_cross_entropy_with_logits"};
+constexpr const char* kTorchCpuPromote[] = {"cat", "stack"};
+
+template <size_t N>
+bool listed(const char* const (&list)[N], std::string_view op) {
+  return std::find(std::begin(list), std::end(list), op) != std::end(list);
+}
+
+CastPolicy torch_cpu_policy(std::string_view op) {
+  if (listed(kTorchCpuLowerPrecision, op)) return CastPolicy::LowerPrecision;
+  if (listed(kTorchCpuFp32, op)) return CastPolicy::Float32;
+  if (listed(kTorchCpuPromote, op)) return CastPolicy::Promote;
+  return CastPolicy::Passthrough;
+}
+
 }  // namespace
+
+const char* policy_preset_name(PolicyPreset preset) {
+  switch (preset) {
+    case PolicyPreset::Cuda: return "cuda";
+    case PolicyPreset::TorchCpu: return "torch_cpu";
+  }
+  return "?";
+}
+
+void apply_policy_preset(PolicyPreset preset) {
+  ops::reset_policies();
+  if (preset == PolicyPreset::Cuda) return;
+  MT_CHECK(preset == PolicyPreset::TorchCpu, "amp::apply_policy_preset: invalid preset value ",
+           static_cast<int>(preset));
+  for (int i = 0; i < ops::kNumOps; ++i) {
+    const auto id = static_cast<ops::OpId>(i);
+    ops::set_policy(id, torch_cpu_policy(ops::op_name(id)));
+  }
+}
 
 std::vector<PolicyEntry> policy_table() {
   std::vector<PolicyEntry> table;

@@ -7,6 +7,7 @@
 #include "backends/copy.h"
 #include "backends/elementwise.h"
 #include "backends/embedding.h"
+#include "backends/families.h"
 #include "backends/fp8.h"
 #include "backends/loss.h"
 #include "backends/matmul.h"
@@ -16,3 +17,9 @@
 #include "backends/random.h"
 #include "backends/reduce.h"
 #include "backends/softmax.h"
+
+// A family of families.h whose header is missing above fails here, naming the family.
+#define MT_FAMILY_HEADER_INCLUDED(family) \
+  static_assert(sizeof(&::mixtrain::backends::kernel_family_##family) > 0, "backends/" #family ".h");
+MT_KERNEL_FAMILIES(MT_FAMILY_HEADER_INCLUDED)
+#undef MT_FAMILY_HEADER_INCLUDED

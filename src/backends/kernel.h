@@ -91,4 +91,8 @@ class Kernel<void(Args...)> {
 // Declares (and defines: an inline variable, constant-initialised) the kernel `name` of op
 // family `family` with the given function type, e.g.
 //   MT_KERNEL(conv, conv2d, void(const Tensor& x, const Tensor& w, ...));
-#define MT_KERNEL(family, name, ...) inline ::mixtrain::backends::Kernel<__VA_ARGS__> name{#family, #name}
+// It also declares kernel_family_<family>(), never defined: a mark that the family's header is
+// included (all_kernels.h checks it for every family of families.h).
+#define MT_KERNEL(family, name, ...)  \
+  void kernel_family_##family();      \
+  inline ::mixtrain::backends::Kernel<__VA_ARGS__> name{#family, #name}

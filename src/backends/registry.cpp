@@ -6,16 +6,23 @@
 #include <vector>
 
 #include "backends/amp.h"
-#include "backends/cpu/cpu_backend.h"
+#include "backends/families.h"
 #include "backends/kernel.h"
 #include "backends/meta/meta_backend.h"
 #include "mixtrain/config.h"
 #include "mixtrain/core/error.h"
-#ifdef MIXTRAIN_WITH_CUDA
-#include "backends/cuda/operands.h"
-#endif
 
 namespace mixtrain::backends {
+
+// Each backend's register_<family>() (backends/<backend>/<family>.cpp), walked by register_kernels().
+namespace cpu {
+MT_BACKEND_REGISTRATION()
+}  // namespace cpu
+#ifdef MIXTRAIN_WITH_CUDA
+namespace cuda {
+MT_BACKEND_REGISTRATION()
+}  // namespace cuda
+#endif
 
 const char* unary_op_name(UnaryOp op) {
 #define MT_NAME(code, name, ...) #name,

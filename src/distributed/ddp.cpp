@@ -1,6 +1,7 @@
 // DistributedDataParallel: construction (model check, rank 0's state to everyone), the per-step
 // batch exchange that weights each rank's gradient, buffer broadcast, AMP agreement and join.
 #include <chrono>
+#include <cmath>
 #include <sstream>
 
 #include "mixtrain/amp/fp8.h"
@@ -9,6 +10,7 @@
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/distributed/ddp.h"
+#include "mixtrain/distributed/rank_balancer.h"
 #include "distributed/ddp_reducer.h"
 #include "distributed/internal.h"
 
@@ -63,6 +65,22 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
   reducer_ = std::make_unique<Reducer>(*this, module_->named_parameters());
   weight_ = 1.0 / group_->world_size();
   scaler_group_ = std::make_shared<std::shared_ptr<distributed::ProcessGroup>>(group_);
+  follow_rank_shares();
+}
+
+void DistributedDataParallel::follow_rank_shares() {
+  balancer_.reset();
+  timing_work_ = distributed::Work();  // of an old group, which failed or was replaced: not waited for
+  measured_ = false;
+  const distributed::RankShares shares = group_->rank_shares();
+  if (!shares.adaptive || group_->world_size() <= 1) return;
+  // On CUDA the host runs ahead of the device, and NCCL shares the compute stream, so host time
+  // to the end of backward is not the device's compute time (that needs CUDA events).
+  for (const Tensor& p : module_->parameters())
+    MT_CHECK(!p.device().is_cuda(), "--rank-weights adaptive (MIXTRAIN_RANK_WEIGHTS=adaptive) times each rank's ",
+             "compute on the host, which measures CPU ranks only, not ", p.device().str(), "; give fixed shares ",
+             "with --rank-weights W0,W1,... or size them by memory with --rank-batches auto");
+  balancer_ = std::make_unique<distributed::RankBalancer>(shares.weights_for(group_->world_size()));
 }
 
 void DistributedDataParallel::set_process_group(std::shared_ptr<distributed::ProcessGroup> group) {
@@ -72,6 +90,7 @@ void DistributedDataParallel::set_process_group(std::shared_ptr<distributed::Pro
   reducer_->reset();
   weight_ = 1.0 / group_->world_size();
   global_batch_ = 0;
+  follow_rank_shares();
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;
@@ -110,6 +129,7 @@ void DistributedDataParallel::exchange_batch(int64_t local_batch) {
 
 void DistributedDataParallel::prepare_forward(int64_t local_batch) {
   if (!autograd::is_grad_enabled()) return;  // evaluation: no backward, nothing to reduce
+  step_start_ = std::chrono::steady_clock::now();
   reducer_->prepare();
   wait_seconds_ = 0;
   loss_scaled_ = false;
@@ -122,8 +142,46 @@ void DistributedDataParallel::prepare_forward(int64_t local_batch) {
     for (auto& w : works) w.wait();
     wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
+  if (balancer_) send_step_timing();
   ++steps_;
   if (local_batch >= 0) set_local_batch(local_batch);
+}
+
+void DistributedDataParallel::send_step_timing() {
+  if (timing_work_.valid()) observe_step_timing();  // sent before a backward that never reduced (no_sync)
+  const int world = group_->world_size(), rank = group_->rank();
+  std::vector<double> mine(2 * static_cast<size_t>(world), 0.0);
+  // The first step (and a joined rank) has nothing to report: zero rows, which the balancer skips.
+  if (measured_) {
+    mine[static_cast<size_t>(rank)] = static_cast<double>(local_rows_);
+    mine[static_cast<size_t>(world + rank)] = compute_seconds_;
+    measured_ = false;
+  }
+  timing_ = from_vector(mine, {2 * world}, TensorOptions(kFloat64));
+  timing_work_ = distributed::UncheckedCollectives::all_reduce_async(*group_, timing_);
+}
+
+void DistributedDataParallel::observe_step_timing() {
+  timing_work_.wait();
+  timing_work_ = distributed::Work();
+  // Each slot is a sum with one non-zero term, so every rank reads the same numbers and its
+  // balancer reaches the same shares.
+  const std::vector<double> v = timing_.to_vector<double>();
+  const size_t world = v.size() / 2;
+  std::vector<int64_t> rows(world);
+  for (size_t r = 0; r < world; ++r) rows[r] = std::llround(v[r]);
+  if (!balancer_->observe(rows, std::vector<double>(v.begin() + static_cast<std::ptrdiff_t>(world), v.end()))) return;
+  distributed::RankShares shares = group_->rank_shares();
+  shares.weights = balancer_->weights();
+  ++shares.changes;
+  group_->set_rank_shares(std::move(shares));
+}
+
+void DistributedDataParallel::end_of_backward() {
+  compute_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start_).count() - wait_seconds_;
+  measured_ = true;
+  if (balancer_ && timing_work_.valid()) observe_step_timing();
 }
 
 void DistributedDataParallel::set_local_batch(int64_t local_batch) {
@@ -142,6 +200,7 @@ void DistributedDataParallel::set_local_batch(int64_t local_batch, int64_t globa
 }
 
 void DistributedDataParallel::set_weight(int64_t local_batch) {
+  local_rows_ = local_batch;
   weight_ = options_.weight_by_batch() ? static_cast<double>(local_batch) / static_cast<double>(global_batch_)
                                        : 1.0 / group_->world_size();
 }
@@ -190,6 +249,11 @@ int64_t DistributedDataParallel::join() {
     if (options_.broadcast_buffers() && group_->world_size() > 1) {
       NoGradGuard no_grad;
       for (Tensor t : module_->buffers()) distributed::UncheckedCollectives::broadcast_async(*group_, t, 0).wait();
+    }
+    if (balancer_) {
+      measured_ = false;  // no rows of its own to report
+      send_step_timing();
+      observe_step_timing();
     }
     exchange_batch(0);
     if (global_batch_ == 0) break;  // every rank has joined

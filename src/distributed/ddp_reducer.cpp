@@ -215,6 +215,7 @@ void DistributedDataParallel::Reducer::finish() {
   }
   active = false;
   if (after_reduce) after_reduce();
+  ddp.end_of_backward();
 }
 
 void DistributedDataParallel::Reducer::reset() {

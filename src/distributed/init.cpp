@@ -174,7 +174,13 @@ std::shared_ptr<ProcessGroup> new_process_group(const ProcessGroupOptions& optio
   const Deadline deadline(timeout);
   std::shared_ptr<KeyValueStore> store =
       open_store(options.store().empty() ? default_store_spec(e) : options.store(), e, deadline);
-  return connect_group(std::move(store), e, timeout, group_checks_collectives(options), options.hostname(), deadline);
+  auto group =
+      connect_group(std::move(store), e, timeout, group_checks_collectives(options), options.hostname(), deadline);
+  // The launcher's shares, read once every rank has joined: every rank reads the same variables,
+  // so a bad value stops every rank with the same message, none of them before the others are
+  // there to say it too.
+  group->set_rank_shares(launch_rank_shares(e.world_size));
+  return group;
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(const ProcessGroupOptions& options) {

@@ -158,6 +158,17 @@ ProcessGroup::~ProcessGroup() {
   comm_.reset();  // drains the queue before the backends go
 }
 
+RankShares ProcessGroup::rank_shares() const {
+  std::lock_guard<std::mutex> lock(shares_mutex_);
+  return shares_;
+}
+
+void ProcessGroup::set_rank_shares(RankShares shares) {
+  if (!shares.weights.empty()) check_rank_weights(shares.weights, env_.world_size, "ProcessGroup.set_rank_shares: weights");
+  std::lock_guard<std::mutex> lock(shares_mutex_);
+  shares_ = std::move(shares);
+}
+
 void ProcessGroup::set_timeout(std::chrono::milliseconds timeout) {
   MT_CHECK(timeout.count() > 0, "ProcessGroup.set_timeout: the timeout must be positive, got ", timeout.count(),
            " ms");

@@ -6,6 +6,9 @@
 #include <numeric>
 
 #include "mixtrain/core/error.h"
+#include "mixtrain/distributed/process_group.h"
+#include "mixtrain/memory/batch_fit.h"
+#include "mixtrain/memory/dry_run.h"
 
 namespace mixtrain::distributed {
 
@@ -17,17 +20,6 @@ uint64_t splitmix64(uint64_t& s) {
   return z ^ (z >> 31);
 }
 }  // namespace
-
-void check_rank_weights(const std::vector<double>& weights, int world_size, const std::string& source) {
-  for (const double w : weights)
-    MT_CHECK(w > 0 && std::isfinite(w), source, ": ", w, " is not a positive number");
-  MT_CHECK(static_cast<int>(weights.size()) == world_size, source, " give ", weights.size(), " values for ",
-           world_size, " ranks");
-  // Each share is n * w / total: the total must be a finite number too (1e308,1e308 is not).
-  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
-  MT_CHECK(std::isfinite(total), source, ": the weights add up to ", total,
-           ", beyond a double; scale them down (only their ratios matter)");
-}
 
 DistributedSampler::DistributedSampler(int64_t dataset_size, int64_t global_batch, int rank, int world_size,
                                        std::vector<double> rank_weights, bool shuffle, uint64_t seed, bool drop_last)
@@ -48,6 +40,51 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int64_t global_batc
   MT_CHECK(global_batch >= world_size, "DistributedSampler: a global batch of ", global_batch,
            " cannot give each of ", world_size, " ranks a sample");
   set_epoch(0);
+}
+
+namespace {
+
+// MIXTRAIN_RANK_BATCHES=auto for the sampler's own step: each probe builds the step at that many
+// rows and dry-runs it twice.
+void fit_shares_by_dry_run(const DistributedSamplerOptions& options, int64_t global_batch) {
+  MT_CHECK(static_cast<bool>(options.dry_run_step()), "DistributedSampler: MIXTRAIN_RANK_BATCHES=auto (mixtrain ",
+           "launch --rank-batches auto) sizes each rank's share by a dry run of the training step; give ",
+           "DistributedSamplerOptions().dry_run_step(...), or fixed shares with --rank-weights");
+  const Device target = options.device();
+  fit_rank_shares(target, global_batch, [&](int64_t budget) {
+    const auto peak_at = [&](int64_t rows) {
+      return memory::dry_run_step(target, options.dry_run_step()(rows)).peak_bytes();
+    };
+    const memory::BatchFit fit = memory::fit_batch(peak_at, budget, 2, global_batch);
+    return fit.fits ? fit.batch : int64_t{0};
+  });
+}
+
+}  // namespace
+
+DistributedSampler::DistributedSampler(int64_t dataset_size, int64_t global_batch,
+                                       const DistributedSamplerOptions& options)
+    : size_(dataset_size),
+      global_batch_(global_batch),
+      follow_group_(true),
+      shuffle_(options.shuffle()),
+      drop_last_(options.drop_last()),
+      seed_(options.seed()) {
+  MT_CHECK(is_initialized(), "DistributedSampler: no process group to take the rank, world size and shares from; ",
+           "call distributed::init_process_group() first, or give them to the other constructor");
+  MT_CHECK(dataset_size >= 0 && global_batch > 0, "DistributedSampler: dataset size ", dataset_size,
+           " and global batch ", global_batch, " must be non-negative and positive");
+  ProcessGroup& group = default_group();
+  rank_ = group.rank();
+  world_ = group.world_size();
+  MT_CHECK(global_batch >= world_, "DistributedSampler: a global batch of ", global_batch, " cannot give each of ",
+           world_, " ranks a sample");
+  if (group.rank_shares().by_memory) fit_shares_by_dry_run(options, global_batch);
+  set_epoch(0);
+}
+
+std::vector<double> DistributedSampler::rank_weights() const {
+  return follow_group_ ? default_group().rank_shares().weights_for(world_) : weights_;
 }
 
 DistributedSampler DistributedSampler::with_batch_sizes(int64_t dataset_size, const std::vector<int64_t>& sizes,
@@ -97,7 +134,7 @@ std::vector<int64_t> DistributedSampler::batch_sizes(int64_t step) const {
            num_batches(), " batches");
   const int64_t n = std::min(global_batch_, size_ - step * global_batch_);
   if (!fixed_.empty() && n == global_batch_) return fixed_;
-  return split(n, weights_);
+  return split(n, rank_weights());
 }
 
 std::vector<int64_t> DistributedSampler::batch(int64_t step) const {

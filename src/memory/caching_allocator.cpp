@@ -1,4 +1,5 @@
 #include "mixtrain/memory/caching_allocator.h"
+#include "mixtrain/memory/device_memory.h"
 
 #include <unistd.h>
 
@@ -459,12 +460,7 @@ void CachingAllocator::reset_peak_stats() {
 }
 
 namespace {
-std::string human_bytes(int64_t bytes) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%lld bytes (%.2f MiB)", static_cast<long long>(bytes),
-                static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return buf;
-}
+std::string human_bytes(int64_t bytes) { return std::to_string(bytes) + " bytes (" + format_bytes(bytes) + ")"; }
 }  // namespace
 
 void CachingAllocator::throw_oom(size_t nbytes, size_t rounded) {

@@ -111,6 +111,11 @@ class Recorder {
     if (id >= 0 && id < static_cast<int64_t>(buffers_.size()) && !buffers_[static_cast<size_t>(id)].freed) free_buffer(id);
   }
 
+  void mark_step() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    trace_.step_starts.push_back(trace_.events.size());
+  }
+
   void assume(const char* what) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (std::find(trace_.assumptions.begin(), trace_.assumptions.end(), what) == trace_.assumptions.end())
@@ -201,6 +206,10 @@ void tag_role_slow(const void* storage, Role role) {
     }
   }
   if (Recorder* rec = g_recorder.load(std::memory_order_acquire)) rec->tag(storage, role);
+}
+
+void mark_step() {
+  if (Recorder* rec = g_recorder.load(std::memory_order_acquire)) rec->mark_step();
 }
 
 void note_assumption(const char* what) {

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "amp_test_util.h"
+#include "ops/elementwise_reference.h"
 
 namespace mixtrain::amp_test {
 namespace {
@@ -27,8 +28,12 @@ Tensor positive(const Shape& shape, DType d) { return (rand(shape) + 0.5).to(d);
 Tensor probability(const Shape& shape, DType d) { return (rand(shape) * 0.8 + 0.1).to(d); }
 Tensor labels(int64_t n, int64_t classes) { return randint(0, classes, {n}); }
 
-Invoker unary(std::function<Tensor(const Tensor&)> f, bool positive_only = false) {
-  return {kFloats, [f, positive_only](DType d) { return f(positive_only ? positive({5}, d) : make({5}, d)); }};
+// A unary op on inputs from its reference row's domain (tests/ops/elementwise_reference.h), so
+// log and sqrt see positive numbers.
+Invoker plain_unary(backends::UnaryOp op, std::function<Tensor(const Tensor&)> f) {
+  const auto ref = mixtrain::testing::unary_reference(op);
+  const double lo = ref ? ref->lo : -1.0, hi = ref ? ref->hi : 1.0;
+  return {kFloats, [f, lo, hi](DType d) { return f((rand({5}) * (hi - lo) + lo).to(d)); }};
 }
 Invoker binary(std::function<Tensor(const Tensor&, const Tensor&)> f) {
   return {kFloats, [f](DType d) { return f(make({2, 3}, d), make({3}, d)); }};
@@ -53,20 +58,13 @@ std::map<std::string, Invoker> invokers() {
   m["div"] = {kFloats, [](DType d) { return div(make({2, 3}, d), positive({3}, d)); }};
   m["maximum"] = binary([](const Tensor& a, const Tensor& b) { return maximum(a, b); });
   m["minimum"] = binary([](const Tensor& a, const Tensor& b) { return minimum(a, b); });
-  m["neg"] = unary([](const Tensor& x) { return neg(x); });
-  m["abs"] = unary([](const Tensor& x) { return abs(x); });
-  m["square"] = unary([](const Tensor& x) { return square(x); });
-  m["sqrt"] = unary([](const Tensor& x) { return sqrt(x); }, true);
-  m["tanh"] = unary([](const Tensor& x) { return tanh(x); });
-  m["sigmoid"] = unary([](const Tensor& x) { return sigmoid(x); });
-  m["relu"] = unary([](const Tensor& x) { return relu(x); });
-  m["gelu"] = unary([](const Tensor& x) { return gelu(x); });
+  // The plain unary ops, walked from their list (core/elementwise_ops.h).
+#define MT_PLAIN_UNARY(code, name) m[#name] = plain_unary(backends::UnaryOp::code, [](const Tensor& x) { return name(x); });
+  MT_FOR_PLAIN_UNARY_OPS
+#undef MT_PLAIN_UNARY
   m["where"] = {kFloats, [](DType d) { return where(gt(make({4}, kFloat32), zeros({4})), make({4}, d), make({4}, d)); }};
   m["compare"] = {kAll, [](DType d) { return lt(make({4}, d), make({4}, d)); }, [](DType) { return kBool; }};
-  m["exp"] = unary([](const Tensor& x) { return exp(x); });
-  m["log"] = unary([](const Tensor& x) { return log(x); }, true);
   m["pow"] = {kFloats, [](DType d) { return pow(positive({4}, d), 2.5); }};
-  m["rsqrt"] = unary([](const Tensor& x) { return rsqrt(x); }, true);
   m["sum"] = {kAll, [](DType d) { return sum(make({2, 3}, d), {1}); },
               [](DType d) { return is_floating(d) ? d : kInt64; }};
   m["mean"] = {kFloats, [](DType d) { return mean(make({2, 3}, d)); }};

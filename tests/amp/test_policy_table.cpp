@@ -134,5 +134,37 @@ TEST_F(PolicyTableTest, LoadFromFile) {
   for (const std::string& p : {good, bad, broken}) std::remove(p.c_str());
 }
 
+// PyTorch's CPU lists (KERNEL_CPU in aten/src/ATen/autocast_mode.cpp @d70fe7f3), restricted to
+// names mixtrain has (docs/REFERENCE_AMP.md); every other op runs as its inputs come.
+TEST_F(PolicyTableTest, TorchCpuPresetIsPyTorchsCpuLists) {
+  const std::map<std::string, CastPolicy> cpu_lists = {
+      {"matmul", CastPolicy::LowerPrecision},  {"bmm", CastPolicy::LowerPrecision},
+      {"linear", CastPolicy::LowerPrecision},  {"conv2d", CastPolicy::LowerPrecision},
+      {"conv_transpose2d", CastPolicy::LowerPrecision}, {"scaled_dot_product_attention", CastPolicy::LowerPrecision},
+      {"mse_loss", CastPolicy::Float32},       {"nll_loss", CastPolicy::Float32},
+      {"cross_entropy", CastPolicy::Float32},  {"binary_cross_entropy", CastPolicy::Float32},
+      {"binary_cross_entropy_with_logits", CastPolicy::Float32},
+      {"cat", CastPolicy::Promote},            {"stack", CastPolicy::Promote},
+  };
+  amp::set_policy("relu", CastPolicy::Float32);  // replaced, not kept
+  amp::apply_policy_preset(amp::PolicyPreset::TorchCpu);
+  std::set<std::string> names;
+  for (const amp::PolicyEntry& e : amp::policy_table()) {
+    names.insert(e.op);
+    auto it = cpu_lists.find(e.op);
+    const CastPolicy expected = it == cpu_lists.end() ? CastPolicy::Passthrough : it->second;
+    EXPECT_EQ(amp::cast_policy_name(e.policy), std::string(amp::cast_policy_name(expected))) << "op " << e.op;
+  }
+  for (const auto& [op, policy] : cpu_lists) EXPECT_TRUE(names.count(op)) << op << " is not in the table";
+  EXPECT_STREQ(amp::policy_preset_name(amp::PolicyPreset::TorchCpu), "torch_cpu");
+  // Cuda is the defaults again.
+  amp::apply_policy_preset(amp::PolicyPreset::Cuda);
+  for (const amp::PolicyEntry& e : amp::policy_table()) {
+    auto it = pytorch_cuda_lists().find(e.op);
+    EXPECT_EQ(e.policy, it == pytorch_cuda_lists().end() ? CastPolicy::Passthrough : it->second) << e.op;
+  }
+  EXPECT_STREQ(amp::policy_preset_name(amp::PolicyPreset::Cuda), "cuda");
+}
+
 }  // namespace
 }  // namespace mixtrain::amp_test

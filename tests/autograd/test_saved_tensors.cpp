@@ -46,6 +46,12 @@ Forward unary(mt::Tensor (*op)(const mt::Tensor&)) {
   mt::Tensor x = leaf({3, 4}, 1);
   return {{x}, {op(x)}};
 }
+std::set<std::string> unary_reads(bool reads_x, bool reads_y) {
+  std::set<std::string> read;
+  if (reads_x) read.insert("in0");
+  if (reads_y) read.insert("out0");
+  return read;
+}
 Forward binary(mt::Tensor (*op)(const mt::Tensor&, const mt::Tensor&)) {
   mt::Tensor a = leaf({3, 4}, 1), b = leaf({3, 4}, 2);
   return {{a, b}, {op(a, b)}};
@@ -77,17 +83,16 @@ std::map<std::string, Case> cases() {
   c["div"] = {[] { return binary(mt::div); }, {"in0", "in1"}};
   c["maximum"] = {[] { return binary(mt::maximum); }, {"in0", "in1"}};
   c["minimum"] = {[] { return binary(mt::minimum); }, {"in0", "in1"}};
-  c["neg"] = {[] { return unary(mt::neg); }, {}};
-  c["abs"] = {[] { return unary(mt::abs); }, {"in0"}};
-  c["square"] = {[] { return unary(mt::square); }, {"in0"}};
-  c["sqrt"] = {[] { return unary(mt::sqrt); }, {"out0"}};
-  c["tanh"] = {[] { return unary(mt::tanh); }, {"out0"}};
-  c["sigmoid"] = {[] { return unary(mt::sigmoid); }, {"out0"}};
-  c["relu"] = {[] { return unary(mt::relu); }, {"in0"}};
-  c["gelu"] = {[] { return unary(mt::gelu); }, {"in0"}};
-  c["exp"] = {[] { return unary(mt::exp); }, {"out0"}};
-  c["log"] = {[] { return unary(mt::log); }, {"in0"}};
-  c["rsqrt"] = {[] { return unary(mt::rsqrt); }, {"out0"}};
+  // The plain unary ops, walked from their list (core/elementwise_ops.h): backward must read x
+  // or y exactly as the row says, since the ops layer saves only what the row names.
+#define MT_UNARY_CASE(code, name, reads_x, reads_y, kind) MT_UNARY_CASE_##kind(name, reads_x, reads_y)
+#define MT_UNARY_CASE_plain(name, reads_x, reads_y) \
+  c[#name] = {[] { return unary(mt::name); }, unary_reads(reads_x, reads_y)};
+#define MT_UNARY_CASE_alpha(name, reads_x, reads_y)
+  MT_UNARY_OPS(MT_UNARY_CASE)
+#undef MT_UNARY_CASE
+#undef MT_UNARY_CASE_plain
+#undef MT_UNARY_CASE_alpha
   c["pow"] = {[] { return binary(mt::pow); }, {"in0", "in1", "out0"}};
   c["where"] = {[] {
                   T cond = mt::gt(constant({3, 4}, 4, -1, 1), mt::zeros({}, mt::TensorOptions(mt::kFloat64)));

@@ -57,6 +57,26 @@ TEST_F(CudaReduce, MaxKeepsTheFirstNanAndTheFirstOfEqualMaxima) {
   }
 }
 
+// Elements equal to the kernels' starting value (-inf for max, +inf for min) are picked like any
+// other, at their first index, on every kernel path: threads with no element of their own start
+// from that value and must not win the tie.
+TEST_F(CudaReduce, MaxAndMinOfInfiniteRowsMatchTheCpu) {
+  for (DType dt : float_types()) {
+    for (const View3& v : kViews) {
+      for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min}) {
+        const Tensor x = full({v.outer, v.n, v.inner}, op == ReduceOp::Max ? -INFINITY : INFINITY, TensorOptions(dt));
+        const std::string what = std::string(dtype_name(dt)) + (op == ReduceOp::Max ? " max [" : " min [") +
+                                 std::to_string(v.outer) + ", " + std::to_string(v.n) + ", " + std::to_string(v.inner) + "]";
+        compare_backends("infinite " + what, {x},
+                         {{{v.outer, v.inner}, dt, "value", exact()}, {{v.outer, v.inner}, kInt64, "index", exact()}},
+                         [v, op](auto& b, const auto& in, const auto& out) {
+                           backends::reduce(b, op, in[0], v.outer, v.n, v.inner, out[0], out[1]);
+                         });
+      }
+    }
+  }
+}
+
 TEST_F(CudaReduce, PublicReductionsOnDeviceTensors) {
   const Tensor x = random_tensor({30, 40}, kFloat32, 26);
   const Tensor d = x.to(gpu_device());

@@ -7,9 +7,10 @@
 
 namespace mt = mixtrain;
 namespace ex = mixtrain::examples;
+namespace tr = mixtrain::train;
 
 TEST(CheckpointActivations, TransformerLossesAreIdentical) {
-  for (ex::Precision p : {ex::Precision::Fp32, ex::Precision::Bf16, ex::Precision::Fp16}) {
+  for (tr::Precision p : {tr::Precision::Fp32, tr::Precision::Bf16, tr::Precision::Fp16}) {
     auto run = [p](bool checkpointed) {
       ex::TransformerConfig c;
       c.synthetic = true;
@@ -28,12 +29,12 @@ TEST(CheckpointActivations, TransformerLossesAreIdentical) {
     };
     const std::vector<double> plain = run(false);
     ASSERT_EQ(plain.size(), 5u);
-    EXPECT_EQ(plain, run(true)) << ex::precision_name(p);
+    EXPECT_EQ(plain, run(true)) << tr::precision_name(p);
   }
 }
 
 TEST(CheckpointActivations, UnetLossesAreIdentical) {
-  for (ex::Precision p : {ex::Precision::Fp32, ex::Precision::Bf16}) {
+  for (tr::Precision p : {tr::Precision::Fp32, tr::Precision::Bf16}) {
     auto run = [p](bool checkpointed) {
       ex::UnetConfig c;
       c.synthetic = true;
@@ -52,6 +53,6 @@ TEST(CheckpointActivations, UnetLossesAreIdentical) {
     };
     const std::vector<double> plain = run(false);
     ASSERT_EQ(plain.size(), 4u);
-    EXPECT_EQ(plain, run(true)) << ex::precision_name(p);
+    EXPECT_EQ(plain, run(true)) << tr::precision_name(p);
   }
 }

@@ -14,11 +14,12 @@
 
 namespace mt = mixtrain;
 namespace ex = mixtrain::examples;
+namespace tr = mixtrain::train;
 namespace cpu = mixtrain::backends::cpu;
 
 namespace {
 
-std::vector<double> unet_losses(ex::Precision p) {
+std::vector<double> unet_losses(tr::Precision p) {
   ex::UnetConfig c;
   c.synthetic = true;
   c.width = 16;  // im2col GEMMs of 16-128 rows, 1024-pixel columns and depths up to 1152
@@ -57,7 +58,7 @@ TEST(CpuDeterminism, UnetLossesDoNotDependOnTheGovernor) {
   if (!g.adaptive())
     GTEST_SKIP() << "the thread count is fixed at " << g.full()
                  << " here (OMP_NUM_THREADS, MIXTRAIN_CPU_ADAPTIVE=0 or one CPU): the governor never switches";
-  for (ex::Precision p : {ex::Precision::Fp32, ex::Precision::Bf16}) {
+  for (tr::Precision p : {tr::Precision::Fp32, tr::Precision::Bf16}) {
     const std::vector<double> threaded = unet_losses(p);
     g.hold_serial(cpu::now_ns() + int64_t{3'600'000'000'000});
     const std::vector<double> serial = unet_losses(p);
@@ -70,8 +71,8 @@ TEST(CpuDeterminism, UnetLossesDoNotDependOnTheGovernor) {
     ASSERT_EQ(serial.size(), threaded.size());
     ASSERT_EQ(flipped.size(), threaded.size());
     for (size_t i = 0; i < threaded.size(); ++i) {
-      EXPECT_EQ(serial[i], threaded[i]) << ex::precision_name(p) << " step " << i << ": one thread throughout";
-      EXPECT_EQ(flipped[i], threaded[i]) << ex::precision_name(p) << " step " << i << ": cool-downs mid-step";
+      EXPECT_EQ(serial[i], threaded[i]) << tr::precision_name(p) << " step " << i << ": one thread throughout";
+      EXPECT_EQ(flipped[i], threaded[i]) << tr::precision_name(p) << " step " << i << ": cool-downs mid-step";
     }
   }
 }

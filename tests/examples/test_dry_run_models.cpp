@@ -43,7 +43,7 @@ void step(mt::nn::Module& model, mt::optim::AdamW& opt, std::optional<mt::amp::G
     if (p.autocast) autocast.emplace(autocast_device, p.dtype);
     loss = c.loss(model, x, y);
   }
-  // As examples/common/train_loop.cpp does: unscale, clip, step.
+  // As train::train (src/train/train_loop.cpp) does: unscale, clip, step.
   if (scaler) {
     scaler->scale(loss).backward();
     scaler->unscale_(opt);

@@ -11,6 +11,7 @@
 #include "support/testing.h"
 
 namespace ex = mixtrain::examples;
+namespace tr = mixtrain::train;
 namespace cli = mixtrain::examples::cli;
 
 namespace {
@@ -77,7 +78,7 @@ TEST(ExampleFlags, BadValuesAndUnknownFlagsNameTheFlag) {
   expect_usage_error({"--steps"}, {"--steps"});
   TestApp t;
   ASSERT_TRUE(t.parse({"--precision", "bf16", "--device", "cpu", "--lr", "2.5e-4"}));
-  EXPECT_EQ(t.c.precision, ex::Precision::Bf16);
+  EXPECT_EQ(t.c.precision, tr::Precision::Bf16);
   EXPECT_TRUE(t.c.device.is_cpu());
   EXPECT_EQ(t.c.lr, 2.5e-4);
 }

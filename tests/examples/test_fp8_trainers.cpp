@@ -13,11 +13,12 @@
 
 namespace mt = mixtrain;
 namespace ex = mixtrain::examples;
+namespace tr = mixtrain::train;
 namespace fs = std::filesystem;
 
 namespace {
 
-ex::TransformerConfig tiny_transformer(ex::Precision p, int64_t steps) {
+ex::TransformerConfig tiny_transformer(tr::Precision p, int64_t steps) {
   ex::TransformerConfig c;
   c.synthetic = true;
   c.model = ex::gpt_preset("tiny");
@@ -36,7 +37,7 @@ double mean_of(const std::vector<double>& v, size_t begin, size_t end) {
          static_cast<double>(end - begin);
 }
 
-std::vector<std::vector<uint8_t>> weights_of(ex::TrainTask& task) {
+std::vector<std::vector<uint8_t>> weights_of(tr::TrainTask& task) {
   std::vector<std::vector<uint8_t>> out;
   for (const auto& [name, t] : task.model().state_dict()) out.push_back(mt::testing::bytes_of(t));
   return out;
@@ -45,8 +46,8 @@ std::vector<std::vector<uint8_t>> weights_of(ex::TrainTask& task) {
 }  // namespace
 
 TEST(Fp8Parity, TinyTransformerLearnsAsBf16Does) {
-  const std::vector<double> bf16 = ex::run_transformer(tiny_transformer(ex::Precision::Bf16, 120)).losses;
-  const std::vector<double> fp8 = ex::run_transformer(tiny_transformer(ex::Precision::Fp8, 120)).losses;
+  const std::vector<double> bf16 = ex::run_transformer(tiny_transformer(tr::Precision::Bf16, 120)).losses;
+  const std::vector<double> fp8 = ex::run_transformer(tiny_transformer(tr::Precision::Fp8, 120)).losses;
   ASSERT_EQ(fp8.size(), bf16.size());
   const size_t n = fp8.size();
   const double end16 = mean_of(bf16, n - 5, n), end8 = mean_of(fp8, n - 5, n);
@@ -59,29 +60,29 @@ TEST(Fp8Resume, TrainResumedFromACheckpointRepeatsTheStraightRunBitForBit) {
   constexpr int64_t kN = 6;
   const fs::path dir = fs::temp_directory_path() / ("mt_fp8_resume_" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  ex::TrainOptions o;
-  o.precision = ex::Precision::Fp8;
+  tr::TrainOptions o;
+  o.precision = tr::Precision::Fp8;
   o.device = mt::Device::cpu();
   o.lr = 3e-3;
   o.constant_lr = true;  // a schedule over the run's steps would differ between N and 2N
   o.fp8_recipe = mt::amp::Fp8Recipe().history_len(4);  // shorter than the run: the histories wrap
 
-  auto straight_task = ex::make_transformer_task(tiny_transformer(ex::Precision::Fp8, 2 * kN));
+  auto straight_task = ex::make_transformer_task(tiny_transformer(tr::Precision::Fp8, 2 * kN));
   o.steps = 2 * kN;
-  const ex::TrainResult straight = ex::train(*straight_task, o);
+  const tr::TrainResult straight = tr::train(*straight_task, o);
 
-  auto first_task = ex::make_transformer_task(tiny_transformer(ex::Precision::Fp8, 2 * kN));
+  auto first_task = ex::make_transformer_task(tiny_transformer(tr::Precision::Fp8, 2 * kN));
   o.steps = kN;
   o.save_dir = (dir / "ckpt").string();
-  const ex::TrainResult first = ex::train(*first_task, o);
+  const tr::TrainResult first = tr::train(*first_task, o);
   EXPECT_EQ(first.fp8_layers.size(), 7u);  // two blocks: fc1, fc2, attention out_proj; the head
   EXPECT_EQ(first.linear_layers, 7);
 
-  auto resumed_task = ex::make_transformer_task(tiny_transformer(ex::Precision::Fp8, 2 * kN));
+  auto resumed_task = ex::make_transformer_task(tiny_transformer(tr::Precision::Fp8, 2 * kN));
   o.steps = 2 * kN;
   o.save_dir.clear();
   o.resume_dir = (dir / "ckpt").string();
-  const ex::TrainResult resumed = ex::train(*resumed_task, o);
+  const tr::TrainResult resumed = tr::train(*resumed_task, o);
   ASSERT_EQ(resumed.first_step, kN + 1);
   ASSERT_EQ(first.records.size() + resumed.records.size(), straight.records.size());
   for (size_t i = 0; i < straight.records.size(); ++i) {

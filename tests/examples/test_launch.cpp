@@ -17,7 +17,6 @@
 #include <mixtrain/memory/device_memory.h>
 
 #include "memory_predict.h"
-#include "rank_batches.h"
 #include "support/testing.h"
 
 namespace {
@@ -196,7 +195,7 @@ int64_t mlp_rank_fit(int64_t global, int64_t budget) {
   cli::StepQuery q;
   q.spec.model = "mlp";
   q.spec.synthetic = true;
-  q.precision = mixtrain::examples::Precision::Fp32;
+  q.precision = mixtrain::train::Precision::Fp32;
   q.global_batch_size = global;
   const cli::FitResult fit = cli::fit_batch(q, budget, global, cli::FitBy::Allocated);
   return fit.fits ? fit.best.batch_size : 0;
@@ -207,49 +206,12 @@ int64_t mlp_rank_peak(int64_t global, int64_t rows) {
   q.spec.model = "mlp";
   q.spec.synthetic = true;
   q.spec.batch_size = rows;
-  q.precision = mixtrain::examples::Precision::Fp32;
+  q.precision = mixtrain::train::Precision::Fp32;
   q.global_batch_size = global;
   return cli::predict_step(q).peak_bytes;
 }
 
 }  // namespace
-
-TEST(MixtrainLaunch, RankBatchesAutoErrorNamesEveryRanksFit) {
-  const std::vector<double> w = cli::rank_weights_from_fits({{int64_t{1} << 30, 40}, {int64_t{1} << 29, 20}}, 60);
-  EXPECT_EQ(w, (std::vector<double>{40, 20}));
-  try {
-    cli::rank_weights_from_fits({{int64_t{1} << 30, 40}, {int64_t{1} << 29, 20}}, 61);
-    ADD_FAILURE() << "a global batch of 61 over fits of 40 and 20 was accepted";
-  } catch (const mixtrain::Error& e) {
-    const std::string what = e.what();
-    for (const char* part : {"61", "rank 0 fits 40 in 1.00 GiB", "rank 1 fits 20 in 512.00 MiB", "60 together"})
-      EXPECT_NE(what.find(part), std::string::npos) << part << " missing from: " << what;
-  }
-  EXPECT_THROW(cli::rank_weights_from_fits({{1024, 0}, {int64_t{1} << 30, 100}}, 10), mixtrain::Error);
-}
-
-// A rank's budget: MIXTRAIN_RANK_MEMORY when set (strictly parsed), else the CPU's available
-// memory shared among the host's ranks.
-TEST(MixtrainLaunch, RankMemoryBudgetComesFromTheVariableOrTheDevice) {
-  ::unsetenv(cli::kRankMemoryEnv);
-  const int64_t whole = cli::rank_memory_budget(mixtrain::Device::cpu(), 1);
-  const int64_t half = cli::rank_memory_budget(mixtrain::Device::cpu(), 2);
-  EXPECT_GT(whole, 0);
-  EXPECT_GT(half, 0);
-  EXPECT_LT(half, whole);
-  EXPECT_EQ(mixtrain::memory::available_bytes(mixtrain::Device::cpu()) > 0, true);
-  EXPECT_THROW(mixtrain::memory::available_bytes(mixtrain::Device::meta()), mixtrain::Error);
-  ::setenv(cli::kRankMemoryEnv, "48MiB", 1);
-  EXPECT_EQ(cli::rank_memory_budget(mixtrain::Device::cpu(), 2), int64_t{48} << 20);
-  ::setenv(cli::kRankMemoryEnv, "48 MiB", 1);
-  try {
-    cli::rank_memory_budget(mixtrain::Device::cpu(), 2);
-    ADD_FAILURE() << "accepted '48 MiB'";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find(cli::kRankMemoryEnv), std::string::npos) << e.what();
-  }
-  ::unsetenv(cli::kRankMemoryEnv);
-}
 
 // Two ranks with different memory caps: each finds its largest share of the global batch by dry
 // run, the shares follow those fits, and the steps are still the single process's on the whole
@@ -276,7 +238,7 @@ TEST(MixtrainLaunch, RankBatchesAutoSizesEachRanksShareToItsMemory) {
                                std::to_string(cap1) + " -- " + MIXTRAIN_EXE + " " + common + " --log " + multi);
   ASSERT_EQ(two.code, 0) << two.out;
   for (int r = 0; r < 2; ++r) {
-    const std::string expect = "rank " + std::to_string(r) + ": " + cli::format_bytes(r ? cap1 : cap0) + " fits " +
+    const std::string expect = "rank " + std::to_string(r) + ": " + mixtrain::memory::format_bytes(r ? cap1 : cap0) + " fits " +
                                std::to_string(r ? fit1 : fit0) + ", takes " + std::to_string(shares[size_t(r)]);
     EXPECT_NE(two.out.find(expect), std::string::npos) << expect << " missing from:\n" << two.out;
   }

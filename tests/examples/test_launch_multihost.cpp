@@ -158,21 +158,22 @@ TEST(MixtrainLaunch, WeightsBeyondADoubleAndBatchesSmallerThanTheRanksAreClearEr
   auto [code, text] = run("launch --nproc 2 --rank-weights 1e308,1e308 -- " + kTrain);
   EXPECT_EQ(code, 2) << text;
   EXPECT_NE(text.find("beyond a double"), std::string::npos) << text;
-  // Under another launcher every rank reads the weights and stops with the same message.
+  // Under another launcher each rank reads the weights and stops with the same message. The
+  // launcher stops the other rank as soon as one exits, so a slower rank may be stopped before it
+  // gets there: the first to stop must say why.
   std::tie(code, text) = run("launch --nproc 2 -- sh -c 'MIXTRAIN_RANK_WEIGHTS=1e308,1e308 exec " + kTrain + "'");
   EXPECT_EQ(code, 1) << text;
-  for (const char* rank : {"[rank 0] ", "[rank 1] "})
-    EXPECT_NE(text.find(std::string(rank) + "mixtrain train: rank weights \"1e308,1e308\": the weights add up to inf"),
-              std::string::npos)
-        << text;
-  // One row for two ranks: both say why, neither blames the other for leaving.
+  const std::string why = "mixtrain train: rank weights \"1e308,1e308\": the weights add up to inf";
+  EXPECT_TRUE(text.find("[rank 0] " + why) != std::string::npos || text.find("[rank 1] " + why) != std::string::npos)
+      << text;
+  // One row for two ranks: the first rank to stop says why (the launcher may stop the other before
+  // it gets there), and no rank blames the other for leaving.
   std::tie(code, text) = run("launch --nproc 2 -- " + exe +
                              " train mlp --synthetic --device cpu --precision fp32 --steps 2 --batch-size 1");
   EXPECT_EQ(code, 1) << text;
-  for (const char* rank : {"[rank 0] ", "[rank 1] "})
-    EXPECT_NE(text.find(std::string(rank) + "mixtrain train: data parallel: a global batch of 1 rows split over 2 ranks"),
-              std::string::npos)
-        << text;
+  const std::string split = "mixtrain train: data parallel: a global batch of 1 rows split over 2 ranks";
+  EXPECT_TRUE(text.find("[rank 0] " + split) != std::string::npos || text.find("[rank 1] " + split) != std::string::npos)
+      << text;
   EXPECT_EQ(text.find("Connection"), std::string::npos) << text;
   std::remove(out.c_str());
 }

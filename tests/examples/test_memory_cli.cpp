@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/cli.h"
 #include "memory_predict.h"
 #include "examples/cli_run.h"
 #include "support/testing.h"
@@ -83,7 +84,7 @@ TEST(MemoryArena, TinyTransformerTraceIsPlannedWithoutOverlap) {
   cli::StepQuery q;
   q.spec.model = "transformer";
   q.spec.size = cli::TaskSize::Tiny;
-  q.precision = mt::examples::Precision::Bf16;
+  q.precision = mt::train::Precision::Bf16;
   const cli::StepPrediction p = cli::predict_step(q);
   const auto buffers = p.trace.lifetimes();
   ASSERT_GT(buffers.size(), 10u);
@@ -93,18 +94,15 @@ TEST(MemoryArena, TinyTransformerTraceIsPlannedWithoutOverlap) {
   EXPECT_LE(static_cast<double>(layout.bytes), 1.25 * static_cast<double>(p.lower_bound_bytes));
 }
 
+// A bad size given to a flag is a usage error (exit 2) naming the flag; memory::parse_bytes decides
+// what a size is (tests/memory/test_step_fit.cpp).
 TEST(MemoryCli, ByteSizesParseStrictlyAndErrorsNameTheFlag) {
   EXPECT_EQ(cli::parse_byte_size("8GiB", "--fit"), int64_t{8} << 30);
-  EXPECT_EQ(cli::parse_byte_size("512MiB", "--fit"), int64_t{512} << 20);
-  EXPECT_EQ(cli::parse_byte_size("1.5KiB", "--fit"), 1536);
-  EXPECT_EQ(cli::parse_byte_size("2GB", "--fit"), 2000000000);
-  EXPECT_EQ(cli::parse_byte_size("4096", "--fit"), 4096);
-  EXPECT_EQ(cli::parse_byte_size("4096B", "--fit"), 4096);
-  for (const char* bad : {"", "GiB", "8 GiB", "8gib", "-1", "0", "1.5", "1..5MiB", ".5MiB", "8GiBs", "1e9", "0.1B"}) {
+  for (const char* bad : {"", "8 GiB", "0"}) {
     try {
       cli::parse_byte_size(bad, "--fit");
       ADD_FAILURE() << "accepted '" << bad << "'";
-    } catch (const std::runtime_error& e) {
+    } catch (const mixtrain::examples::cli::UsageError& e) {
       EXPECT_NE(std::string(e.what()).find("--fit"), std::string::npos) << e.what();
     }
   }
@@ -219,14 +217,14 @@ void expect_same_trace(const mt::memory::MemoryTrace& a, const mt::memory::Memor
 TEST(MemoryCli, UninitialisedMetaBuildPredictsAsTheInitialisedOne) {
   struct Case {
     const char* model;
-    mt::examples::Precision precision;
+    mt::train::Precision precision;
     mt::Device target;
     bool checkpoint;
   };
-  for (const Case& c : {Case{"mlp", mt::examples::Precision::Fp32, mt::Device::cpu(), false},
-                        Case{"unet", mt::examples::Precision::Bf16, mt::Device::cpu(), true},
-                        Case{"transformer", mt::examples::Precision::Fp16, mt::Device::cuda(0), false},
-                        Case{"transformer", mt::examples::Precision::Bf16, mt::Device::cpu(), true}}) {
+  for (const Case& c : {Case{"mlp", mt::train::Precision::Fp32, mt::Device::cpu(), false},
+                        Case{"unet", mt::train::Precision::Bf16, mt::Device::cpu(), true},
+                        Case{"transformer", mt::train::Precision::Fp16, mt::Device::cuda(0), false},
+                        Case{"transformer", mt::train::Precision::Bf16, mt::Device::cpu(), true}}) {
     SCOPED_TRACE(std::string(c.model) + " on " + c.target.str() + (c.checkpoint ? ", checkpointed" : ""));
     cli::StepQuery fast;
     fast.spec.model = c.model;
@@ -240,7 +238,7 @@ TEST(MemoryCli, UninitialisedMetaBuildPredictsAsTheInitialisedOne) {
     expect_same_trace(a.trace, b.trace);
     EXPECT_EQ(a.peak_bytes, b.peak_bytes);
     EXPECT_EQ(a.persistent_bytes, b.persistent_bytes);
-    EXPECT_EQ(cli::predicted_reserved_bytes(a.trace), cli::predicted_reserved_bytes(b.trace));
+    EXPECT_EQ(mixtrain::memory::replay_reserved_bytes(a.trace), mixtrain::memory::replay_reserved_bytes(b.trace));
     // The fit search, at a limit a few batches above the preset's.
     EXPECT_EQ(a.reserved_bytes, b.reserved_bytes);
     const int64_t limit = a.reserved_bytes + 3 * (a.activation_bytes / std::max<int64_t>(a.batch_size, 1));

@@ -13,13 +13,13 @@
 #include "step_log.h"
 #include "support/testing.h"
 
-namespace ex = mixtrain::examples;
+namespace tr = mixtrain::train;
 using mixtrain::cli::Progress;
 
 namespace {
 
-ex::StepRecord record(int64_t step, double loss, double seconds = 0.01) {
-  ex::StepRecord r;
+tr::StepRecord record(int64_t step, double loss, double seconds = 0.01) {
+  tr::StepRecord r;
   r.step = step;
   r.loss = loss;
   r.scale = 65536;
@@ -126,7 +126,7 @@ TEST(Progress, ColumnsComeFromTheEnvironmentThenTheTerminal) {
 }
 
 TEST(StepLog, CarriesLrTimeThroughputAndMemory) {
-  ex::StepRecord r = record(7, 0.25, 0.125);
+  tr::StepRecord r = record(7, 0.25, 0.125);
   r.lr = 3e-4;
   r.skipped = true;
   r.grad_norm = 1.5;

@@ -15,6 +15,7 @@
 #include "support/testing.h"
 
 namespace ex = mixtrain::examples;
+namespace tr = mixtrain::train;
 namespace fs = std::filesystem;
 
 namespace {
@@ -41,13 +42,13 @@ TEST(TrainLoop, SaveEverySavesAtMultiplesAndAtTheEnd) {
   const fs::path dir = fs::temp_directory_path() / ("mt_save_every_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   const auto task = ex::make_mlp_task(tiny_mlp());
-  ex::TrainOptions o;
+  tr::TrainOptions o;
   o.device = mixtrain::Device::cpu();
   o.steps = 7;
   o.save_dir = (dir / "ckpt").string();
   o.save_every = 3;
   std::vector<int64_t> seen;  // the checkpoint's step when each step begins its report
-  ex::train(*task, o, [&](const ex::StepRecord&) { seen.push_back(saved_step(dir / "ckpt")); });
+  tr::train(*task, o, [&](const tr::StepRecord&) { seen.push_back(saved_step(dir / "ckpt")); });
   // Step s reports before its own save: saves after steps 3 and 6, then the last (7).
   EXPECT_EQ(seen, (std::vector<int64_t>{-1, -1, -1, 3, 3, 3, 6}));
   EXPECT_EQ(saved_step(dir / "ckpt"), 7);
@@ -58,24 +59,24 @@ TEST(TrainLoop, UnwritableDestinationFailsBeforeTheFirstStep) {
   const fs::path file = fs::temp_directory_path() / ("mt_not_a_dir_" + std::to_string(::getpid()));
   std::ofstream(file) << "x";
   const auto task = ex::make_mlp_task(tiny_mlp());
-  ex::TrainOptions o;
+  tr::TrainOptions o;
   o.device = mixtrain::Device::cpu();
   o.steps = 5;
   o.save_dir = (file / "ckpt").string();
   int steps = 0;
-  mixtrain::testing::expect_error([&] { ex::train(*task, o, [&](const ex::StepRecord&) { ++steps; }); },
+  mixtrain::testing::expect_error([&] { tr::train(*task, o, [&](const tr::StepRecord&) { ++steps; }); },
                                   {file.string(), "not a directory"});
   EXPECT_EQ(steps, 0);
   o.save_dir.clear();
   o.save_every = -1;
-  mixtrain::testing::expect_error([&] { ex::train(*task, o); }, "save_every");
+  mixtrain::testing::expect_error([&] { tr::train(*task, o); }, "save_every");
   fs::remove(file);
 }
 
 namespace {
 
 // Batches of 16 rows, every fourth one of 7 (an epoch's last, partial batch): two batch shapes.
-class TwoShapeTask : public ex::TrainTask {
+class TwoShapeTask : public tr::TrainTask {
  public:
   TwoShapeTask() {
     mixtrain::manual_seed(3);
@@ -108,16 +109,16 @@ class TwoShapeTask : public ex::TrainTask {
 // --memory-plan: the loop keys a plan per batch shape; losses and parameters are those of the
 // unplanned loop bit for bit, in fp32 and under fp16 autocast with loss scaling.
 TEST(TrainLoop, MemoryPlanTrainsBitIdenticallyWithOnePlanPerBatchShape) {
-  for (const ex::Precision p : {ex::Precision::Fp32, ex::Precision::Fp16}) {
-    SCOPED_TRACE(ex::precision_name(p));
+  for (const tr::Precision p : {tr::Precision::Fp32, tr::Precision::Fp16}) {
+    SCOPED_TRACE(tr::precision_name(p));
     auto run = [&](bool planned, std::vector<float>& params) {
       TwoShapeTask task;
-      ex::TrainOptions o;
+      tr::TrainOptions o;
       o.device = mixtrain::Device::cpu();
       o.precision = p;
       o.steps = 12;
       o.memory_plan = planned;
-      const ex::TrainResult r = ex::train(task, o);
+      const tr::TrainResult r = tr::train(task, o);
       for (const auto& t : task.model().parameters()) {
         const std::vector<float> v = t.to_vector<float>();
         params.insert(params.end(), v.begin(), v.end());
@@ -125,7 +126,7 @@ TEST(TrainLoop, MemoryPlanTrainsBitIdenticallyWithOnePlanPerBatchShape) {
       return r;
     };
     std::vector<float> plain_params, planned_params;
-    const ex::TrainResult plain = run(false, plain_params), planned = run(true, planned_params);
+    const tr::TrainResult plain = run(false, plain_params), planned = run(true, planned_params);
     ASSERT_EQ(plain.records.size(), planned.records.size());
     for (size_t i = 0; i < plain.records.size(); ++i) {
       EXPECT_EQ(plain.records[i].loss, planned.records[i].loss) << "step " << i + 1;
@@ -145,44 +146,28 @@ TEST(TrainLoop, MemoryPlanTrainsBitIdenticallyWithOnePlanPerBatchShape) {
 // (LOCAL_RANK); a single process keeps GPU 0.
 TEST(TrainLoop, EachRankOfSeveralTakesItsLocalRanksGpu) {
   mixtrain::distributed::LaunchEnv env;
-  EXPECT_EQ(ex::rank_cuda_index(env), 0);
+  EXPECT_EQ(tr::rank_cuda_index(env), 0);
   env.world_size = 4;
   env.rank = 3;
   env.local_rank = 1;
-  EXPECT_EQ(ex::rank_cuda_index(env), 1);
+  EXPECT_EQ(tr::rank_cuda_index(env), 1);
   env.world_size = 1;
   env.local_rank = 0;
-  EXPECT_EQ(ex::rank_cuda_index(env), 0);
-}
-
-// --rank-weights / MIXTRAIN_RANK_WEIGHTS: one positive, finite number per rank, or an Error that
-// quotes the text.
-TEST(TrainLoop, RankWeightsAreOnePositiveNumberPerRank) {
-  EXPECT_EQ(ex::parse_rank_weights("3,1", 2), std::vector<double>({3.0, 1.0}));
-  EXPECT_EQ(ex::parse_rank_weights("0.5,0.25,0.25", 3), std::vector<double>({0.5, 0.25, 0.25}));
-  for (const auto& [text, world] : std::vector<std::pair<std::string, int>>{
-           {"3,x", 2}, {"3,-1", 2}, {"3,0", 2}, {"3,inf", 2}, {"3,nan", 2}, {"3", 2}, {"3,1,1", 2}, {"", 1}, {"3,,1", 3}}) {
-    try {
-      ex::parse_rank_weights(text, world);
-      ADD_FAILURE() << "\"" << text << "\" was accepted for " << world << " ranks";
-    } catch (const mixtrain::Error& e) {
-      EXPECT_NE(std::string(e.what()).find("\"" + text + "\""), std::string::npos) << e.what();
-    }
-  }
+  EXPECT_EQ(tr::rank_cuda_index(env), 0);
 }
 
 // A learning rate that makes the weights overflow: the run stops with an Error naming the first
 // step whose loss is not finite (fp32), instead of training on to the end on NaN.
 TEST(TrainLoop, ANonFiniteLossThatScalingCannotHelpStopsTheRun) {
   const auto task = ex::make_mlp_task(tiny_mlp());
-  ex::TrainOptions o;
+  tr::TrainOptions o;
   o.device = mixtrain::Device::cpu();
-  o.precision = ex::Precision::Fp32;
+  o.precision = tr::Precision::Fp32;
   o.steps = 20;
   o.lr = 1e308;
   std::vector<double> losses;
   const std::string msg =
-      mixtrain::testing::error_of([&] { ex::train(*task, o, [&](const ex::StepRecord& r) { losses.push_back(r.loss); }); });
+      mixtrain::testing::error_of([&] { tr::train(*task, o, [&](const tr::StepRecord& r) { losses.push_back(r.loss); }); });
   ASSERT_FALSE(losses.empty());
   EXPECT_FALSE(std::isfinite(losses.back()));
   for (size_t i = 0; i + 1 < losses.size(); ++i) EXPECT_TRUE(std::isfinite(losses[i])) << i;

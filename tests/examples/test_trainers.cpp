@@ -14,6 +14,7 @@
 
 namespace mt = mixtrain;
 namespace ex = mixtrain::examples;
+namespace tr = mixtrain::train;
 
 namespace {
 
@@ -24,7 +25,7 @@ double mean_of(const std::vector<double>& v, size_t begin, size_t end) {
 }
 
 // The small synthetic UNet run the UNet tests share, on the CPU.
-ex::UnetConfig small_synthetic_unet(ex::Precision p, int64_t steps, uint64_t seed) {
+ex::UnetConfig small_synthetic_unet(tr::Precision p, int64_t steps, uint64_t seed) {
   ex::UnetConfig c;
   c.synthetic = true;
   c.width = 8;
@@ -42,16 +43,16 @@ ex::UnetConfig small_synthetic_unet(ex::Precision p, int64_t steps, uint64_t see
 // last 5 steps, to average out single-batch noise).
 template <class Run>
 void expect_parity(Run run, double fall, double rel) {
-  const std::vector<double> fp32 = run(ex::Precision::Fp32);
+  const std::vector<double> fp32 = run(tr::Precision::Fp32);
   const size_t n = fp32.size();
   const double start = mean_of(fp32, 0, 3), end32 = mean_of(fp32, n - 5, n);
   EXPECT_LT(end32, fall * start) << "fp32 loss " << start << " -> " << end32;
-  for (ex::Precision p : {ex::Precision::Fp16, ex::Precision::Bf16}) {
+  for (tr::Precision p : {tr::Precision::Fp16, tr::Precision::Bf16}) {
     const std::vector<double> amp = run(p);
     ASSERT_EQ(amp.size(), n);
     const double end = mean_of(amp, n - 5, n);
-    EXPECT_NEAR(end, end32, rel * end32) << ex::precision_name(p) << " ends at " << end << ", fp32 at " << end32;
-    EXPECT_LT(end, fall * mean_of(amp, 0, 3)) << ex::precision_name(p);
+    EXPECT_NEAR(end, end32, rel * end32) << tr::precision_name(p) << " ends at " << end << ", fp32 at " << end32;
+    EXPECT_LT(end, fall * mean_of(amp, 0, 3)) << tr::precision_name(p);
   }
 }
 
@@ -59,7 +60,7 @@ void expect_parity(Run run, double fall, double rel) {
 
 TEST(AmpParity, Mlp) {
   expect_parity(
-      [](ex::Precision p) {
+      [](tr::Precision p) {
         ex::MlpConfig c;
         c.task = ex::MlpTask::Synthetic;
         c.synthetic_samples = 1024;
@@ -76,7 +77,7 @@ TEST(AmpParity, Mlp) {
 
 TEST(AmpParity, Unet) {
   expect_parity(
-      [](ex::Precision p) {
+      [](tr::Precision p) {
         ex::UnetConfig c = small_synthetic_unet(p, 60, 2);
         c.lr = 3e-3;
         return ex::run_unet(c).losses;
@@ -87,7 +88,7 @@ TEST(AmpParity, Unet) {
 TEST(UnetExample, ChannelsLastTrainsLikeNchw) {
   // The same run with NHWC images: every op keeps the layout, and the losses agree step by step
   // (fp16: batch norm sums its pixels in another order, so to rounding, not bit for bit).
-  for (ex::Precision p : {ex::Precision::Fp32, ex::Precision::Fp16}) {
+  for (tr::Precision p : {tr::Precision::Fp32, tr::Precision::Fp16}) {
     std::vector<double> losses[2];
     for (bool channels_last : {false, true}) {
       ex::UnetConfig c = small_synthetic_unet(p, 8, 3);
@@ -96,14 +97,14 @@ TEST(UnetExample, ChannelsLastTrainsLikeNchw) {
     }
     ASSERT_EQ(losses[0].size(), losses[1].size());
     for (size_t i = 0; i < losses[0].size(); ++i)
-      EXPECT_NEAR(losses[1][i], losses[0][i], (p == ex::Precision::Fp32 ? 1e-5 : 2e-3) * losses[0][i])
-          << ex::precision_name(p) << " step " << i;
+      EXPECT_NEAR(losses[1][i], losses[0][i], (p == tr::Precision::Fp32 ? 1e-5 : 2e-3) * losses[0][i])
+          << tr::precision_name(p) << " step " << i;
   }
 }
 
 TEST(AmpParity, Transformer) {
   expect_parity(
-      [](ex::Precision p) {
+      [](tr::Precision p) {
         ex::TransformerConfig c;
         c.synthetic = true;
         c.model = ex::gpt_preset("tiny");
@@ -124,9 +125,9 @@ TEST(UnetExample, SpellBenchmarkParameterCount) {
   ex::UNetOptions spell;
   spell.in_channels = 3;
   spell.classes = 9;
-  EXPECT_EQ(ex::parameter_count(*ex::UNet(spell)), 7703497);
+  EXPECT_EQ(tr::parameter_count(*ex::UNet(spell)), 7703497);
   // The Fashion-MNIST default: 1 input channel, 11 classes: within 1% of 7.7M.
-  const int64_t fmnist = ex::parameter_count(*ex::UNet(ex::UNetOptions{}));
+  const int64_t fmnist = tr::parameter_count(*ex::UNet(ex::UNetOptions{}));
   EXPECT_NEAR(static_cast<double>(fmnist), 7.7e6, 0.01 * 7.7e6);
   // First conv 1 -> 64 instead of 3 -> 64 (-2 * 64 * 9) and head 64 -> 11 instead of 9 (+2 * 65).
   EXPECT_EQ(fmnist, 7703497 - 2 * 64 * 9 + 2 * 65);
@@ -159,7 +160,7 @@ TEST(TransformerExample, BertBaseSizes) {
   ex::Gpt gpt(ex::GptOptions::bert_base());
   // Outside the embeddings: the blocks, the final LayerNorm and the (untied) head.
   EXPECT_EQ(gpt->non_embedding_parameters(), blocks + 2 * e + e * v + v);
-  EXPECT_EQ(ex::parameter_count(*gpt), gpt->non_embedding_parameters() + v * e + 128 * e);
+  EXPECT_EQ(tr::parameter_count(*gpt), gpt->non_embedding_parameters() + v * e + 128 * e);
 }
 
 TEST(TransformerExample, LearnsTextAndExplainsMissingCorpus) {

@@ -6,7 +6,8 @@
 # what the consumer's binary links: never libcudart, libcublas(Lt) or libcudnn itself, nor
 # through libmixtrain when mixtrain was built without CUDA.
 # Variables: BUILD (mixtrain's build dir), SOURCE (the consumer), WORK (scratch), MT_SOURCE_DIR,
-# WITH_CUDA (ON/OFF), SHARED (ON/OFF), CUDA_ROOT (the toolkit's root, when known), READELF, LDD.
+# WITH_CUDA (ON/OFF), SHARED (ON/OFF), CUDA_ROOT (the toolkit's root, when known), READELF, LDD,
+# MIXTRAIN_EXE (the mixtrain command, to launch the consumer's DDP trainer; empty: not run).
 # A static mixtrain built with CUDA leaves cudart, cuBLAS and cuDNN to its users' link, so its
 # consumer is configured with the toolkit visible.
 file(REMOVE_RECURSE ${WORK})
@@ -76,6 +77,64 @@ endif()
 execute_process(COMMAND ${WORK}/build/readme_loop RESULT_VARIABLE rc)
 if(rc)
   message(FATAL_ERROR "the README's training loop (examples/readme/amp_loop.cpp), built against the package, failed: ${rc}")
+endif()
+
+# A user's DDP trainer follows the launcher's shares with no code of its own
+# (docs/DISTRIBUTED.md, "A trainer of your own follows the launcher"): --rank-weights 2,1,1 gives
+# its three ranks 48, 24 and 24 rows of every global batch of 96; --rank-batches auto gives each
+# rank a share no larger than what its own --rank-memory budget holds, found by a dry run of the
+# trainer's step, the shares together the whole batch.
+if(MIXTRAIN_EXE)
+  set(trainer ${WORK}/build/ddp_trainer)
+  function(launch_trainer out)
+    execute_process(COMMAND ${CMAKE_COMMAND} -E env OMP_NUM_THREADS=1 ${MIXTRAIN_EXE} launch ${ARGN} -- ${trainer}
+                    OUTPUT_VARIABLE text ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 180)
+    if(rc)
+      message(FATAL_ERROR "mixtrain launch ${ARGN} -- ddp_trainer failed (${rc}):\n${text}\n${err}")
+    endif()
+    set(${out} "${text}" PARENT_SCOPE)
+  endfunction()
+  launch_trainer(text --nproc 3 --rank-weights 2,1,1)
+  foreach(rank_rows "0;48" "1;24" "2;24")
+    list(GET rank_rows 0 r)
+    list(GET rank_rows 1 n)
+    foreach(step 0 1 2)
+      string(FIND "${text}" "rank ${r} step ${step} rows ${n}\n" at)
+      if(at EQUAL -1)
+        message(FATAL_ERROR "--rank-weights 2,1,1: rank ${r} did not train on ${n} rows at step ${step}:\n${text}")
+      endif()
+    endforeach()
+  endforeach()
+  # Budgets that hold about 60 and 40 of the 96 rows: neither rank holds the batch alone.
+  foreach(rows 60 40)
+    execute_process(COMMAND ${trainer} --peak ${rows} OUTPUT_VARIABLE peak OUTPUT_STRIP_TRAILING_WHITESPACE
+                    RESULT_VARIABLE rc)
+    if(rc OR NOT peak MATCHES "^[0-9]+$")
+      message(FATAL_ERROR "ddp_trainer --peak ${rows} failed (${rc}): ${peak}")
+    endif()
+    list(APPEND budgets ${peak})
+  endforeach()
+  string(REPLACE ";" "," budget_list "${budgets}")
+  launch_trainer(text --nproc 2 --rank-batches auto --rank-memory ${budget_list})
+  set(total 0)
+  foreach(r 0 1)
+    if(NOT text MATCHES "rank ${r} step 0 rows ([0-9]+)\n")
+      message(FATAL_ERROR "--rank-batches auto: no rows from rank ${r}:\n${text}")
+    endif()
+    set(rows${r} ${CMAKE_MATCH_1})
+    math(EXPR total "${total} + ${CMAKE_MATCH_1}")
+    if(NOT text MATCHES "rank ${r} fits ([0-9]+) peak ([0-9]+) budget ([0-9]+)")
+      message(FATAL_ERROR "--rank-batches auto: no fit from rank ${r}:\n${text}")
+    endif()
+    if(rows${r} GREATER CMAKE_MATCH_1 OR CMAKE_MATCH_2 GREATER CMAKE_MATCH_3)
+      message(FATAL_ERROR "--rank-batches auto: rank ${r} took ${rows${r}} rows, more than its fit ${CMAKE_MATCH_1} "
+                          "(peak ${CMAKE_MATCH_2} in a budget of ${CMAKE_MATCH_3}):\n${text}")
+    endif()
+  endforeach()
+  if(NOT total EQUAL 96 OR NOT rows0 GREATER rows1)
+    message(FATAL_ERROR "--rank-batches auto: shares ${rows0} and ${rows1} are not the batch of 96 split toward "
+                        "the larger budget:\n${text}")
+  endif()
 endif()
 
 # What the consumer links directly: mixtrain, never CUDA's libraries.

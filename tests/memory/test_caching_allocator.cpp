@@ -1,5 +1,5 @@
 // CachingAllocator behaviour, one rule per test, against the counting test double. Expected
-// sizes come from the documented design (PyTorch's constants, docs/MEMORY.md), not from the code.
+// sizes come from the documented design (PyTorch's constants, docs/ALLOCATOR.md), not from the code.
 #include <gtest/gtest.h>
 
 #include <algorithm>

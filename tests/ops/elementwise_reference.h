@@ -31,6 +31,7 @@ inline std::optional<UnaryReference> unary_reference(backends::UnaryOp op) {
     case UnaryOp::Relu: return UnaryReference{[](double x, double) { return x > 0 ? x : 0.0; }, -2, 2};
     case UnaryOp::Gelu:
       return UnaryReference{[](double x, double) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -3, 3};
+    case UnaryOp::Silu: return UnaryReference{[](double x, double) { return x / (1 + std::exp(-x)); }, -4, 4};
     case UnaryOp::Abs: return UnaryReference{[](double x, double) { return std::abs(x); }, -2, 2};
     case UnaryOp::Pow: return UnaryReference{[](double x, double a) { return std::pow(x, a); }, 0.1, 3, 1.7};
     case UnaryOp::Square: return UnaryReference{[](double x, double) { return x * x; }, -2, 2};

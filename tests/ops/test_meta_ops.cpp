@@ -57,10 +57,10 @@ std::map<std::string, Case> cases() {
 #define MT_BINARY(op) c[#op] = binary([](const Tensor& a, const Tensor& b) { return mt::op(a, b); });
   MT_BINARY(add) MT_BINARY(sub) MT_BINARY(mul) MT_BINARY(div) MT_BINARY(maximum) MT_BINARY(minimum) MT_BINARY(pow)
 #undef MT_BINARY
-#define MT_UNARY(op) c[#op] = unary([](const Tensor& a) { return mt::op(a); });
-  MT_UNARY(neg) MT_UNARY(abs) MT_UNARY(square) MT_UNARY(sqrt) MT_UNARY(tanh) MT_UNARY(sigmoid) MT_UNARY(relu)
-  MT_UNARY(gelu) MT_UNARY(exp) MT_UNARY(log) MT_UNARY(rsqrt)
-#undef MT_UNARY
+  // The plain unary ops, walked from their list (core/elementwise_ops.h).
+#define MT_PLAIN_UNARY(code, name) c[#name] = unary([](const Tensor& a) { return mt::name(a); });
+  MT_FOR_PLAIN_UNARY_OPS
+#undef MT_PLAIN_UNARY
   c["where"] = {[] { return Inputs{mt::gt(random_tensor({3, 4}, mt::kFloat32, 4), mt::zeros({})), leaf({3, 4}, 1), leaf({4}, 2)}; },
                 [](const Inputs& i) { return V{mt::where(i[0], i[1], i[2])}; }};
   c["compare"] = {two({3, 4}, {3, 4}), [](const Inputs& i) { return V{mt::lt(i[0], i[1])}; }};

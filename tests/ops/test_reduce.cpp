@@ -1,13 +1,16 @@
 // Reductions (sum, mean, max, min, argmax) against fp64 references written with plain loops, for
 // every dtype; gradients against finite differences.
 #include <cmath>
+#include <utility>
 
+#include "backends/reduce.h"
 #include "support/testing.h"
 
 namespace mt = mixtrain;
 using mt::testing::all_close;
 using mt::testing::float_types;
 using mt::testing::gradcheck;
+using mt::testing::poison;
 using mt::testing::random_tensor;
 using mt::testing::to_doubles;
 using mt::testing::tolerance_for;
@@ -92,4 +95,58 @@ TEST(Reduce, ArgmaxAndGradients) {
   EXPECT_TRUE(gradcheck([](const std::vector<mt::Tensor>& in) { return mt::mean(in[0].t(), {1}, true); }, {x}));
   EXPECT_TRUE(gradcheck([](const std::vector<mt::Tensor>& in) { return mt::max(in[0], 1); }, {x}));
   EXPECT_TRUE(gradcheck([](const std::vector<mt::Tensor>& in) { return mt::min(in[0], 0, true); }, {x}));
+}
+
+// Max and min pick PyTorch's element: the first NaN when there is one, else the first of equal
+// extremes; infinities are values like any other (a column of -inf has max -inf at index 0). The
+// reference scans each column by that definition in fp64; the kernel writes into poisoned
+// outputs, across columns (inner > 1) and along rows (inner == 1).
+TEST(Reduce, MaxMinPickTheFirstNanOrTheFirstExtreme) {
+  const double inf = INFINITY, nan = NAN;
+  const std::vector<std::vector<double>> columns = {
+      {1, 7, 3, 7, 2, 0},          {-inf, -inf, -inf, -inf, -inf, -inf}, {inf, inf, inf, inf, inf, inf},
+      {2, nan, 5, nan, 9, 1},      {-inf, -inf, 3, -inf, 3, inf},        {4, 4, 4, 4, 4, nan},
+      {0, -inf, -0.5, 8, -inf, 8}, {nan, nan, 1, 2, 3, 4}};
+  const int64_t n = 6, cols = static_cast<int64_t>(columns.size());
+  auto reference = [&](mt::backends::ReduceOp op) {
+    std::vector<double> value, index;
+    for (const auto& c : columns) {
+      int64_t pick = 0;
+      while (pick < n && !std::isnan(c[pick])) ++pick;
+      if (pick == n) {
+        pick = 0;
+        for (int64_t j = 1; j < n; ++j)
+          if (op == mt::backends::ReduceOp::Max ? c[j] > c[pick] : c[j] < c[pick]) pick = j;
+      }
+      value.push_back(c[pick]);
+      index.push_back(static_cast<double>(pick));
+    }
+    return std::make_pair(value, index);
+  };
+  auto same = [](const std::vector<double>& got, const std::vector<double>& want) {
+    for (size_t i = 0; i < want.size(); ++i)
+      if (!(got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i]))))
+        return ::testing::AssertionFailure() << "element " << i << ": got " << got[i] << ", expected " << want[i];
+    return ::testing::AssertionSuccess();
+  };
+  std::vector<double> by_columns(n * cols), by_rows(n * cols);  // [1, n, cols] and [cols, n, 1]
+  for (int64_t c = 0; c < cols; ++c)
+    for (int64_t j = 0; j < n; ++j) by_columns[j * cols + c] = by_rows[c * n + j] = columns[c][j];
+  for (mt::DType dt : float_types()) {
+    for (mt::backends::ReduceOp op : {mt::backends::ReduceOp::Max, mt::backends::ReduceOp::Min}) {
+      const auto [want_value, want_index] = reference(op);
+      for (bool rows : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << dt << (op == mt::backends::ReduceOp::Max ? " max" : " min")
+                                          << (rows ? " along rows" : " across columns"));
+        const mt::Tensor x = mt::from_vector(rows ? by_rows : by_columns, {rows ? cols : 1, n, rows ? 1 : cols}).to(dt);
+        mt::Tensor value = mt::Tensor::empty({rows ? cols : 1, rows ? 1 : cols}, mt::TensorOptions(dt));
+        mt::Tensor index = mt::Tensor::empty(value.shape(), mt::TensorOptions(mt::kInt64));
+        poison(value);
+        poison(index);
+        mt::backends::reduce(x, op, x, rows ? cols : 1, n, rows ? 1 : cols, value, index);
+        EXPECT_TRUE(same(to_doubles(value), want_value));
+        EXPECT_TRUE(same(to_doubles(index), want_index));
+      }
+    }
+  }
 }

@@ -48,4 +48,18 @@ void load_policy_table(const nlohmann::json& doc);
 // because a string converts to nlohmann::json too.)
 void load_policy_table_file(const std::string& path);
 
+// Named tables to start from.
+//   Cuda: the defaults (ops/op_list.h), PyTorch's CUDA autocast lists, which mixtrain applies on
+//     the CPU too, so the CPU backend reproduces a GPU run's numerics.
+//   TorchCpu: PyTorch's own CPU autocast lists (torch.autocast("cpu"); KERNEL_CPU in
+//     aten/src/ATen/autocast_mode.cpp), for the ops mixtrain has: the matrix products,
+//     convolutions and attention in the low-precision type, the losses in fp32, cat and stack
+//     promoted, every other op as its inputs come (docs/REFERENCE_AMP.md). PyTorch runs them in
+//     bf16 by default.
+enum class PolicyPreset { Cuda, TorchCpu };
+const char* policy_preset_name(PolicyPreset preset);  // "cuda", "torch_cpu"
+
+// Replaces the whole table with the preset's (process-wide, as set_policy).
+void apply_policy_preset(PolicyPreset preset);
+
 }  // namespace mixtrain::amp

@@ -18,6 +18,7 @@
   X(Sigmoid, sigmoid, false, true, plain)   \
   X(Relu, relu, true, false, plain)         \
   X(Gelu, gelu, true, false, plain)         \
+  X(Silu, silu, true, false, plain)         \
   X(Abs, abs, true, false, plain)           \
   X(Pow, pow, true, false, alpha)           \
   X(Square, square, true, false, plain)     \
@@ -43,6 +44,6 @@ constexpr int kNumCompareOps = 0 MT_COMPARE_OPS(MT_COUNT_ENTRY);
 #undef MT_COUNT_ENTRY
 // Every per-op table is generated from the lists, so a count only changes on purpose: bump it
 // with the entry you add (it also guards the uint8_t op codes against overflow).
-static_assert(kNumUnaryOps == 14 && kNumBinaryOps == 7 && kNumCompareOps == 6,
+static_assert(kNumUnaryOps == 15 && kNumBinaryOps == 7 && kNumCompareOps == 6,
               "an elementwise op list changed: update this count, and the op's formula and reference row");
 }  // namespace mixtrain

@@ -6,7 +6,10 @@
 // communication thread as soon as its last gradient is accumulated, overlapping the rest of
 // backward, and backward returns once every bucket is reduced. Each rank's gradient is weighted
 // by its share of the global batch, so uneven per-rank batches give the single-process step over
-// the whole global batch. docs/DISTRIBUTED.md describes it.
+// the whole global batch. When the group's shares are adaptive (mixtrain launch --rank-weights
+// adaptive), it times each rank's compute and moves the shares toward equal compute times.
+// docs/DISTRIBUTED.md describes it.
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -22,6 +25,9 @@ class Fp8Scaling;
 }
 namespace mixtrain::distributed {
 class ZeroRedundancyOptimizer;
+}
+namespace mixtrain::distributed {
+class RankBalancer;
 }
 
 namespace mixtrain::nn {
@@ -88,7 +94,8 @@ class DistributedDataParallel {
   distributed::ProcessGroup& group() { return *group_; }
   // Communicates over `group` from now on (an elastic job's next generation, with other ranks and
   // another world size): the buckets stay, a backward interrupted by the old group's failure is
-  // forgotten, and the scaler synced by sync_grad_scaler follows. Between steps only.
+  // forgotten, and the scaler synced by sync_grad_scaler follows. Adaptive shares start again
+  // from the new group's rank_shares (set them first). Between steps only.
   void set_process_group(std::shared_ptr<distributed::ProcessGroup> group);
 
   // While alive, backward accumulates into the grads without communicating (gradient
@@ -124,10 +131,13 @@ class DistributedDataParallel {
   double gradient_weight() const { return weight_; }
   // Seconds this step (since prepare_forward) has spent waiting for the other ranks: the buffer
   // broadcast at forward, and the all-reduces still running once backward's own work was done.
-  // The step's time less this is what the rank's share cost it (RankBalancer's input) on CPU
-  // ranks. On CUDA it also holds the device work queued before the collectives, which the host
-  // waits for with them.
+  // On CUDA it also holds the device work queued before the collectives, which the host waits
+  // for with them.
   double step_wait_seconds() const { return wait_seconds_; }
+  // What this rank's share of the last synchronised step cost it: from prepare_forward to the end
+  // of backward, less step_wait_seconds() (0 before the first). On CPU ranks that is the compute
+  // a RankBalancer needs; on CUDA the host runs ahead of the device, so it is not.
+  double step_compute_seconds() const { return compute_seconds_; }
   int64_t num_buckets() const;
   // Parameter indices (registration order) per bucket, in reduction order.
   std::vector<std::vector<size_t>> bucket_assignment() const;
@@ -139,6 +149,21 @@ class DistributedDataParallel {
   void broadcast_state();
   void exchange_batch(int64_t local_batch);
   void set_weight(int64_t local_batch);
+  // Adaptive shares: every rank's rows and compute seconds of its last step, all-reduced (each
+  // rank fills its own slots) from prepare_forward on, and observed at the end of the next backward.
+  void send_step_timing();
+  void observe_step_timing();
+  void end_of_backward();
+  // The balancer for the group's shares (adaptive only), started from its weights.
+  void follow_rank_shares();
+
+  std::unique_ptr<distributed::RankBalancer> balancer_;  // adaptive shares only
+  Tensor timing_;
+  distributed::Work timing_work_;
+  std::chrono::steady_clock::time_point step_start_;
+  double compute_seconds_ = 0;
+  int64_t local_rows_ = 0;
+  bool measured_ = false;  // compute_seconds_ and local_rows_ describe a step not yet sent
 
   std::shared_ptr<Module> module_;
   std::shared_ptr<distributed::ProcessGroup> group_;

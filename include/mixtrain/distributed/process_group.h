@@ -8,11 +8,13 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "mixtrain/core/arg.h"
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/distributed/rank_shares.h"
 
 namespace mixtrain::distributed {
 
@@ -103,6 +105,14 @@ class ProcessGroup {
   std::chrono::milliseconds timeout() const { return timeout_; }
   void set_timeout(std::chrono::milliseconds timeout);
 
+  // How the ranks share each global batch: from the launcher (launch_rank_shares) for a group
+  // made by init_process_group/new_process_group, else even (an ElasticAgent's groups: set them to
+  // the members' weights, MembershipChange::weights). DistributedSampler reads them at
+  // every batch and DistributedDataParallel moves adaptive ones, so set them before training, the
+  // same on every rank. set_rank_shares checks one positive weight per rank (or none: even).
+  RankShares rank_shares() const;
+  void set_rank_shares(RankShares shares);
+
   // In place on a dense tensor (CPU: float32/64, float16, bfloat16, int32, int64). Avg divides
   // the sum by the world size (integers: truncating).
   void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum);
@@ -160,6 +170,8 @@ class ProcessGroup {
   bool check_collectives_ = false;
   std::vector<std::string> rank_addresses_;
   std::string cuda_refusal_;  // non-empty: CUDA tensors are refused with this reason (elastic groups)
+  mutable std::mutex shares_mutex_;
+  RankShares shares_;
 };
 
 // Whether this build has a CPU backend (Gloo); when not, the reason and how to get one.

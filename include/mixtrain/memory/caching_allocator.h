@@ -1,7 +1,7 @@
 #pragma once
 // The device-agnostic caching allocator: size classes, best-fit reuse, block split/merge, a hard
 // limit and an OOM ladder, written once and run over whatever BackingAllocator a device provides
-// (aligned_alloc on the CPU, cudaMalloc on CUDA). See docs/MEMORY.md.
+// (aligned_alloc on the CPU, cudaMalloc on CUDA). See docs/ALLOCATOR.md.
 //
 // Stream safety (CUDA): the BackingAllocator knows nothing of streams, and neither does this
 // class. That is sound because the CUDA backend issues all work of a device on one stream: a

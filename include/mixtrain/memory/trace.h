@@ -62,6 +62,9 @@ struct MemoryTrace {
   // Values a meta step could not read and the path it took instead (e.g. GradScaler: "found_inf
   // assumed 0: the step was taken").
   std::vector<std::string> assumptions;
+  // Where each step after the first begins: the index of its first event, one per mark_step()
+  // called while recording (dry_run.h).
+  std::vector<size_t> step_starts;
 
   int64_t peak_bytes() const;        // most bytes live at once, buffers alive before the step included
   int64_t persistent_bytes() const;  // alive across the step: allocated before it or not freed by its end

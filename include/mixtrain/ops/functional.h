@@ -44,8 +44,8 @@ Tensor mul(const Tensor& a, double b);
 Tensor div(const Tensor& a, double b);
 Tensor rdiv(const Tensor& a, double b);  // b / a
 Tensor pow(const Tensor& a, double exponent);
-// The plain unary ops, one per entry of MT_UNARY_OPS (mixtrain/core/elementwise_ops.h): neg, exp,
-// log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, abs, square.
+// The plain unary ops (neg, exp, log, sqrt, tanh, ...), one per `plain` entry of MT_UNARY_OPS
+// (mixtrain/core/elementwise_ops.h).
 #define MT_PLAIN_UNARY(code, name) Tensor name(const Tensor& x);
 MT_FOR_PLAIN_UNARY_OPS
 #undef MT_PLAIN_UNARY

@@ -38,6 +38,7 @@
   _(sigmoid, Passthrough)                                  \
   _(relu, Passthrough)                                     \
   _(gelu, Passthrough)                                     \
+  _(silu, Passthrough)                                     \
   _(where, Passthrough)                                    \
   _(masked_fill, Passthrough)                              \
   _(clamp, Passthrough)                                    \

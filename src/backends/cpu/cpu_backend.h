@@ -6,9 +6,6 @@
 
 namespace mixtrain::backends::cpu {
 
-// Registers the CPU kernels of every family (backends/cpu/register.cpp).
-void register_kernels();
-
 // The image kernels (convolution, pooling) compute NCHW; channels-last operands are copied
 // around them (on the CPU the layout is a matter of agreement with the GPU, not of speed).
 // as_nchw: t, or its contiguous copy. write_nchw: runs compute(out) on out itself when it is

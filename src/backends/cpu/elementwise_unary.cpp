@@ -1,9 +1,11 @@
 // Unary elementwise kernels and their derivatives, the larger half of the family's instantiations
 // (every unary op in every floating dtype, twice): in a file of their own so that the family
-// compiles on two cores at once. elementwise.cpp has the rest and registers these.
+// compiles on two cores at once. elementwise.cpp has the rest and registers these. GELU on fp32
+// compute runs on the vector kernels of unary_vector.h where a run is contiguous.
 #include "backends/elementwise.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
+#include "backends/cpu/unary_vector.h"
 #include "backends/elementwise_math.h"
 #include "backends/op_switch.h"
 
@@ -17,7 +19,14 @@ void unary(UnaryOp op, const Tensor& x, const Tensor& out, double alpha) {
     using A = acc_t<T>;
     const A a = static_cast<A>(alpha);
     with_unary(op, [&](auto k) {
-      map_elementwise<T, T>(out, [a](A v) { return Unary<decltype(k)::value>::forward(v, a); }, x);
+      constexpr UnaryOp code = decltype(k)::value;
+      auto f = [a](A v) { return Unary<code>::forward(v, a); };
+      if constexpr (std::is_same_v<A, float> && has_unary_vector(code)) {
+        auto block = [](float* y, int64_t m, const float* xv) { unary_vector_forward(code, y, m, xv); };
+        map_elementwise_blocks<T, T>(out, f, block, x);
+      } else {
+        map_elementwise<T, T>(out, f, x);
+      }
     });
   });
 }
@@ -32,9 +41,16 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& 
     using A = acc_t<T>;
     const A a = static_cast<A>(alpha);
     with_unary(op, [&](auto k) {
-      map_elementwise<T, T, T, T>(
-          grad_x, [a](A xv, A yv, A g) { return Unary<decltype(k)::value>::backward(xv, yv, g, a); }, xs, ys,
-          grad_y);
+      constexpr UnaryOp code = decltype(k)::value;
+      auto f = [a](A xv, A yv, A g) { return Unary<code>::backward(xv, yv, g, a); };
+      if constexpr (std::is_same_v<A, float> && has_unary_vector(code)) {
+        auto block = [](float* gx, int64_t m, const float* xv, const float*, const float* g) {
+          unary_vector_backward(code, gx, m, xv, g);
+        };
+        map_elementwise_blocks<T, T, T, T>(grad_x, f, block, xs, ys, grad_y);
+      } else {
+        map_elementwise<T, T, T, T>(grad_x, f, xs, ys, grad_y);
+      }
     });
   });
 }

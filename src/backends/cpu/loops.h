@@ -233,13 +233,6 @@ void store_acc(const acc_t<T>* src, int64_t n, T* p) {
   }
 }
 
-// v != v for floating types, false for integers (where the self-comparison only draws a warning).
-template <class A>
-inline bool is_nan_value(A v) {
-  if constexpr (std::is_floating_point_v<A>) return v != v;
-  else return false;
-}
-
 // One definition for unary(Relu) and the GEMM's ReLU epilogue, so the fused linear + ReLU agrees
 // with the two ops bit for bit. NaN stays NaN.
 template <class A>
@@ -274,26 +267,36 @@ const acc_t<T>* acc_block(const T* p, int64_t m, acc_t<T>* buf) {
   }
 }
 
+// out[i] = f(in[i]...) over m elements of arrays that do not overlap (__restrict: the compiler
+// vectorizes the loop only when it knows the output cannot alias an input).
+template <class Tout, class F, class... Tin>
+inline void map_block(F& f, Tout* __restrict out, int64_t m, const Tin* __restrict... in) {
+  for (int64_t i = 0; i < m; ++i) out[i] = static_cast<Tout>(f(in[i]...));
+}
+
 // Contiguous operands of which some are fp16/bf16: half blocks are converted in bulk (vectorized
 // F16C conversions, the same bits as one by one), so f runs over plain float arrays.
-template <class Tout, class... Tin, class F, size_t... I>
-void map_contiguous_half(F& f, Tout* o, const std::tuple<const Tin*...>& in, int64_t n, std::index_sequence<I...>) {
+template <class Tout, class... Tin, class Block, size_t... I>
+void map_contiguous_half(Block& block, Tout* o, const std::tuple<const Tin*...>& in, int64_t n,
+                         std::index_sequence<I...>) {
   std::tuple<std::array<acc_t<Tin>, kHalfBlock>...> bufs;
   std::array<acc_t<Tout>, kHalfBlock> obuf;
   for (int64_t b = 0; b < n; b += kHalfBlock) {
     const int64_t m = std::min(kHalfBlock, n - b);
     const std::tuple<const acc_t<Tin>*...> a{acc_block(std::get<I>(in) + b, m, std::get<I>(bufs).data())...};
     if constexpr (is_half_type<Tout>) {
-      for (int64_t i = 0; i < m; ++i) obuf[i] = static_cast<acc_t<Tout>>(f(std::get<I>(a)[i]...));
+      block(obuf.data(), m, std::get<I>(a)...);
       convert_array(obuf.data(), o + b, m);
     } else {
-      for (int64_t i = 0; i < m; ++i) o[b + i] = static_cast<Tout>(f(std::get<I>(a)[i]...));
+      block(o + b, m, std::get<I>(a)...);
     }
   }
 }
 
-template <class Tout, class... Tin, class F, size_t... I>
-void map_run(F& f, const std::array<char*, 1 + sizeof...(Tin)>& p, int64_t n,
+// f over one run of elements; contiguous runs go through block(out, m, in...) on arrays of the
+// acc types (map_block of f unless the caller has a vector kernel).
+template <class Tout, class... Tin, class F, class Block, size_t... I>
+void map_run(F& f, Block& block, const std::array<char*, 1 + sizeof...(Tin)>& p, int64_t n,
              const std::array<int64_t, 1 + sizeof...(Tin)>& s, std::index_sequence<I...>) {
   const bool contiguous = s[0] == static_cast<int64_t>(sizeof(Tout)) &&
                           ((s[I + 1] == static_cast<int64_t>(sizeof(Tin))) && ...);
@@ -301,7 +304,9 @@ void map_run(F& f, const std::array<char*, 1 + sizeof...(Tin)>& p, int64_t n,
     Tout* o = reinterpret_cast<Tout*>(p[0]);
     const std::tuple<const Tin*...> in{reinterpret_cast<const Tin*>(p[I + 1])...};
     if constexpr (is_half_type<Tout> || (is_half_type<Tin> || ...)) {
-      map_contiguous_half<Tout, Tin...>(f, o, in, n, std::index_sequence<I...>{});
+      map_contiguous_half<Tout, Tin...>(block, o, in, n, std::index_sequence<I...>{});
+    } else if constexpr (std::is_same_v<Tout, acc_t<Tout>> && (std::is_same_v<Tin, acc_t<Tin>> && ...)) {
+      block(o, n, std::get<I>(in)...);
     } else {
       for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Tout>(f(static_cast<acc_t<Tin>>(std::get<I>(in)[i])...));
     }
@@ -312,19 +317,27 @@ void map_run(F& f, const std::array<char*, 1 + sizeof...(Tin)>& p, int64_t n,
 }
 }  // namespace detail
 
-// Elementwise map over tensors of one shape: out = f(in...), each read in its acc type.
 template <class T> using TensorFor = std::enable_if_t<sizeof(T*) != 0, Tensor>;
 
-template <class Tout, class... Tin, class F>
-void map_elementwise(const Tensor& out, F&& f, const TensorFor<Tin>&... in) {
+// As map_elementwise below, with block(out, m, in...) computing contiguous runs from arrays of the
+// acc types instead of f one element at a time (a vector kernel: it must compute what f does).
+template <class Tout, class... Tin, class F, class Block>
+void map_elementwise_blocks(const Tensor& out, F&& f, Block&& block, const TensorFor<Tin>&... in) {
   constexpr int N = 1 + sizeof...(Tin);
   std::array<char*, N> base{static_cast<char*>(out.raw_data()), static_cast<char*>(in.raw_data())...};
   std::array<const int64_t*, N> strides{out.strides().data(), in.strides().data()...};
   std::array<int64_t, N> sizes{static_cast<int64_t>(sizeof(Tout)), static_cast<int64_t>(sizeof(Tin))...};
   strided_loop<N>(out.shape(), base, strides, sizes,
                   [&](const std::array<char*, N>& p, int64_t n, const std::array<int64_t, N>& s) {
-                    detail::map_run<Tout, Tin...>(f, p, n, s, std::index_sequence_for<Tin...>{});
+                    detail::map_run<Tout, Tin...>(f, block, p, n, s, std::index_sequence_for<Tin...>{});
                   });
+}
+
+// Elementwise map over tensors of one shape: out = f(in...), each read in its acc type.
+template <class Tout, class... Tin, class F>
+void map_elementwise(const Tensor& out, F&& f, const TensorFor<Tin>&... in) {
+  auto block = [&f](acc_t<Tout>* o, int64_t m, const acc_t<Tin>*... x) { detail::map_block(f, o, m, x...); };
+  map_elementwise_blocks<Tout, Tin...>(out, f, block, in...);
 }
 
 }  // namespace mixtrain::backends::cpu

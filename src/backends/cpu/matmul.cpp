@@ -121,7 +121,7 @@ std::string own_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_
     copy(DeviceType::CPU, src, w);
     return transposed ? w.transpose(t.dim() - 2, t.dim() - 1) : w;
   };
-  // The scratch is allocated in the order the meta backend models it (meta/register.cpp).
+  // The scratch is allocated in the order a dry run records it (workspace.cpp).
   if (a.dtype() == kBFloat16 && b.dtype() == kBFloat16 && bf16_gemm_enabled()) {
     const Tensor bias32 = bias.defined() ? widen(bias) : Tensor();
     Tensor out32 = Tensor::empty(out.shape(), TensorOptions(kFloat32));

@@ -7,6 +7,7 @@
 #include "backends/reduce.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
+#include "backends/reduce_math.h"
 
 namespace mixtrain::backends::cpu {
 
@@ -88,8 +89,8 @@ void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inne
               int64_t best_j = 0;
               for (int64_t j = 1; j < n; ++j) {
                 const acc_t<T> v = static_cast<acc_t<T>>(base[j * inner + i]);
-                if (is_nan_value(best)) break;  // NaN wins and stays
-                if (is_nan_value(v) || (is_max ? v > best : v < best)) {
+                if (math::is_nan(best)) break;  // NaN wins and stays
+                if (is_max ? math::takes_over<ReduceOp::Max>(best, v) : math::takes_over<ReduceOp::Min>(best, v)) {
                   best = v;
                   best_j = j;
                 }
@@ -117,13 +118,8 @@ void topk(const Tensor& x, int64_t rows, int64_t n, int64_t k, bool largest, con
       std::vector<int64_t> order(static_cast<size_t>(n));
       for (int64_t r = rb; r < re; ++r) {
         const T* row = px + r * n;
-        // A strict total order: NaN above every number, then by value, then by index.
         auto before = [&](int64_t i, int64_t j) {
-          const A a = static_cast<A>(row[i]), b = static_cast<A>(row[j]);
-          const bool na = is_nan_value(a), nb = is_nan_value(b);
-          if (na != nb) return largest ? na : nb;
-          if (!na && a != b) return largest ? a > b : a < b;
-          return i < j;
+          return math::topk_before(static_cast<A>(row[i]), i, static_cast<A>(row[j]), j, largest);
         };
         for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
         std::partial_sort(order.begin(), order.begin() + k, order.end(), before);

@@ -3,6 +3,8 @@
 #include "backends/attention.h"
 #include "backends/cuda/context.h"
 #include "backends/cuda/operands.h"
+#include "backends/cuda/workspace.h"
+#include "backends/cuda/kernels/attention.h"
 
 namespace mixtrain::backends::cuda {
 
@@ -57,7 +59,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                   {&grad_v, {b, sh.s, sh.ev}}},
                  lse);
   const kernels::AttentionDims d = dims(sh);
-  const size_t ws_bytes = kernels::attention_workspace_bytes(q.dtype(), d);
+  const size_t ws_bytes = attention_workspace_bytes(q.dtype(), d.batch, d.l);
   const Tensor ws = ws_bytes ? scratch(ws_bytes, q.device()) : Tensor();
   kernels::attention_backward(q.dtype(), q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), grad_out.raw_data(),
                               lse.raw_data(), d, grad_q.raw_data(), grad_k.raw_data(), grad_v.raw_data(), ptr(ws),

@@ -9,6 +9,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/pinned.h"
+#include "backends/cuda/workspace.h"
 #include "memory/backing.h"
 #include "mixtrain/core/device.h"
 
@@ -17,7 +18,6 @@ namespace mixtrain::backends::cuda {
 namespace {
 
 constexpr int kMaxDevices = 64;
-constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // what cuBLAS recommends for Hopper
 
 // cudaMalloc behind the device-agnostic CachingAllocator (src/memory). A refusal clears the
 // sticky-free error state so the allocator can release its cache and retry.

@@ -18,6 +18,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/lt_types.h"
 #include "backends/cuda/operands.h"
+#include "backends/cuda/kernels/fp8.h"
 
 namespace mixtrain::backends::cuda {
 

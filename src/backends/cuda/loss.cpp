@@ -5,6 +5,8 @@
 #include "backends/cuda/context.h"
 #include "backends/cuda/operands.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/workspace.h"
+#include "backends/cuda/kernels/loss.h"
 
 namespace mixtrain::backends::cuda {
 
@@ -28,7 +30,7 @@ void nll_loss(const Tensor& logp_in, const Tensor& target_in, int64_t outer, int
                " at position ", k, " is out of range for ", classes, " classes (ignore_index is ", args.ignore_index,
                ")");
   }
-  const Tensor ws = scratch(kernels::kNllWorkspaceBytes, loss.device());
+  const Tensor ws = scratch(kNllWorkspaceBytes, loss.device());
   kernels::nll_loss(logp.dtype(), logp.raw_data(), target.data_ptr<int64_t>(), outer, classes, inner, args,
                     loss.raw_data(), count.data_ptr<int64_t>(), ws.raw_data(), ctx.stream);
 }

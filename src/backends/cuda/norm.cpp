@@ -5,6 +5,7 @@
 #include "backends/copy.h"
 #include "backends/cuda/context.h"
 #include "backends/cuda/operands.h"
+#include "backends/cuda/kernels/norm.h"
 
 namespace mixtrain::backends::cuda {
 

@@ -1,18 +1,15 @@
 #pragma once
 // The CUDA backend's shared host-side plumbing: operand checks and the conversion of tensors into
-// the launchers' plain arguments (kernels/launchers.h). The backend's kernels: GEMMs through
+// the launchers' plain arguments (kernels/launch_args.h). The backend's kernels: GEMMs through
 // cuBLASLt (matmul.cpp), convolutions through cuDNN (conv.cpp), everything else through our
 // kernels (kernels/<family>.cu), one host file per op family; each checks its operands' devices
 // and enqueues on the device's stream; only reading a value back to the host synchronises.
 #include <array>
 
-#include "backends/cuda/kernels/launchers.h"
+#include "backends/cuda/kernels/launch_args.h"
 #include "mixtrain/core/tensor.h"
 
 namespace mixtrain::backends::cuda {
-
-// Registers the CUDA kernels of every family (backends/cuda/register.cpp).
-void register_kernels();
 
 // Iteration over operands of out's shape (operand 0 is the output), dimensions merged where
 // every operand allows. Checks that all operands are CUDA tensors of one device.

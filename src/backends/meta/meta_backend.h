@@ -5,8 +5,8 @@
 
 namespace mixtrain::backends::meta {
 
-// Registers a no-op for every kernel of every family on Meta, and the workspace estimates a
-// dry run for a CUDA target records (register.cpp).
+// Registers a no-op for every kernel of every family on Meta, and for the kernels that take
+// workspace the dry run target's answer (register.cpp, backends/workspace.h).
 void register_kernels();
 
 }  // namespace mixtrain::backends::meta

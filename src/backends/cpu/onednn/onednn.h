@@ -30,13 +30,13 @@ int64_t onednn_calls();
 
 // Where oneDNN takes a call in Sized mode; other calls stay on the own kernels, whose per-call
 // cost is lower (a oneDNN call costs about 2.5 us of CPU time more: memory objects, argument maps,
-// the primitive's bookkeeping). From bench_cpu_onednn's CPU times on one thread of a 2-core Zen 4
-// without AMX (2026-11-27, a busy machine): bf16 GEMMs on oneDNN overtook the vdpbf16ps kernel at
-// 48^3-64^3 multiply-adds, fp32 ones Eigen at 96^3-128^3; convolutions of 16 channels and more
-// were 1.3-3x faster from the tiny UNet's sizes up, but with 8 channels (padded to oneDNN's
-// blocks of 16) up to 1.8x slower. Re-measure on a quiet machine, and on one with AMX, whose bf16
-// products pay sooner (bench/onednn_check.sh).
-constexpr int64_t kOneDnnGemmMinMacsBf16 = int64_t{1} << 18;
+// the primitive's bookkeeping). From bench_cpu_onednn on a quiet 2-core Zen 4 without AMX
+// (2026-11-28, bench/onednn_check.sh, docs/BENCHMARKS.md): square bf16 GEMMs on oneDNN overtook
+// the vdpbf16ps kernel between 64^3 (0.94x) and 96^3 (1.05x) multiply-adds, fp32 ones Eigen
+// between 96^3 (0.87x) and 128^3 (1.21x); convolutions of 16 channels and more were 1.1-3.5x
+// faster from the tiny UNet's sizes up, but with 8 channels (padded to oneDNN's blocks of 16) up
+// to 1.8x slower. Re-measure on a machine with AMX, whose bf16 products pay sooner.
+constexpr int64_t kOneDnnGemmMinMacsBf16 = int64_t{1} << 19;
 constexpr int64_t kOneDnnGemmMinMacsFp32 = int64_t{1} << 21;
 constexpr int64_t kOneDnnConvMinMacs = int64_t{1} << 20;
 constexpr int64_t kOneDnnConvMinChannels = 16;  // per group, input and output (depthwise: any)

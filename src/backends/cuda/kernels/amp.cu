@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/cuda/kernels/amp.h"
 #include "common.cuh"
 
 namespace mixtrain::kernels {

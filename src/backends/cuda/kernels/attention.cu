@@ -16,6 +16,7 @@
 // kernels (attention_mma.cu) instead.
 #include <cfloat>
 
+#include "backends/cuda/kernels/attention.h"
 #include "attention_common.cuh"
 #include "mixtrain/core/rng.h"
 
@@ -373,10 +374,6 @@ void attention_forward(DType dtype, const void* q, const void* k, const void* v,
         static_cast<T*>(out), static_cast<A*>(lse));
   });
   check_launch("attention_forward");
-}
-
-size_t attention_workspace_bytes(DType dtype, const AttentionDims& d) {
-  return static_cast<size_t>(d.batch * d.l) * (dtype == DType::Float64 ? sizeof(double) : sizeof(float));
 }
 
 void attention_backward(DType dtype, const void* q, const void* k, const void* v, const void* out, const void* grad_out,

@@ -3,6 +3,7 @@
 // shapes and the shared-memory opt-in.
 #include <climits>
 
+#include "backends/cuda/kernels/attention.h"
 #include "common.cuh"
 
 namespace mixtrain::kernels::attention {

@@ -10,8 +10,8 @@
 #include <utility>
 
 #include "backends/dtype_dispatch.h"
+#include "backends/cuda/kernels/launch_args.h"
 #include "backends/elementwise_math.h"
-#include "launchers.h"
 #include "mixtrain/core/float8.h"
 #include "mixtrain/core/error.h"
 

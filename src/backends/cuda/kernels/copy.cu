@@ -1,4 +1,5 @@
 // Copies between any two dtypes and layouts, and fills.
+#include "backends/cuda/kernels/copy.h"
 #include "elementwise_loops.cuh"
 
 namespace mixtrain::kernels {

@@ -1,6 +1,7 @@
 // Elementwise kernels: unary ops and their derivatives, binary arithmetic, comparisons, where. The
 // formulas are the shared ones of backends/elementwise_math.h (the CPU backend runs the same), in
 // fp32 for half inputs and rounded once.
+#include "backends/cuda/kernels/elementwise.h"
 #include "backends/elementwise_math.h"
 #include "backends/op_switch.h"
 #include "elementwise_loops.cuh"

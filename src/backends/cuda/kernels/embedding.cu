@@ -1,6 +1,7 @@
 // Embedding lookup (a row gather) and its backward (a row scatter-add with atomics into the
 // gradient, or into an fp32 buffer rounded once for half tables). Indices are checked by the
 // backend (check_indices) before either runs.
+#include "backends/cuda/kernels/embedding.h"
 #include "common.cuh"
 
 namespace mixtrain::kernels {

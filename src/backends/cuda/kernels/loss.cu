@@ -1,6 +1,8 @@
 // Negative log-likelihood over log-probabilities [outer, classes, inner] with ignore_index and
 // label smoothing (the mean over non-ignored targets), its backward, and the index check that
 // cross_entropy and embedding run on the device.
+#include "backends/cuda/kernels/loss.h"
+#include "backends/cuda/workspace.h"
 #include "common.cuh"
 
 namespace mixtrain::kernels {
@@ -85,7 +87,7 @@ __global__ void check_indices_kernel(const int64_t* __restrict__ idx, int64_t n,
 
 void nll_loss(DType dtype, const void* logp, const int64_t* target, int64_t outer, int64_t classes, int64_t inner,
               const backends::NllLossArgs& args, void* loss, int64_t* count, void* workspace, cudaStream_t stream) {
-  static_assert(sizeof(NllSums) <= kNllWorkspaceBytes, "kNllWorkspaceBytes too small");
+  static_assert(sizeof(NllSums) <= backends::cuda::kNllWorkspaceBytes, "kNllWorkspaceBytes too small");
   NllSums* sums = static_cast<NllSums*>(workspace);
   MT_CHECK(cudaMemsetAsync(sums, 0, sizeof(NllSums), stream) == cudaSuccess, "nll_loss: cudaMemsetAsync failed");
   dispatch_floating(dtype, "nll_loss", [&](auto tag) {

@@ -5,6 +5,7 @@
 // (fp32, fp64 for fp64 data); the normalization runs in the compute type and rounds once.
 #include <algorithm>
 
+#include "backends/cuda/kernels/norm.h"
 #include "common.cuh"
 
 namespace mixtrain::kernels {

@@ -5,6 +5,7 @@
 // reading rows coalesced.
 #include <algorithm>
 
+#include "backends/cuda/kernels/norm.h"
 #include "common.cuh"
 
 namespace mixtrain::kernels {

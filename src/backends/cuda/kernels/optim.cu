@@ -2,6 +2,7 @@
 // in fp32 (fp64 for fp64 weights), and writes weight, state and, with master weights, the half
 // parameter rounded from the updated fp32 copy. The element update is adam_update / sgd_update of
 // backends/optim_math.h, which the CPU loops run too (backends/cpu/optim.cpp).
+#include "backends/cuda/kernels/optim.h"
 #include "backends/optim_math.h"
 #include "common.cuh"
 

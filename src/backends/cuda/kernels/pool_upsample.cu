@@ -3,6 +3,7 @@
 // an fp32 buffer rounded once (half types), since several outputs may feed one input.
 #include <cfloat>
 
+#include "backends/cuda/kernels/pool_upsample.h"
 #include "common.cuh"
 
 namespace mixtrain::kernels {

@@ -1,5 +1,6 @@
 // The counter-based random fill and dropout: each element's draw depends on (seed, offset + i)
 // only, so the values equal the CPU backend's (backends/cpu/random.cpp).
+#include "backends/cuda/kernels/random.h"
 #include "elementwise_loops.cuh"
 #include "mixtrain/core/rng.h"
 

@@ -3,8 +3,9 @@
 // reads coalesce. When there are too few outputs to fill the GPU, the reduced axis is also split
 // across blocks into partials that a second kernel combines in order.
 #include <algorithm>
-#include <limits>
 
+#include "backends/cuda/kernels/reduce.h"
+#include "backends/reduce_math.h"
 #include "common.cuh"
 
 namespace mixtrain::kernels {
@@ -13,11 +14,9 @@ using backends::ReduceOp;
 
 namespace {
 
+// A partial result: the value and, for max/min, its index (backends/reduce_math.h).
 template <class A>
-struct Partial {
-  A v;
-  int64_t idx;
-};
+using Partial = backends::math::ValueIndex<A>;
 static_assert(sizeof(Partial<double>) <= 16, "reduce_workspace_bytes assumes 16-byte partials");
 
 // The accumulator: sums of floating types in fp32 (fp64 for fp64), of integers in int64;
@@ -26,43 +25,19 @@ template <ReduceOp Op, class T>
 using red_acc_t = std::conditional_t<Op == ReduceOp::Sum && !std::is_floating_point_v<acc_t<T>>, int64_t,
                                      std::conditional_t<std::is_same_v<T, bool>, int, acc_t<T>>>;
 
-template <ReduceOp Op, class A>
-__device__ __forceinline__ Partial<A> identity() {
-  if constexpr (Op == ReduceOp::Sum) return {A(0), 0};
-  else if constexpr (Op == ReduceOp::Max) return {std::numeric_limits<A>::lowest(), INT64_MAX};
-  else return {std::numeric_limits<A>::max(), INT64_MAX};
-}
-
-// Associative and commutative: NaN wins, then the larger (smaller), then the lower index, so the
-// result is the first NaN or the first extreme value, as on the CPU.
-template <ReduceOp Op, class A>
-__device__ __forceinline__ Partial<A> combine(const Partial<A>& a, const Partial<A>& b) {
-  if constexpr (Op == ReduceOp::Sum) {
-    return {a.v + b.v, 0};
-  } else {
-    const bool an = a.v != a.v, bn = b.v != b.v;
-    if (an || bn) {
-      if (an && bn) return a.idx <= b.idx ? a : b;
-      return an ? a : b;
-    }
-    const bool a_better = Op == ReduceOp::Max ? a.v > b.v : a.v < b.v;
-    const bool b_better = Op == ReduceOp::Max ? b.v > a.v : b.v < a.v;
-    if (a_better) return a;
-    if (b_better) return b;
-    return a.idx <= b.idx ? a : b;
-  }
-}
+using backends::math::combine;
+using backends::math::reduce_identity;
 
 template <ReduceOp Op, class A>
 __device__ __forceinline__ Partial<A> shfl_combine(Partial<A> p, int offset) {
-  Partial<A> other{__shfl_xor_sync(0xffffffffu, p.v, offset), __shfl_xor_sync(0xffffffffu, p.idx, offset)};
+  Partial<A> other{__shfl_xor_sync(0xffffffffu, p.value, offset), __shfl_xor_sync(0xffffffffu, p.index, offset)};
   return combine<Op>(p, other);
 }
 
 template <class A, class TO>
 __device__ __forceinline__ void emit(const Partial<A>& p, TO* out, int64_t* indices, int64_t k) {
-  out[k] = convert<TO>(p.v);
-  if (indices) indices[k] = p.idx;
+  out[k] = convert<TO>(p.value);
+  if (indices) indices[k] = p.index;
 }
 
 // grid: (outer, splits); each block reduces x[o, chunk s] of one row.
@@ -72,7 +47,7 @@ __global__ void reduce_rows(const T* __restrict__ x, int64_t n, int64_t chunk, T
   __shared__ Partial<A> shared[32];
   const int64_t o = blockIdx.x, s = blockIdx.y, begin = s * chunk, end = min64(n, begin + chunk);
   const T* row = x + o * n;
-  Partial<A> p = identity<Op, A>();
+  Partial<A> p = reduce_identity<Op, A>();
   for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) p = combine<Op>(p, Partial<A>{convert<A>(row[j]), j});
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) p = shfl_combine<Op>(p, offset);
@@ -95,7 +70,7 @@ __global__ void reduce_cols(const T* __restrict__ x, int64_t n, int64_t inner, i
   const int64_t tiles = (inner + kColTile - 1) / kColTile;
   const int64_t o = blockIdx.x / tiles, i = (blockIdx.x % tiles) * kColTile + threadIdx.x;
   const int64_t s = blockIdx.y, begin = s * chunk, end = min64(n, begin + chunk);
-  Partial<A> p = identity<Op, A>();
+  Partial<A> p = reduce_identity<Op, A>();
   if (i < inner)
     for (int64_t j = begin + threadIdx.y; j < end; j += kColRows)
       p = combine<Op>(p, Partial<A>{convert<A>(x[(o * n + j) * inner + i]), j});
@@ -118,7 +93,7 @@ __global__ void reduce_finish(const Partial<A>* partials, int64_t outer, int64_t
   for (int64_t k = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; k < outer * inner;
        k += warps) {
     const int64_t o = k / inner, i = k % inner;
-    Partial<A> p = identity<Op, A>();
+    Partial<A> p = reduce_identity<Op, A>();
     for (int64_t s = lane; s < splits; s += 32) p = combine<Op>(p, partials[(o * splits + s) * inner + i]);
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) p = shfl_combine<Op>(p, offset);

@@ -3,6 +3,7 @@
 // and a block per row beyond; columns (inner > 1) use a thread per column, reads coalesced.
 #include <cfloat>
 
+#include "backends/cuda/kernels/softmax.h"
 #include "common.cuh"
 
 namespace mixtrain::kernels {

@@ -5,6 +5,8 @@
 // every number, then value, then index), and a block reduction keeps the best of those. That
 // costs k passes over the row, which suits the small k topk is called with (top-1/5 accuracy,
 // sampling); the picks come out sorted, and equal values in index order as on the CPU.
+#include "backends/cuda/kernels/reduce.h"
+#include "backends/reduce_math.h"
 #include "common.cuh"
 
 namespace mixtrain::kernels {
@@ -13,26 +15,14 @@ namespace {
 
 // An element of a row; index -1 stands for "none" and comes after everything.
 template <class A>
-struct Pick {
-  A value;
-  int64_t index;
-};
+using Pick = backends::math::ValueIndex<A>;
 
-template <class A>
-__device__ __forceinline__ bool is_nan(A v) {
-  if constexpr (std::is_floating_point_v<A>) return v != v;
-  else return false;
-}
-
-// Whether a comes strictly before b in the output order.
+// Whether a comes strictly before b in the output order (backends/reduce_math.h's, with "none" last).
 template <class A>
 __device__ __forceinline__ bool before(const Pick<A>& a, const Pick<A>& b, bool largest) {
   if (a.index < 0) return false;
   if (b.index < 0) return true;
-  const bool na = is_nan(a.value), nb = is_nan(b.value);
-  if (na != nb) return largest ? na : nb;
-  if (!na && a.value != b.value) return largest ? a.value > b.value : a.value < b.value;
-  return a.index < b.index;
+  return backends::math::topk_before(a.value, a.index, b.value, b.index, largest);
 }
 
 template <class T>

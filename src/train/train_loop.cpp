@@ -1,16 +1,31 @@
-#include "common/train_loop.h"
-#include "common/trainer_state.h"
+// The training loop (train_loop.h): one step from zero_grad to the scheduler, run plain or from a
+// memory plan, under DDP when a launcher started several ranks, elastic under `mixtrain launch --elastic`.
+#include "mixtrain/train/train_loop.h"
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <cstdlib>
 #include <iomanip>
 #include <memory>
 #include <ostream>
 #include <sstream>
 
-namespace mixtrain::examples {
+#include <nlohmann/json.hpp>
+
+#include "mixtrain/amp/autocast.h"
+#include "mixtrain/amp/fp8.h"
+#include "mixtrain/amp/grad_scaler.h"
+#include "mixtrain/autograd/grad_mode.h"
+#include "mixtrain/core/error.h"
+#include "mixtrain/distributed/ddp.h"
+#include "mixtrain/distributed/elastic.h"
+#include "mixtrain/distributed/rank_shares.h"
+#include "mixtrain/distributed/sampler.h"
+#include "mixtrain/io/checkpoint.h"
+#include "mixtrain/memory/plan_cache.h"
+#include "mixtrain/nn/linear.h"
+#include "train/trainer_state.h"
+
+namespace mixtrain::train {
 
 Precision parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::Fp32;
@@ -82,20 +97,6 @@ Tensor DataShard::rows(const Tensor& batch) const {
   return batch.narrow(0, begin, sizes[static_cast<size_t>(rank)]).contiguous();
 }
 
-std::vector<double> parse_rank_weights(const std::string& text, int world_size) {
-  std::vector<double> w;
-  std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');) {
-    char* end = nullptr;
-    const double v = std::strtod(item.c_str(), &end);
-    MT_CHECK(!item.empty() && end && *end == '\0', "rank weights \"", text, "\": '", item,
-             "' is not a positive number");
-    w.push_back(v);
-  }
-  distributed::check_rank_weights(w, world_size, "rank weights \"" + text + "\"");
-  return w;
-}
-
 void TrainTask::seek_batches(int64_t) {
   MT_ERROR("this trainer (", describe(), ") cannot move its data stream back (TrainTask::seek_batches), which ",
            "elastic training needs to redo a step on its batch; train it with mixtrain launch --max-restarts instead");
@@ -153,18 +154,6 @@ TrainResult train_with_log(TrainTask& task, const TrainOptions& options, std::os
 
 
 namespace {
-// The logged loss's all-reduce for adaptive shares also carries this rank's compute time of the
-// previous step: [loss, seconds of each rank]. Each slot but the first is a sum with one non-zero
-// term, so every rank reads the same numbers. (The rows need no exchange: every rank knows the
-// split.)
-Tensor with_step_timing(const Tensor& weighted_loss, int rank, int world, double seconds) {
-  std::vector<float> mine(static_cast<size_t>(world), 0.0f);
-  mine[static_cast<size_t>(rank)] = static_cast<float>(seconds);
-  return cat({weighted_loss.reshape({1}), from_vector(mine, {world}).to(weighted_loss.device())}, 0);
-}
-}  // namespace
-
-namespace {
 // The last step's record, which an elastic member sends with its state to one a step behind.
 nlohmann::json step_record_json(const StepRecord& r) {
   return {{"step", r.step}, {"lr", r.lr}, {"loss", r.loss}, {"scale", r.scale}, {"skipped", r.skipped},
@@ -218,72 +207,66 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
   if (!result.resumed_from.empty() && !launch.elastic_join && !sharded)
     result.first_step = state.load(result.resumed_from, task, true) + 1;
 
-  // Data parallel under a launcher: rank 0's parameters everywhere, each rank its share.
+  // Data parallel under a launcher: rank 0's parameters everywhere, each rank its share. The
+  // process group holds the shares (the launcher's, or the options'), and DDP moves adaptive ones.
   std::unique_ptr<distributed::ElasticAgent> agent;  // --elastic: survivors go on without a restart
   nlohmann::json received_step;  // elastic: the record of a step this rank took from another
   bool rollback = false;         // elastic ZeRO: the membership changed, so back to the last checkpoint
-  std::vector<double> weights;  // the ranks' shares of the current step (data parallel)
-  std::unique_ptr<distributed::RankBalancer> balancer;
-  // Adaptive shares: every rank's rows of the last step, and this rank's compute time of it (the
-  // step to the end of backward, less the time spent waiting for other ranks), which is sent with
-  // the next step's loss.
-  std::vector<int64_t> measured_rows;
-  double measured_seconds = 0;
+  distributed::RankShares shares;
   if (launch.world_size > 1) {
     if (!launch.elastic && !distributed::is_initialized()) distributed::init_process_group();
+    // The default group took the launcher's shares when it was made; an elastic job's groups are
+    // the agent's, so they are read here (a joiner's placeholder world size is 1: its weight is
+    // its own, $MIXTRAIN_ELASTIC_WEIGHT).
     const int world = launch.elastic_join ? 1 : launch.world_size;
-    weights.assign(static_cast<size_t>(world), 1.0);
-    bool adaptive = options.adaptive_rank_weights;
+    shares = launch.elastic ? distributed::launch_rank_shares(world) : distributed::default_group().rank_shares();
     if (!options.rank_weights.empty()) {
       distributed::check_rank_weights(options.rank_weights, world, "rank weights (train's options)");
-      weights = options.rank_weights;
-    } else if (const char* w = std::getenv("MIXTRAIN_RANK_WEIGHTS")) {
-      if (std::string(w) == "adaptive") {
-        adaptive = true;
-      } else if (!launch.elastic_join) {
-        weights = parse_rank_weights(w, world);
-      }
+      shares.weights = options.rank_weights;
+      shares.by_memory = false;
     }
-    // On CUDA the host runs ahead of the device, and NCCL shares the compute stream, so host
-    // time to the end of backward is not the device's compute time (that needs CUDA events).
-    MT_CHECK(!adaptive || !options.device.is_cuda(), "--rank-weights adaptive (MIXTRAIN_RANK_WEIGHTS=adaptive) ",
-             "times each rank's compute on the host, which measures CPU ranks only, not ", options.device.str(),
-             "; give fixed shares with --rank-weights W0,W1,... or size them by memory with --rank-batches auto");
+    shares.adaptive = shares.adaptive || options.adaptive_rank_weights;
     // The launcher's --rank-batches auto needs each rank's fit found by dry run, which only
     // `mixtrain train` does (before the task exists); refuse rather than split evenly.
-    MT_CHECK(!options.rank_weights.empty() || !std::getenv("MIXTRAIN_RANK_BATCHES"),
-             "MIXTRAIN_RANK_BATCHES (mixtrain launch --rank-batches auto) is resolved by `mixtrain train`; this ",
-             "trainer takes fixed shares: use --rank-weights instead");
-    int rank = launch.elastic ? 0 : distributed::rank();
+    MT_CHECK(!shares.by_memory, "MIXTRAIN_RANK_BATCHES (mixtrain launch --rank-batches auto) is resolved by ",
+             "`mixtrain train`; this trainer takes fixed shares: use --rank-weights instead");
     std::shared_ptr<distributed::ProcessGroup> group;
     if (launch.elastic) {
       MT_CHECK(!options.memory_plan, "--memory-plan cannot train with --elastic (a redone step's shapes change)");
       agent = std::make_unique<distributed::ElasticAgent>(
-          distributed::ElasticOptions().rank_weights(launch.elastic_join ? std::vector<double>{} : weights));
+          distributed::ElasticOptions().rank_weights(launch.elastic_join ? std::vector<double>{} : shares.weights));
       agent->set_steps(result.first_step - 1);
       // Sharded state cannot be sent to a joiner: a ZeRO job goes back to its last checkpoint
       // at every change instead (rollback, below).
       agent->set_state({&model, sharded ? nullptr : &state.optimizer(), &scaler, sharded ? nullptr : state.scheduler(),
                         [&] { return result.records.empty() ? nlohmann::json() : step_record_json(result.records.back()); },
                         [&](const nlohmann::json& j) { received_step = j; }});
-      agent->on_change([&](const distributed::MembershipChange& c) {
-        weights = c.weights;  // the members' shares: the global batch re-split among them
-        task.set_data_shard(c.rank, weights);
+      // Each generation's group shares the global batch by its members' weights (and DDP's
+      // balancer, when adaptive, starts again from them).
+      auto follow_members = [&](distributed::ProcessGroup& g, const std::vector<double>& weights) {
+        distributed::RankShares s;
+        s.weights = weights;
+        s.adaptive = shares.adaptive;
+        g.set_rank_shares(s);
+      };
+      agent->on_change([&, follow_members](const distributed::MembershipChange& c) {
+        follow_members(*agent->group(), c.weights);  // the global batch re-split among the members
+        task.set_data_shard(c.rank, c.weights);
         if (ddp) ddp->set_process_group(agent->group());
         if (state.sharded()) state.reshard();
         rollback = sharded;  // the shard of a rank that left is lost: back to the last checkpoint
-        if (balancer) balancer = std::make_unique<distributed::RankBalancer>(weights);
-        measured_rows.clear();
       });
       agent->start();
-      weights = agent->weights();
-      rank = agent->rank();
       group = agent->group();
+      follow_members(*group, agent->weights());
       if (agent->joined_late()) task.seek_batches(agent->steps());
       result.first_step = agent->steps() + 1;
+    } else {
+      distributed::default_group().set_rank_shares(shares);
     }
-    if (adaptive) balancer = std::make_unique<distributed::RankBalancer>(weights);
-    task.set_data_shard(rank, weights);
+    distributed::ProcessGroup& g = group ? *group : distributed::default_group();
+    shares = g.rank_shares();
+    task.set_data_shard(g.rank(), shares.weights_for(g.world_size()));
     ddp = std::make_unique<nn::DistributedDataParallel>(
         model.shared_from_this(), group,
         nn::DistributedDataParallelOptions().init_sync(!agent || !agent->joined_late()));
@@ -306,7 +289,15 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
   };
   auto run_step = [&]() -> StepValues {
     StepValues v;
-    const auto t0 = clock::now();
+    // Adaptive shares move at the end of a backward (DDP's balancer), and an elastic job's with
+    // its members: this step's rows are split by the shares it started with.
+    std::vector<double> weights;
+    if (ddp) {
+      const distributed::RankShares now = ddp->group().rank_shares();
+      if (now.changes != shares.changes) task.set_data_shard(ddp->group().rank(), now.weights_for(ddp->group().world_size()));
+      shares = now;
+      weights = now.weights_for(ddp->group().world_size());
+    }
     state.zero_grad();
     Tensor loss;
     {
@@ -324,20 +315,15 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     // runs: queued before the gradient buckets, it is done when they are.
     Tensor global_loss;
     distributed::Work global_loss_work;
-    const int world = ddp ? ddp->group().world_size() : 1;
     if (ddp) {
       NoGradGuard no_grad;
       global_loss = loss.detach().to(kFloat32) * ddp->gradient_weight();
-      if (balancer)
-        global_loss = with_step_timing(global_loss, ddp->group().rank(), world, measured_seconds);
       global_loss_work = ddp->group().all_reduce_async(global_loss);
     }
     // Data parallel: this rank's rows' part of the global mean (loss times n_r/N) is what goes
     // back, so the gradients have one process's magnitude and fp16 overflows where it would.
     scaler.scale(ddp ? ddp->scale_loss(loss) : loss).backward();
     if (ddp) v.rank_rows = distributed::DistributedSampler::split(task.last_global_rows(), weights);
-    if (balancer)
-      measured_seconds = std::chrono::duration<double>(clock::now() - t0).count() - ddp->step_wait_seconds();
     scaler.unscale_(state.optimizer());
     Tensor grad_norm;
     if (options.clip_norm > 0) grad_norm = state.clip_grad_norm_(options.clip_norm);
@@ -347,19 +333,7 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     if (state.scheduler()) state.scheduler()->step(stepped);  // a skipped step leaves the schedule where it was
     if (ddp) {
       global_loss_work.wait();
-      if (!balancer) {
-        v.loss = global_loss.item<double>();
-      } else {
-        const std::vector<float> sums = global_loss.to(Device::cpu()).to_vector<float>();
-        v.loss = sums[0];
-        // The first step has no earlier one: nothing to observe yet.
-        if (!measured_rows.empty() &&
-            balancer->observe(measured_rows, std::vector<double>(sums.begin() + 1, sums.end()))) {
-          weights = balancer->weights();
-          task.set_data_shard(ddp->group().rank(), weights);
-        }
-        measured_rows = v.rank_rows;
-      }
+      v.loss = global_loss.item<double>();
     } else {
       v.loss = loss.item<double>();  // waits for the device, after the update is queued
     }
@@ -405,7 +379,7 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
       if (plans) {
         std::vector<int64_t> key = task.prepare_batch();
         // The batch's shapes are the global batch's: a new split changes this rank's share of it.
-        if (balancer) key.push_back(balancer->changes());
+        if (shares.adaptive) key.push_back(ddp->group().rank_shares().changes);
         v = plans->run(key, run_step);
       } else {
         v = run_step();
@@ -473,33 +447,4 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
   return result;
 }
 
-RunOutcome run_task(TrainTask& task, const RunSettings& s) {
-  if (s.log)
-    *s.log << task.describe() << "; batch " << s.batch_size << ", " << s.steps << " steps, "
-           << precision_name(s.precision) << " on " << s.device << std::endl;
-  TrainOptions options;
-  options.precision = s.precision;
-  options.device = s.device;
-  options.steps = s.steps;
-  options.lr = s.lr;
-  options.memory_plan = s.memory_plan;
-  const TrainResult tr = train_with_log(task, options, s.log, s.log_every);
-  RunOutcome r;
-  for (const auto& rec : tr.records) r.losses.push_back(rec.loss);
-  r.seconds = tr.seconds;
-  r.skipped_steps = tr.skipped_steps;
-  r.plan_hits = tr.plan_hits;
-  r.plan_misses = tr.plan_misses;
-  r.evaluation = task.evaluate();
-  if (s.log) {
-    *s.log << r.evaluation << "; trained in " << std::fixed << std::setprecision(1) << r.seconds << " s, "
-           << r.skipped_steps << " skipped steps" << std::defaultfloat;
-    if (s.memory_plan)
-      *s.log << "; memory plan: " << tr.memory_plans << " plans, " << tr.plan_hits << " arena hits, "
-             << tr.plan_misses << " missed steps";
-    *s.log << std::endl;
-  }
-  return r;
-}
-
-}  // namespace mixtrain::examples
+}  // namespace mixtrain::train

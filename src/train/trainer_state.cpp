@@ -1,9 +1,16 @@
 // The trainers' optimizer, schedule and checkpoints, whole or sharded (trainer_state.h).
-#include "common/trainer_state.h"
+#include "train/trainer_state.h"
 
 #include <algorithm>
 
-namespace mixtrain::examples {
+#include <nlohmann/json.hpp>
+
+#include "mixtrain/core/error.h"
+#include "mixtrain/distributed/ddp.h"
+#include "mixtrain/io/checkpoint.h"
+#include "mixtrain/nn/utils.h"
+
+namespace mixtrain::train {
 
 TrainerState::TrainerState(nn::Module& model, amp::GradScaler& scaler, const TrainOptions& options,
                            const LrSchedule& schedule)
@@ -101,4 +108,4 @@ void TrainerState::save(const std::string& dir, int64_t step, TrainTask& task, b
   }
 }
 
-}  // namespace mixtrain::examples
+}  // namespace mixtrain::train

@@ -1,7 +1,9 @@
 #pragma once
-// The training loop the example trainers share: autocast around the forward pass, dynamic loss
-// scaling, gradient clipping after unscaling, AdamW, checkpoints and resume. A model plugs in as
-// a TrainTask that builds its loss on the next batch. Public mixtrain API only.
+// The training loop: autocast around the forward pass, dynamic loss scaling, gradient clipping
+// after unscaling, AdamW, a learning-rate schedule, checkpoints and resume, and data parallelism
+// under a launcher (DDP, each rank its share of every batch as the process group's shares say).
+// A model plugs in as a TrainTask that builds its loss on the next batch. The example trainers
+// and `mixtrain train` run on it (docs/TRAINERS.md).
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -11,9 +13,18 @@
 #include <string>
 #include <vector>
 
-#include <mixtrain/mixtrain.h>
+#include <nlohmann/json_fwd.hpp>
 
-namespace mixtrain::examples {
+#include "mixtrain/amp/autocast.h"
+#include "mixtrain/amp/fp8.h"
+#include "mixtrain/core/device.h"
+#include "mixtrain/core/tensor.h"
+#include "mixtrain/data/dataloader.h"
+#include "mixtrain/distributed/process_group.h"
+#include "mixtrain/memory/allocator.h"
+#include "mixtrain/nn/module.h"
+
+namespace mixtrain::train {
 
 // Fp8: nn::Linear layers in FP8 (amp::Fp8Scaling, the recipe of TrainOptions), bf16 elsewhere.
 enum class Precision { Fp32, Fp16, Bf16, Fp8 };
@@ -128,8 +139,9 @@ class TrainTask {
 
 // Under a launcher (WORLD_SIZE > 1 in the environment: `mixtrain launch`, torchrun, mpirun,
 // Slurm) train() joins the process group, wraps the model in nn::DistributedDataParallel and has
-// each rank compute its share of every batch (even, or by $MIXTRAIN_RANK_WEIGHTS); batch sizes
-// stay global, losses reported are the global batch's, and only rank 0 saves checkpoints.
+// each rank compute its share of every batch (the group's shares: even, or the launcher's
+// --rank-weights, which DDP moves when adaptive); batch sizes stay global, losses reported are
+// the global batch's, and only rank 0 saves checkpoints.
 struct TrainOptions {
   Precision precision = Precision::Fp16;
   amp::Fp8Recipe fp8_recipe;   // for Precision::Fp8: delayed scaling, HYBRID, history 1024, max
@@ -150,12 +162,14 @@ struct TrainOptions {
   // gradients and parameters are those of the unplanned loop bit for bit.
   bool memory_plan = false;
   // Data parallel: each rank's share of every batch (one positive weight per rank), overriding
-  // $MIXTRAIN_RANK_WEIGHTS. `mixtrain train` fills it for $MIXTRAIN_RANK_BATCHES=auto (each
-  // rank's largest fitting batch, docs/DISTRIBUTED.md); empty: the environment's or even.
+  // the launcher's (the process group's rank_shares). `mixtrain train` fills it for
+  // $MIXTRAIN_RANK_BATCHES=auto (each rank's largest fitting batch, docs/DISTRIBUTED.md); empty:
+  // the group's.
   std::vector<double> rank_weights;
-  // Data parallel: start from rank_weights (or even) and move each rank's share toward equal
-  // compute times as the step goes (distributed::RankBalancer); $MIXTRAIN_RANK_WEIGHTS=adaptive
-  // sets it too. The steps stay those of one process over the global batch, whatever the split.
+  // Data parallel: start from rank_weights (or the group's) and have DDP move each rank's share
+  // toward equal compute times as the steps go (distributed::RankBalancer); the launcher's
+  // --rank-weights adaptive sets it too. The steps stay those of one process over the global
+  // batch, whatever the split.
   bool adaptive_rank_weights = false;
   // Data parallel: 1 shards AdamW's state across the ranks (distributed::ZeroRedundancyOptimizer,
   // ZeRO-1); 0: every rank holds all of it.
@@ -201,8 +215,6 @@ struct TrainResult {
 TrainResult train(TrainTask& task, const TrainOptions& options,
                   const std::function<void(const StepRecord&)>& on_step = {});
 
-// "3,1" -> {3, 1}: one positive weight per rank (Error otherwise).
-std::vector<double> parse_rank_weights(const std::string& text, int world_size);
 // Number of elements over a module's parameters.
 int64_t parameter_count(const nn::Module& model);
 
@@ -210,45 +222,4 @@ int64_t parameter_count(const nn::Module& model);
 // "step N  loss L  scale S  (R steps/s)", averaging the losses since the previous line.
 TrainResult train_with_log(TrainTask& task, const TrainOptions& options, std::ostream* log, int64_t log_every);
 
-// What the examples' run_mlp / run_unet / run_transformer share.
-struct RunSettings {
-  Precision precision = Precision::Fp16;
-  Device device = Device::cpu();
-  int64_t steps = 0, batch_size = 0;
-  double lr = 1e-3;
-  std::ostream* log = nullptr;
-  int64_t log_every = 0;
-  bool memory_plan = false;
-};
-struct RunOutcome {
-  std::vector<double> losses;  // every step's training loss
-  double seconds = 0;
-  int64_t skipped_steps = 0;
-  std::string evaluation;      // the task's evaluate() line
-  int64_t plan_hits = 0, plan_misses = 0;  // with memory_plan (TrainResult's)
-};
-// Logs "<description>; batch B, N steps, <precision> on <device>", trains the task with
-// train_with_log, evaluates it and logs "<evaluation>; trained in S s, K skipped steps".
-RunOutcome run_task(TrainTask& task, const RunSettings& settings);
-
-// What every example's result holds (MlpResult, UnetResult, TransformerResult add their own).
-struct RunSummary {
-  std::vector<double> losses;  // training loss of every step
-  int64_t parameters = 0;
-  int64_t skipped_steps = 0;   // optimizer steps the GradScaler skipped (inf/NaN gradients)
-  double seconds = 0;          // training loop wall time (data loading excluded)
-  std::string description;     // the task's describe()
-};
-
-// run_task with an example config's run settings, filling the summary part of its result.
-template <class Config>
-void run_into(TrainTask& task, const Config& c, RunSummary& out) {
-  out.description = task.describe();
-  out.parameters = parameter_count(task.model());
-  const RunOutcome run = run_task(task, {c.precision, c.device, c.steps, c.batch_size, c.lr, c.log, c.log_every, c.memory_plan});
-  out.losses = run.losses;
-  out.seconds = run.seconds;
-  out.skipped_steps = run.skipped_steps;
-}
-
-}  // namespace mixtrain::examples
+}  // namespace mixtrain::train

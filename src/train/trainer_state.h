@@ -1,5 +1,5 @@
 #pragma once
-// The optimizer side of the example trainers' loop (train_loop.cpp): AdamW over the whole model,
+// The optimizer side of the training loop (train_loop.cpp): AdamW over the whole model,
 // or, with TrainOptions::zero_stage 1 under data parallelism, its ZeRO-1 shard
 // (distributed::ZeroRedundancyOptimizer); the learning-rate schedule over it; and checkpoints of
 // either (one format: the whole model's optimizer state, so a ZeRO run resumes at any world size).
@@ -7,12 +7,13 @@
 #include <memory>
 #include <string>
 
-#include <mixtrain/mixtrain.h>
-#include <mixtrain/distributed/zero.h>
+#include "mixtrain/amp/grad_scaler.h"
+#include "mixtrain/distributed/zero.h"
+#include "mixtrain/optim/adamw.h"
+#include "mixtrain/optim/schedulers.h"
+#include "mixtrain/train/train_loop.h"
 
-#include "common/train_loop.h"
-
-namespace mixtrain::examples {
+namespace mixtrain::train {
 
 class TrainerState {
  public:
@@ -59,4 +60,4 @@ class TrainerState {
   amp::Fp8Scaling* fp8_ = nullptr;
 };
 
-}  // namespace mixtrain::examples
+}  // namespace mixtrain::train
