@@ -92,6 +92,12 @@ TEST(MixtrainCli, BenchWritesJsonAndSvg) {
   EXPECT_NE(strict.out.find("strict fp32 (no TF32); the reference's is default (not comparable)"), std::string::npos)
       << strict.out;
 
+  // PyTorch's CPU autocast lists, as bench/reference's torch.autocast("cpu") uses them: recorded.
+  const CliRun torch_lists = run_mixtrain("bench --models mlp --precisions bf16 --size tiny --device cpu --steps 1 "
+                                          "--warmup 0 --cpu-autocast pytorch --out " + dir);
+  ASSERT_EQ(torch_lists.code, 0) << torch_lists.err;
+  EXPECT_EQ(nlohmann::json::parse(slurp(dir + "/bench.json"))["cpu_autocast"], "pytorch");
+
   const CliRun bad_ref = run_mixtrain("bench --models mlp --steps 1 --out " + dir + " --reference " + dir + "/nope.json");
   EXPECT_NE(bad_ref.code, 0);
   EXPECT_NE(bad_ref.err.find("nope.json"), std::string::npos) << bad_ref.err;
@@ -247,7 +253,7 @@ TEST(MixtrainCli, UsageErrorsAreOneLineWithExitCode2) {
        {"train mlp --bogus 1", "train mlp --precision fp4", "train resnet", "bench --size huge", "bench --fp32-math tf16",
         "bench --models mlp,resnet", "train mlp --steps -3", "train mlp --save-every -1", "train mlp --lr 0",
         "train mlp --seed -1", "train", "train mlp unet", "policy --bogus", "policy --cpu-autocast tpu",
-        "bench --steps 0", "launch --nproc x -- true", "train mlp --cpu-autocast gpu", "frobnicate"}) {
+        "bench --steps 0", "launch --nproc x -- true", "train mlp --cpu-autocast gpu", "bench --cpu-autocast tpu", "frobnicate"}) {
     SCOPED_TRACE(args);
     const CliRun r = run_mixtrain(args);
     EXPECT_EQ(r.code, 2) << r.err;
@@ -294,7 +300,7 @@ TEST(MixtrainCli, EachCommandsHelpListsEveryFlagWithItsDefault) {
                  "--resume", "--log", "--cpu-autocast", "--synthetic", "--channels-last",
                  "--checkpoint-activations", "--memory-plan", "--zero"}},
       {"bench", {"--models", "--precisions", "--device", "--steps", "--warmup", "--size", "--out", "--reference",
-                 "--fp32-math", "--channels-last"}},
+                 "--fp32-math", "--channels-last", "--cpu-autocast"}},
       {"policy", {"--load", "--json", "--markdown", "--cpu-autocast"}},
       {"launch", {"--nproc,--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port", "--run-id",
                   "--rank-weights", "--rank-batches", "--rank-memory", "--max-restarts", "--elastic", "--join"}},
