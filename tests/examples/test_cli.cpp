@@ -32,7 +32,7 @@ size_t count_of(const std::string& s, const std::string& what) {
 }  // namespace
 
 TEST(MixtrainCli, BenchWritesJsonAndSvg) {
-  const std::string dir = ::testing::TempDir() + "mixtrain_bench_test";
+  const std::string dir = ::testing::TempDir() + "mixtrain_bench_test_" + std::to_string(::getpid());
   const CliRun r = run_mixtrain("bench --models mlp,transformer --size tiny --device cpu --steps 3 --warmup 1 --out " + dir);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   const nlohmann::json doc = nlohmann::json::parse(slurp(dir + "/bench.json"));
@@ -105,7 +105,7 @@ TEST(MixtrainCli, BenchWritesJsonAndSvg) {
 
 // The transformer warms up over a tenth of the run's --steps (not of its preset's), then decays.
 TEST(MixtrainCli, TransformerWarmUpFollowsTheRunsSteps) {
-  const std::string log = ::testing::TempDir() + "mixtrain_warmup_test.jsonl";
+  const std::string log = ::testing::TempDir() + "mixtrain_warmup_test_" + std::to_string(::getpid()) + ".jsonl";
   const CliRun r = run_mixtrain("train transformer --synthetic --device cpu --batch-size 4 --steps 20 --log " + log);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   std::istringstream lines(slurp(log));
@@ -122,7 +122,7 @@ TEST(MixtrainCli, TransformerWarmUpFollowsTheRunsSteps) {
 }
 
 TEST(MixtrainCli, TrainLogsStepsAndResumes) {
-  const std::string dir = ::testing::TempDir() + "mixtrain_train_test";
+  const std::string dir = ::testing::TempDir() + "mixtrain_train_test_" + std::to_string(::getpid());
   const std::string log = dir + ".jsonl", ckpt = dir + "_ckpt";
   std::system(("rm -rf " + ckpt).c_str());
   const CliRun first = run_mixtrain("train mlp --synthetic --device cpu --steps 4 --batch-size 32 --log " + log + " --save " + ckpt);
