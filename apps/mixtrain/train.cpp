@@ -77,6 +77,8 @@ std::unique_ptr<CLI::App> train_app(TrainFlags& f) {
       ->check(flags::integer_in(0, 1))
       ->type_name("STAGE")
       ->default_str("0");
+  app->add_flag("--checkpoint-sharded", f.options.checkpoint_sharded,
+                "with --zero 1, each rank saves its own shard of AdamW's state (the ranks share --save's disk)");
   app->add_option("--log", f.log_path, "one JSON object per step (step, loss, lr, scale, memory, ...)")
       ->type_name("FILE")
       ->default_str("none");

@@ -64,7 +64,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
   }
   reducer_ = std::make_unique<Reducer>(*this, module_->named_parameters());
   weight_ = 1.0 / group_->world_size();
-  scaler_group_ = std::make_shared<std::shared_ptr<distributed::ProcessGroup>>(group_);
+  hook_group_ = std::make_shared<std::shared_ptr<distributed::ProcessGroup>>(group_);
   follow_rank_shares();
 }
 
@@ -86,7 +86,7 @@ void DistributedDataParallel::follow_rank_shares() {
 void DistributedDataParallel::set_process_group(std::shared_ptr<distributed::ProcessGroup> group) {
   MT_CHECK(group != nullptr, "DistributedDataParallel.set_process_group: null group");
   group_ = std::move(group);
-  *scaler_group_ = group_;
+  *hook_group_ = group_;
   reducer_->reset();
   weight_ = 1.0 / group_->world_size();
   global_batch_ = 0;
@@ -94,6 +94,16 @@ void DistributedDataParallel::set_process_group(std::shared_ptr<distributed::Pro
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;
+
+std::function<void(Tensor&)> DistributedDataParallel::max_over_current_group() const {
+  // The cell, not the group: after set_process_group (an elastic job's next generation) the hook
+  // reduces over the new group, never over the old one, which failed or was replaced.
+  auto cell = hook_group_;
+  return [cell](Tensor& t) {
+    distributed::ProcessGroup& group = **cell;
+    if (group.world_size() > 1) group.all_reduce(t, distributed::ReduceOp::Max);
+  };
+}
 
 void DistributedDataParallel::check_models_match() {
   const std::vector<int64_t> sig = model_signature(*module_);
@@ -226,19 +236,12 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
 }
 
 void DistributedDataParallel::sync_grad_scaler(amp::GradScaler& scaler) {
-  auto cell = scaler_group_;
-  scaler.set_found_inf_hook([cell](Tensor& found) {
-    distributed::ProcessGroup& group = **cell;
-    if (group.world_size() > 1) group.all_reduce(found, distributed::ReduceOp::Max);
-  });
+  scaler.set_found_inf_hook(max_over_current_group());
   scaler_synced_ = true;
 }
 
 void DistributedDataParallel::sync_fp8(amp::Fp8Scaling& fp8) {
-  auto group = group_;
-  fp8.set_amax_reduce_hook([group](Tensor& amaxes) {
-    if (group->world_size() > 1) group->all_reduce(amaxes, distributed::ReduceOp::Max);
-  });
+  fp8.set_amax_reduce_hook(max_over_current_group());
   fp8_layers_ = static_cast<int64_t>(fp8.num_layers());
 }
 

@@ -63,16 +63,20 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(nn::DistributedDataParallel& dd
 
 ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() { ddp_.reducer_->after_reduce = nullptr; }
 
+std::vector<ZeroPiece> ZeroRedundancyOptimizer::pieces_of_rank(int rank) const {
+  std::vector<std::vector<size_t>> buckets;
+  std::vector<int64_t> numel;
+  for (const auto& b : ddp_.reducer_->buckets) buckets.push_back(b.params);
+  for (const Tensor& p : params_) numel.push_back(p.numel());
+  return pieces_of(buckets, numel, rank, ddp_.group().world_size());
+}
+
 void ZeroRedundancyOptimizer::build() {
   auto& reducer = *ddp_.reducer_;
   ProcessGroup& g = ddp_.group();
   reducer.shard(g.world_size(), g.rank());
   params_ = reducer.params;
-  std::vector<std::vector<size_t>> buckets;
-  std::vector<int64_t> numel;
-  for (const auto& b : reducer.buckets) buckets.push_back(b.params);
-  for (const Tensor& p : params_) numel.push_back(p.numel());
-  pieces_ = pieces_of(buckets, numel, g.rank(), g.world_size());
+  pieces_ = pieces_of_rank(g.rank());
   MT_CHECK(!pieces_.empty(), "ZeroRedundancyOptimizer: rank ", g.rank(), " of ", g.world_size(),
            " gets no parameter elements (the model has too few for this many ranks)");
   for (size_t i = 0; i < params_.size(); ++i)
@@ -93,6 +97,8 @@ void ZeroRedundancyOptimizer::build() {
 void ZeroRedundancyOptimizer::reshard() { build(); }
 
 int ZeroRedundancyOptimizer::rank() const { return ddp_.group_->rank(); }
+
+ProcessGroup& ZeroRedundancyOptimizer::group() { return ddp_.group(); }
 
 int64_t ZeroRedundancyOptimizer::shard_numel() const {
   int64_t n = 0;
@@ -199,37 +205,40 @@ void ZeroRedundancyOptimizer::gather_parameters() {
     }
 }
 
+nlohmann::json ZeroRedundancyOptimizer::consolidated_state_dict() const {
+  const nlohmann::json shard = optimizer_->state_dict();
+  nlohmann::json group = shard.at("param_groups").at(0);
+  nlohmann::json indices = nlohmann::json::array();
+  for (size_t i = 0; i < params_.size(); ++i) indices.push_back(i);
+  group["params"] = indices;
+  // Every parameter takes every step (DDP gives each a gradient), so its pieces' step counts and
+  // state tensors agree across ranks: piece 0's stand for all.
+  nlohmann::json state = nlohmann::json::object();
+  if (shard.at("state").contains("0"))
+    for (size_t i = 0; i < params_.size(); ++i) state[std::to_string(i)] = shard.at("state").at("0");
+  return {{"type", optimizer_->name()},
+          {"param_groups", nlohmann::json::array({group})},
+          {"state", state},
+          {"steps_taken", shard.at("steps_taken")},
+          {"steps_skipped", shard.at("steps_skipped")},
+          {"last_step_skipped", shard.at("last_step_skipped")}};
+}
+
 io::OptimizerState ZeroRedundancyOptimizer::consolidate_state(int to) {
   NoGradGuard no_grad;
   ProcessGroup& g = ddp_.group();
   MT_CHECK(to >= 0 && to < g.world_size(), "ZeroRedundancyOptimizer.consolidate_state: rank ", to,
            " is not in the group of ", g.world_size());
   auto& reducer = *ddp_.reducer_;
-  const nlohmann::json shard = optimizer_->state_dict();
   std::map<std::string, Tensor> tensors;
   for (const auto& [n, t] : optimizer_->state_tensors()) tensors.emplace(n, t);
-  // Every parameter takes every step (DDP gives each a gradient), so its pieces' step counts and
-  // state tensors agree across ranks: piece 0's stand for all.
-  const bool has_state = shard.at("state").contains("0");
-  const nlohmann::json first = has_state ? shard.at("state").at("0") : nlohmann::json();
   io::OptimizerState out;
   out.type = optimizer_->name();
-  nlohmann::json group = shard.at("param_groups").at(0);
-  nlohmann::json indices = nlohmann::json::array();
-  for (size_t i = 0; i < params_.size(); ++i) indices.push_back(i);
-  group["params"] = indices;
-  nlohmann::json state = nlohmann::json::object();
+  out.state = consolidated_state_dict();
   std::vector<std::string> names;
-  if (has_state)
-    for (const auto& n : first.at("tensors")) names.push_back(n.get<std::string>());
-  if (g.rank() == to && has_state)
-    for (size_t i = 0; i < params_.size(); ++i) state[std::to_string(i)] = first;
-  out.state = {{"type", out.type},
-               {"param_groups", nlohmann::json::array({group})},
-               {"state", state},
-               {"steps_taken", shard.at("steps_taken")},
-               {"steps_skipped", shard.at("steps_skipped")},
-               {"last_step_skipped", shard.at("last_step_skipped")}};
+  if (out.state.at("state").contains("0"))
+    for (const auto& n : out.state.at("state").at("0").at("tensors")) names.push_back(n.get<std::string>());
+  if (g.rank() != to) out.state["state"] = nlohmann::json::object();
   // Bucket by bucket and tensor name: this rank's chunk from its pieces, then all-gathered.
   std::map<std::string, Tensor> whole;
   for (const std::string& name : names) {
@@ -260,8 +269,9 @@ namespace {
 // `stand_ins`: the whole state's tensors are the checker's zero-stride stand-ins (io::
 // load_checkpoint's check), so the pieces are stand-ins too, of their own size.
 std::pair<nlohmann::json, optim::NamedTensors> shard_of(const io::OptimizerState& whole,
-                                                        const std::vector<ZeroPiece>& pieces, size_t params,
-                                                        const std::string& type, bool stand_ins) {
+                                                        const std::vector<ZeroPiece>& pieces,
+                                                        const std::vector<Tensor>& params, const std::string& type,
+                                                        bool stand_ins) {
   const nlohmann::json& s = whole.state;
   MT_CHECK(whole.type == type, "ZeroRedundancyOptimizer: the checkpoint's optimizer is ", whole.type,
            " but this one is ", type);
@@ -270,10 +280,10 @@ std::pair<nlohmann::json, optim::NamedTensors> shard_of(const io::OptimizerState
            s.contains("param_groups") && s["param_groups"].is_array() ? s["param_groups"].size() : 0,
            " parameter groups; a sharded optimizer loads one");
   nlohmann::json group = s["param_groups"][0];
-  MT_CHECK(group.contains("params") && group["params"].is_array() && group["params"].size() == params,
+  MT_CHECK(group.contains("params") && group["params"].is_array() && group["params"].size() == params.size(),
            "ZeroRedundancyOptimizer: the checkpoint's optimizer covers ",
            group.contains("params") && group["params"].is_array() ? group["params"].size() : 0,
-           " parameters; the model trains ", params);
+           " parameters; the model trains ", params.size());
   nlohmann::json indices = nlohmann::json::array();
   for (size_t k = 0; k < pieces.size(); ++k) indices.push_back(k);
   group["params"] = indices;
@@ -293,8 +303,9 @@ std::pair<nlohmann::json, optim::NamedTensors> shard_of(const io::OptimizerState
       auto it = by_name.find("state." + key + "." + n.get<std::string>());
       if (it == by_name.end()) continue;
       const Tensor& t = it->second;
-      MT_CHECK(t.numel() >= pieces[k].offset + pieces[k].numel, "ZeroRedundancyOptimizer: the checkpoint's tensor ",
-               it->first, " has ", t.numel(), " elements, fewer than its parameter's");
+      const Tensor& p = params[pieces[k].param];
+      MT_CHECK(t.shape() == p.shape(), "ZeroRedundancyOptimizer: the checkpoint's tensor ", it->first, " is ",
+               shape_str(t.shape()), " but parameter ", pieces[k].param, " is ", shape_str(p.shape()));
       const Tensor piece = stand_ins ? zeros({}, TensorOptions(t.dtype())).expand({pieces[k].numel})
                                      : t.contiguous().view({-1}).narrow(0, pieces[k].offset, pieces[k].numel);
       tensors.emplace_back("state." + std::to_string(k) + "." + n.get<std::string>(), piece);
@@ -309,13 +320,37 @@ std::pair<nlohmann::json, optim::NamedTensors> shard_of(const io::OptimizerState
 }  // namespace
 
 void ZeroRedundancyOptimizer::check_consolidated_state(const io::OptimizerState& state) const {
-  const auto [json, tensors] = shard_of(state, pieces_, params_.size(), optimizer_->name(), true);
+  const auto [json, tensors] = shard_of(state, pieces_, params_, optimizer_->name(), true);
   optimizer_->validate_state_dict(json, tensors);
 }
 
 void ZeroRedundancyOptimizer::load_consolidated_state(const io::OptimizerState& state) {
-  const auto [json, tensors] = shard_of(state, pieces_, params_.size(), optimizer_->name(), false);
+  const auto [json, tensors] = shard_of(state, pieces_, params_, optimizer_->name(), false);
   optimizer_->load_state_dict(json, tensors);
+}
+
+io::ShardLayout ZeroRedundancyOptimizer::shard_layout() const {
+  io::ShardLayout out;
+  out.param_names = ddp_.reducer_->names;
+  for (const Tensor& p : params_) out.param_shapes.push_back(p.shape());
+  for (int r = 0; r < ddp_.group().world_size(); ++r) {
+    out.ranks.emplace_back();
+    for (const ZeroPiece& p : pieces_of_rank(r)) out.ranks.back().push_back({p.param, p.offset, p.numel});
+  }
+  return out;
+}
+
+io::OptimizerPieces ZeroRedundancyOptimizer::state_pieces() {
+  io::OptimizerPieces out;
+  for (const ZeroPiece& p : pieces_) out.pieces.push_back({p.param, p.offset, p.numel});
+  out.check = [this](const io::OptimizerState& whole) { check_consolidated_state(whole); };
+  // The checkpoint's bytes are read into the optimizer's state afterwards: stand-ins are enough.
+  out.apply = [this](const io::OptimizerState& whole) {
+    const auto [json, tensors] = shard_of(whole, pieces_, params_, optimizer_->name(), true);
+    optimizer_->load_state_dict(json, tensors);
+    return optimizer_->state_tensors();
+  };
+  return out;
 }
 
 }  // namespace mixtrain::distributed

@@ -29,6 +29,10 @@ class CheckpointTensorFile {
   void read_into(const std::vector<Tensor>& dst) const;
   // One tensor into a new CPU tensor (its bytes as stored; verify() has checked the file's CRC).
   Tensor read_entry(const SafetensorsEntry& e) const;
+  // n bytes of a tensor from byte `offset` of its data (bounds checked by the caller).
+  void read_bytes(const SafetensorsEntry& e, uint64_t offset, size_t n, void* dst) const {
+    file_.read_at(e.begin + offset, dst, n);
+  }
 
  private:
   [[noreturn]] void fail_crc(const std::string& what) const;

@@ -238,9 +238,19 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
       agent->set_steps(result.first_step - 1);
       // Sharded state cannot be sent to a joiner: a ZeRO job goes back to its last checkpoint
       // at every change instead (rollback, below).
+      // With the state goes the last step's record and whether the job's shares are adaptive: a
+      // joiner's launcher gives it only its own weight, and DDP's balancer adds collectives to
+      // every step, so a joiner must follow the job in that.
       agent->set_state({&model, sharded ? nullptr : &state.optimizer(), &scaler, sharded ? nullptr : state.scheduler(),
-                        [&] { return result.records.empty() ? nlohmann::json() : step_record_json(result.records.back()); },
-                        [&](const nlohmann::json& j) { received_step = j; }});
+                        [&] {
+                          return nlohmann::json{{"step", result.records.empty() ? nlohmann::json()
+                                                                                : step_record_json(result.records.back())},
+                                                {"adaptive", shares.adaptive}};
+                        },
+                        [&](const nlohmann::json& j) {
+                          received_step = j.at("step");
+                          shares.adaptive = j.at("adaptive").get<bool>();
+                        }});
       // Each generation's group shares the global batch by its members' weights (and DDP's
       // balancer, when adaptive, starts again from them).
       auto follow_members = [&](distributed::ProcessGroup& g, const std::vector<double>& weights) {

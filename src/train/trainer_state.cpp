@@ -19,9 +19,12 @@ TrainerState::TrainerState(nn::Module& model, amp::GradScaler& scaler, const Tra
       lr_(options.lr),
       weight_decay_(options.weight_decay),
       steps_(options.steps),
+      checkpoint_sharded_(options.checkpoint_sharded),
       schedule_(options.constant_lr ? LrSchedule{} : schedule) {
   MT_CHECK(options.zero_stage == 0 || options.zero_stage == 1, "ZeRO stage ", options.zero_stage,
            " is not implemented (0: none, 1: optimizer state and master weights sharded)");
+  MT_CHECK(!options.checkpoint_sharded || options.zero_stage == 1, "sharded checkpoints (--checkpoint-sharded) ",
+           "hold ZeRO's optimizer shards: give --zero 1 too");
   full_ = std::make_unique<optim::AdamW>(model.parameters(), optim::AdamWOptions().lr(lr_).weight_decay(weight_decay_));
   make_scheduler();
 }
@@ -96,10 +99,13 @@ int64_t TrainerState::load(const std::string& dir, TrainTask& task, bool fresh) 
 
 void TrainerState::save(const std::string& dir, int64_t step, TrainTask& task, bool writer) {
   const io::CheckpointParts parts{scheduler_.get(), task.loader(), fp8_};
-  if (zero_)
+  if (!zero_) {
+    if (writer) io::save_checkpoint(dir, model_, *full_, scaler_, step, nlohmann::json::object(), parts);
+  } else if (checkpoint_sharded_) {
+    distributed::save_sharded_checkpoint(dir, model_, *zero_, scaler_, step, nlohmann::json::object(), parts);
+  } else {
     distributed::save_checkpoint(dir, model_, *zero_, scaler_, step, nlohmann::json::object(), parts);
-  else if (writer)
-    io::save_checkpoint(dir, model_, *full_, scaler_, step, nlohmann::json::object(), parts);
+  }
 }
 
 }  // namespace mixtrain::train

@@ -2,7 +2,8 @@
 // The optimizer side of the training loop (train_loop.cpp): AdamW over the whole model,
 // or, with TrainOptions::zero_stage 1 under data parallelism, its ZeRO-1 shard
 // (distributed::ZeroRedundancyOptimizer); the learning-rate schedule over it; and checkpoints of
-// either (one format: the whole model's optimizer state, so a ZeRO run resumes at any world size).
+// either (the whole model's optimizer state, in one file or, with TrainOptions::checkpoint_sharded,
+// in a file per rank; either way a ZeRO run resumes at any world size).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -39,9 +40,10 @@ class TrainerState {
   amp::StepOutcome step();
 
   // Checkpoints: the model, optimizer, scaler, schedule and data position. Sharded: collective
-  // (save gathers the state into rank 0, which writes; every rank loads its shard). Returns the
-  // checkpoint's step; the task's data stream is where it was then (`fresh`: the task has drawn
-  // nothing yet, so skipping forward is enough).
+  // (save gathers the state into rank 0, which writes, or with checkpoint_sharded every rank
+  // writes its shard; every rank loads its shard). Returns the checkpoint's step; the task's data
+  // stream is where it was then (`fresh`: the task has drawn nothing yet, so skipping forward is
+  // enough).
   int64_t load(const std::string& dir, TrainTask& task, bool fresh);
   void save(const std::string& dir, int64_t step, TrainTask& task, bool writer);
 
@@ -51,6 +53,7 @@ class TrainerState {
   amp::GradScaler& scaler_;
   double lr_, weight_decay_;
   int64_t steps_;
+  bool checkpoint_sharded_;
   LrSchedule schedule_;
   std::unique_ptr<optim::AdamW> full_;
   std::unique_ptr<distributed::ZeroRedundancyOptimizer> zero_;

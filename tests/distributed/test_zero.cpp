@@ -15,6 +15,7 @@
 #include "mixtrain/io/optimizer_state.h"
 #include "compare.h"
 #include "ranks.h"
+#include "zero_fixture.h"
 
 namespace mt = mixtrain;
 namespace dist = mixtrain::distributed;
@@ -22,6 +23,9 @@ namespace nn = mixtrain::nn;
 using mt_dist_test::bit_equal;
 using mt_dist_test::max_rel_diff;
 using mt_dist_test::run_ranks;
+using mt_dist_test::Data;
+using mt_dist_test::make_mlp;
+using mt_dist_test::backward;
 
 namespace {
 
@@ -40,43 +44,6 @@ std::vector<double> env_weights(int world) {
     }
   if (w.empty()) w.assign(static_cast<size_t>(world), 1.0);
   return w;
-}
-
-mt::nn::Sequential make_mlp(uint64_t seed) {
-  mt::manual_seed(seed);
-  return mt::nn::Sequential(mt::nn::Linear(8, 48), mt::nn::ReLU(), mt::nn::Linear(48, 40), mt::nn::ReLU(),
-                            mt::nn::Linear(40, 3));
-}
-
-// The data of the tests: `steps` global batches of `global` rows, the same on every rank.
-struct Data {
-  mt::Tensor x, y;
-  int64_t global;
-  Data(int64_t g, int64_t steps) : global(g) {
-    mt::Generator gen;
-    gen.manual_seed(4242);
-    x = mt::randn({g * steps, 8}, gen);
-    y = mt::randn({g * steps, 3}, gen);
-  }
-  // Rank r's rows of batch `step` under `weights` (all of them: r = -1).
-  std::pair<mt::Tensor, mt::Tensor> rows(int64_t step, const std::vector<double>& weights, int r) const {
-    if (r < 0) return {x.narrow(0, step * global, global).contiguous(), y.narrow(0, step * global, global).contiguous()};
-    const auto sizes = dist::DistributedSampler::split(global, weights);
-    int64_t begin = step * global;
-    for (int q = 0; q < r; ++q) begin += sizes[static_cast<size_t>(q)];
-    const int64_t n = sizes[static_cast<size_t>(r)];
-    return {x.narrow(0, begin, n).contiguous(), y.narrow(0, begin, n).contiguous()};
-  }
-};
-
-// One data-parallel step's forward and backward, the trainers' way (the loss scaled by the share).
-void backward(nn::DistributedDataParallel& ddp, nn::Module& model, const Data& d, int64_t step,
-              const std::vector<double>& weights, mt::DType dtype) {
-  auto [x, y] = d.rows(step, weights, ddp.group().rank());
-  ddp.prepare_forward();
-  const mt::Tensor out = model.forward(x.to(dtype)).to(mt::kFloat32);
-  ddp.set_local_batch(x.size(0), d.global);
-  ddp.scale_loss(mt::nn::functional::mse_loss(out, y)).backward();
 }
 
 }  // namespace

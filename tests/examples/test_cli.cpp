@@ -298,7 +298,7 @@ TEST(MixtrainCli, EachCommandsHelpListsEveryFlagWithItsDefault) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> commands = {
       {"train", {"--precision", "--device", "--steps", "--batch-size", "--lr", "--seed", "--save", "--save-every",
                  "--resume", "--log", "--cpu-autocast", "--synthetic", "--channels-last",
-                 "--checkpoint-activations", "--memory-plan", "--zero"}},
+                 "--checkpoint-activations", "--memory-plan", "--zero", "--checkpoint-sharded"}},
       {"bench", {"--models", "--precisions", "--device", "--steps", "--warmup", "--size", "--out", "--reference",
                  "--fp32-math", "--channels-last", "--cpu-autocast"}},
       {"policy", {"--load", "--json", "--markdown", "--cpu-autocast"}},
@@ -309,7 +309,7 @@ TEST(MixtrainCli, EachCommandsHelpListsEveryFlagWithItsDefault) {
                   "--measure", "--timeline", "--world-size", "--zero"}}};
   const std::vector<std::string> switches = {"--synthetic", "--channels-last", "--checkpoint-activations", "--json",
                                              "--markdown", "--measure", "--memory-plan",
-                                             "--elastic", "--join"};
+                                             "--elastic", "--join", "--checkpoint-sharded"};
   for (const auto& [command, flags] : commands) {
     for (const std::string& form : {command + " --help", command + " -h", "help " + command}) {
       SCOPED_TRACE(form);

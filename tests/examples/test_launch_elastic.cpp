@@ -1,7 +1,8 @@
 // `mixtrain launch` when ranks fail: --max-restarts restarts every rank from the last checkpoint
 // and ends with the weights of a run that never failed, bit for bit; --elastic lets the ranks left
-// go on (and a --join'ed replacement come in) on one process's loss curve, with ZeRO-1 too (back
-// to the last checkpoint); `mixtrain memory --zero 1` predicts the optimizer state a ZeRO rank holds.
+// go on (and a --join'ed replacement come in, following the job's adaptive shares) on one process's
+// loss curve, with ZeRO-1 too (back to the last checkpoint); `mixtrain memory --zero 1` predicts the
+// optimizer state a ZeRO rank holds.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -147,24 +148,71 @@ TEST(MixtrainLaunchFailures, ElasticSurvivorsAndAJoinerFollowOneProcessCurve) {
   EXPECT_NE(out.find("2 -> 3 ranks"), std::string::npos) << out;
 }
 
+// A job launched with --rank-weights adaptive admits a --join'ed rank (whose launcher gives it
+// only its weight): the joiner follows the job's adaptive shares, which add DDP's timing
+// collective to every step, so the three ranks go on together. The joiner runs at nice 10 on the
+// job's core, so its rows move to the others, and every step is still one process's.
+TEST(MixtrainLaunchFailures, AJoinerFollowsTheJobsAdaptiveShares) {
+  if (std::system("command -v taskset >/dev/null && command -v nice >/dev/null") != 0)
+    GTEST_SKIP() << "needs taskset and nice to make the joiner slower than the job's ranks";
+  TempDir dir("mt_elastic_adaptive");
+  const std::string common = "--steps 24 --batch-size 256 --log ";
+  ASSERT_EQ(run(kTrainArgs + common + (dir / "one.jsonl"), "", dir / "one.out").code, 0);
+  const int port = 20000 + (::getpid() + 7) % 20000;
+  const std::string on_core0 = "taskset -c 0 ";
+  std::thread job([&] {
+    const LaunchResult r = run("launch --nproc 2 --elastic --rank-weights adaptive --master-port " +
+                                   std::to_string(port) + " -- " + on_core0 + kTrain + common + (dir / "elastic.jsonl"),
+                               "OMP_NUM_THREADS=1 MIXTRAIN_TIMEOUT_S=15 MIXTRAIN_TEST_JOIN_AT=3", dir / "elastic.out");
+    std::ofstream(dir / "elastic.code") << r.code;
+  });
+  const LaunchResult joiner = run("launch --join --master-port " + std::to_string(port) + " --nproc 1 -- " + on_core0 +
+                                      "nice -n 10 " + kTrain + common + (dir / "joiner.jsonl"),
+                                  "OMP_NUM_THREADS=1 MIXTRAIN_TIMEOUT_S=15", dir / "joiner.out");
+  job.join();
+  const std::string out = slurp(dir / "elastic.out");
+  EXPECT_EQ(slurp(dir / "elastic.code"), "0") << out;
+  EXPECT_EQ(joiner.code, 0) << joiner.out;
+  EXPECT_NE(out.find("generation 1 at step 4: 1 joined"), std::string::npos) << out;
+  EXPECT_EQ(out.find("generation 2"), std::string::npos) << "no change after the join: " << out;
+  const auto got = steps_of(dir / "elastic.jsonl");
+  expect_same_curve(got, steps_of(dir / "one.jsonl"), 24);
+  int64_t most_moved = 0;
+  for (const auto& [step, j] : got) {
+    const auto rows = j.at("rank_rows").get<std::vector<int64_t>>();
+    ASSERT_EQ(rows.size(), step <= 4 ? 2u : 3u) << "step " << step << ": " << j.dump();
+    if (rows.size() == 3) most_moved = std::max(most_moved, std::min(rows[0], rows[1]) - rows[2]);
+  }
+  EXPECT_GE(most_moved, 20) << "the joiner at nice 10 never gave rows to the job's ranks: " << out;
+}
+
 // ZeRO-1 under --elastic: rank 2 killed at step 7 takes its shard with it, so the two left go back
 // to the checkpoint of step 4, resharded, and compute steps 5 and 6 again: the curve is still one
-// process's, and the run ends with two ranks' shards.
+// process's, and the run ends with two ranks' shards. Gathered checkpoints, and sharded ones (three
+// shard files read by two ranks).
 TEST(MixtrainLaunchFailures, ElasticZeroGoesBackToItsLastCheckpoint) {
   TempDir dir("mt_elastic_zero");
   const std::string common = "--steps 12 --batch-size 48 --log ";
   ASSERT_EQ(run(kTrainArgs + common + (dir / "one.jsonl"), "", dir / "one.out").code, 0);
-  const LaunchResult r = run("launch --nproc 3 --elastic -- " + kTrain + "--zero 1 --save-every 4 --save " + (dir / "ckpt") +
-                        " " + common + (dir / "zero.jsonl"),
-                    "MIXTRAIN_TIMEOUT_S=3 MIXTRAIN_TEST_KILL=2:7", dir / "zero.out");
-  ASSERT_EQ(r.code, 0) << r.out;
-  const auto got = steps_of(dir / "zero.jsonl");
-  expect_same_curve(got, steps_of(dir / "one.jsonl"), 12);
-  for (int64_t step = 5; step <= 12; ++step) EXPECT_EQ(got.at(step).at("rank_rows").size(), 2u) << "step " << step;
-  std::ifstream in(dir / "zero.jsonl");
-  int lines = 0;
-  for (std::string line; std::getline(in, line);) ++lines;
-  EXPECT_EQ(lines, 14) << "steps 5 and 6 are computed again after going back to step 4";
+  for (const std::string layout : {"", "--checkpoint-sharded "}) {
+    SCOPED_TRACE(layout);
+    fs::remove_all(dir / "ckpt");
+    fs::remove(dir / "zero.jsonl");
+    const LaunchResult r = run("launch --nproc 3 --elastic -- " + kTrain + "--zero 1 " + layout +
+                                   "--save-every 4 --save " + (dir / "ckpt") + " " + common + (dir / "zero.jsonl"),
+                               "MIXTRAIN_TIMEOUT_S=3 MIXTRAIN_TEST_KILL=2:7", dir / "zero.out");
+    ASSERT_EQ(r.code, 0) << r.out;
+    const auto got = steps_of(dir / "zero.jsonl");
+    expect_same_curve(got, steps_of(dir / "one.jsonl"), 12);
+    for (int64_t step = 5; step <= 12; ++step) EXPECT_EQ(got.at(step).at("rank_rows").size(), 2u) << "step " << step;
+    std::ifstream in(dir / "zero.jsonl");
+    int lines = 0;
+    for (std::string line; std::getline(in, line);) ++lines;
+    EXPECT_EQ(lines, 14) << "steps 5 and 6 are computed again after going back to step 4";
+    // The last checkpoint (step 12, two ranks) holds two shards when sharded, one file gathered.
+    EXPECT_EQ(fs::exists(dir / "ckpt/optimizer-rank-00001-of-00002.safetensors"), !layout.empty());
+    EXPECT_EQ(fs::exists(dir / "ckpt/optimizer.safetensors"), layout.empty());
+  }
 }
 
 TEST(MixtrainLaunchFailures, BadUsageIsAnError) {

@@ -11,6 +11,7 @@
 // docs/DISTRIBUTED.md describes it.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -94,7 +95,7 @@ class DistributedDataParallel {
   distributed::ProcessGroup& group() { return *group_; }
   // Communicates over `group` from now on (an elastic job's next generation, with other ranks and
   // another world size): the buckets stay, a backward interrupted by the old group's failure is
-  // forgotten, and the scaler synced by sync_grad_scaler follows. Adaptive shares start again
+  // forgotten, and sync_grad_scaler's and sync_fp8's reductions follow. Adaptive shares start again
   // from the new group's rank_shares (set them first). Between steps only.
   void set_process_group(std::shared_ptr<distributed::ProcessGroup> group);
 
@@ -156,6 +157,8 @@ class DistributedDataParallel {
   void end_of_backward();
   // The balancer for the group's shares (adaptive only), started from its weights.
   void follow_rank_shares();
+  // The scaler's and FP8's agreement: MAX in place over group_, whichever group that is by then.
+  std::function<void(Tensor&)> max_over_current_group() const;
 
   std::unique_ptr<distributed::RankBalancer> balancer_;  // adaptive shares only
   Tensor timing_;
@@ -167,8 +170,8 @@ class DistributedDataParallel {
 
   std::shared_ptr<Module> module_;
   std::shared_ptr<distributed::ProcessGroup> group_;
-  // What sync_grad_scaler's hook reduces over: the current group_, also after set_process_group.
-  std::shared_ptr<std::shared_ptr<distributed::ProcessGroup>> scaler_group_;
+  // What the hooks of sync_grad_scaler and sync_fp8 reduce over: group_, also after set_process_group.
+  std::shared_ptr<std::shared_ptr<distributed::ProcessGroup>> hook_group_;
   DistributedDataParallelOptions options_;
   std::unique_ptr<Reducer> reducer_;
   bool sync_ = true;

@@ -47,10 +47,14 @@ class StepOutcome;
 }  // namespace amp
 namespace io {
 struct OptimizerState;
-}
+struct OptimizerPieces;
+struct ShardLayout;
+}  // namespace io
 }  // namespace mixtrain
 
 namespace mixtrain::distributed {
+
+class ProcessGroup;
 
 // One piece of a rank's shard: the elements [offset, offset + numel) of parameter `param` (its
 // index among the DDP's trained parameters, in registration order), in bucket `bucket` at
@@ -81,6 +85,7 @@ class ZeroRedundancyOptimizer {
   const std::vector<ZeroPiece>& pieces() const { return pieces_; }
   int64_t shard_numel() const;  // elements of the parameters this rank updates
   int rank() const;             // in the DDP's group
+  ProcessGroup& group();        // the DDP's
 
   // Drops the model's gradients (the optimizer's zero_grad would only drop the shard's).
   void zero_grad();
@@ -107,8 +112,18 @@ class ZeroRedundancyOptimizer {
   // refuse, changing nothing (give it to load_checkpoint as its check, with stand-in tensors).
   void check_consolidated_state(const io::OptimizerState& state) const;
   void load_consolidated_state(const io::OptimizerState& state);
+  // The whole model's optimizer state_dict (hyper-parameters, step counts; no tensors) as
+  // consolidate_state gives it, from this rank's shard alone: no collective.
+  nlohmann::json consolidated_state_dict() const;
+
+  // Sharded checkpoints (save_sharded_checkpoint): every rank's pieces in the group, for the
+  // index; and this rank's optimizer as io::load_checkpoint fills its pieces of a checkpoint
+  // (sharded at any world size, or whole), checking as check_consolidated_state does.
+  io::ShardLayout shard_layout() const;
+  io::OptimizerPieces state_pieces();
 
  private:
+  std::vector<ZeroPiece> pieces_of_rank(int rank) const;
   void build();
   void set_shard_grads();
   void gather_parameters();
@@ -135,8 +150,23 @@ namespace mixtrain::distributed {
 void save_checkpoint(const std::string& dir, const nn::Module& model, ZeroRedundancyOptimizer& zero,
                      const amp::GradScaler& scaler, int64_t step, const nlohmann::json& extra,
                      const io::CheckpointParts& parts);
-// Every rank reads the checkpoint (written by any run with this optimizer type, one parameter
-// group) and keeps its shard; everything is checked before anything changes. Returns the step.
+// The same checkpoint with the optimizer state sharded, as DeepSpeed and torch.distributed.checkpoint
+// save it: every rank writes its own shard ("optimizer-rank-00001-of-00004.safetensors", its
+// optimizer's state tensors only) into the save's staging directory, then rank 0 writes the model
+// and, last, the index (trainer.json: the world size, every rank's pieces of the parameters, the
+// dtypes, each shard's size and CRC-32) and swaps the directory in whole. Nothing is gathered, and
+// no rank holds more than its shard. The ranks must share the directory (one host, or a shared
+// filesystem); the Error says so otherwise. Collective; every rank throws if any rank failed, and
+// the previous checkpoint is then left as it was.
+void save_sharded_checkpoint(const std::string& dir, const nn::Module& model, ZeroRedundancyOptimizer& zero,
+                             const amp::GradScaler& scaler, int64_t step, const nlohmann::json& extra,
+                             const io::CheckpointParts& parts);
+// Every rank reads the checkpoint (gathered or sharded, written by any run with this optimizer
+// type, one parameter group) and keeps its shard: from a sharded one saved at this world size,
+// its own shard file only; at another, the shard files holding its elements. Everything is
+// checked before anything changes, and the ranks agree before any applies: a checkpoint that any
+// rank refuses (a missing, truncated or corrupt shard) is refused by all, naming the file.
+// Returns the step.
 int64_t load_checkpoint(const std::string& dir, nn::Module& model, ZeroRedundancyOptimizer& zero,
                         amp::GradScaler& scaler, nlohmann::json* extra, const io::CheckpointParts& parts);
 

@@ -11,12 +11,15 @@
 //                          LRScheduler's state_dict()), "data" (a DataLoader's position) and "fp8"
 //                          (amp::Fp8Scaling's recipe and update count; its scales and amax
 //                          histories are model buffers in model.safetensors)}
+// A sharded checkpoint (distributed::save_sharded_checkpoint) has, instead of optimizer.safetensors,
+// one optimizer-rank-<r>-of-<n>.safetensors per rank (pieces of the whole model's optimizer
+// tensors) and a "sharded" index in trainer.json saying which; load_checkpoint reads both layouts.
 //
 // Saving writes the three files into "<dir>.mixtrain-tmp", fsyncs them, then swaps that
 // directory with <dir> atomically (renameat2 RENAME_EXCHANGE; without it, two renames through
 // "<dir>.mixtrain-old", which load_checkpoint falls back to if <dir> is missing). A crash at any
 // point leaves the previous checkpoint complete. An existing <dir> that holds anything else than
-// these three files is not replaced (an Error instead of deleting someone's files).
+// a checkpoint's files is not replaced (an Error instead of deleting someone's files).
 //
 // Loading reads and checks everything first (manifest sizes and CRCs, safetensors structure,
 // tensor names, shapes and dtypes against the model, the optimizer's and the scaler's state),

@@ -174,6 +174,10 @@ struct TrainOptions {
   // Data parallel: 1 shards AdamW's state across the ranks (distributed::ZeroRedundancyOptimizer,
   // ZeRO-1); 0: every rank holds all of it.
   int zero_stage = 0;
+  // With zero_stage 1: checkpoints with each rank's optimizer shard in a file of its own, written
+  // in parallel (distributed::save_sharded_checkpoint; the ranks must share save_dir's
+  // filesystem); false: gathered into rank 0's one file. Either loads at any world size.
+  bool checkpoint_sharded = false;
 };
 
 struct StepRecord {

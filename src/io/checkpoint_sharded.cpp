@@ -1,0 +1,69 @@
+#include "io/checkpoint_sharded.h"
+
+#include <filesystem>
+
+#include "mixtrain/core/error.h"
+#include "mixtrain/io/safetensors.h"
+
+namespace mixtrain::io::detail {
+
+namespace fs = std::filesystem;
+
+nlohmann::json write_optimizer_shard(const std::string& dir, int rank, int world, const OptimizerState& shard) {
+  MT_CHECK(world >= 1 && rank >= 0 && rank < world, "save_checkpoint: rank ", rank, " is not in a world of ", world);
+  const fs::path staged = staging_path(checkpoint_path(dir));
+  MT_CHECK(fs::is_directory(staged), "save_checkpoint: rank ", rank, " does not see the staging directory ",
+           staged.string(), " that rank 0 created: a sharded checkpoint needs a directory every rank shares (one ",
+           "host, or a shared filesystem); save the gathered checkpoint instead");
+  const std::string name = shard_file_name(rank, world);
+  fs::path part = staged / name;
+  part += ".part";
+  const nlohmann::json entry = write_tensor_file(part, shard.tensors,
+                                                 {{"format", "pt"},
+                                                  {"optimizer", shard.type},
+                                                  {"rank", std::to_string(rank)},
+                                                  {"world_size", std::to_string(world)}});
+  fs::rename(part, staged / name);
+  run_save_hook(name);
+  return entry;
+}
+
+void ShardedCheckpointWriter::commit(const NamedTensors& model, int64_t step, const nlohmann::json& optimizer,
+                                     const ShardLayout& layout, const std::map<std::string, DType>& state_dtypes,
+                                     const std::vector<nlohmann::json>& shards) {
+  MT_CHECK(step >= 0, "save_checkpoint: step must be >= 0, got ", step);
+  const int world = static_cast<int>(layout.ranks.size());
+  MT_CHECK(
+      world >= 1 && shards.size() == layout.ranks.size() && layout.param_names.size() == layout.param_shapes.size(),
+      "save_checkpoint: internal error: ", shards.size(), " shards for a layout of ", world, " ranks");
+  nlohmann::json files = nlohmann::json::object();
+  nlohmann::json index_shards = nlohmann::json::array();
+  for (int r = 0; r < world; ++r) {
+    const std::string name = shard_file_name(r, world);
+    const fs::path path = staging_.staged() / name;
+    std::error_code ec;
+    const uintmax_t bytes = fs::file_size(path, ec);
+    const nlohmann::json& said = shards[static_cast<size_t>(r)];
+    MT_CHECK(!ec && bytes == said.at("bytes").get<uint64_t>(), "save_checkpoint: rank ", r, "'s shard ", path.string(),
+             " (", said.at("bytes").get<uint64_t>(), " bytes written) is ",
+             ec ? "missing" : "of " + std::to_string(bytes) + " bytes", " where rank 0 looks: a sharded checkpoint ",
+             "needs a directory every rank shares (one host, or a shared filesystem); save the gathered checkpoint ",
+             "instead");
+    files[name] = said;
+    nlohmann::json pieces = nlohmann::json::array();
+    for (const StatePiece& p : layout.ranks[static_cast<size_t>(r)]) pieces.push_back({p.param, p.offset, p.numel});
+    index_shards.push_back({{"file", name}, {"pieces", pieces}});
+  }
+  files[kModelFile] = write_tensor_file(staging_.staged() / kModelFile, model, {{"format", "pt"}});
+  run_save_hook(kModelFile);
+  nlohmann::json params = nlohmann::json::array();
+  for (size_t i = 0; i < layout.param_names.size(); ++i)
+    params.push_back({{"name", layout.param_names[i]}, {"shape", layout.param_shapes[i]}});
+  nlohmann::json dtypes = nlohmann::json::object();
+  for (const auto& [n, d] : state_dtypes) dtypes[n] = safetensors_dtype(d);
+  const nlohmann::json index = {
+      {"world_size", world}, {"params", params}, {"state_dtypes", dtypes}, {"shards", index_shards}};
+  staging_.commit(step, files, optimizer, {{"sharded", index}});
+}
+
+}  // namespace mixtrain::io::detail
