@@ -8,7 +8,7 @@
 #include <sstream>
 #include <thread>
 
-#include "distributed/internal.h"
+#include "distributed/store.h"
 #include "mixtrain/core/error.h"
 
 namespace mixtrain::distributed {

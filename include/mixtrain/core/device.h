@@ -9,6 +9,9 @@ namespace mixtrain {
 
 enum class DeviceType : uint8_t { CPU, CUDA, Meta };
 constexpr int kNumDeviceTypes = 3;
+// libtorch's spellings: x.to(kCUDA).
+constexpr DeviceType kCPU = DeviceType::CPU;
+constexpr DeviceType kCUDA = DeviceType::CUDA;
 
 struct Device {
   DeviceType type = DeviceType::CPU;

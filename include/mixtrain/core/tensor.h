@@ -97,7 +97,7 @@ class Tensor {
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(dtype()); }
   // The values as PyTorch prints them: "tensor([[1., 2.],\n        [3., 4.]])", summarised with
   // "..." past PrintOptions::threshold elements, dtype shown unless float32/int64/bool, device
-  // unless cpu, then grad_fn or requires_grad (ops/tensor_habits.h). operator<< prints the same.
+  // unless cpu, then grad_fn or requires_grad (ops/printing.h). operator<< prints the same.
   std::string str() const;
   // A short description for messages: "Tensor[2, 3] float32 cpu" (no values, no device sync).
   std::string summary() const;

@@ -1,9 +1,8 @@
-// nn::checkpoint: a forward under NoGradGuard recorded as one autograd node whose backward
-// recomputes the region under the forward's autocast and generator state and backpropagates
-// through the recomputation with a nested backward (the engine is reentrant: its state is local
-// to each run_backward call). Declared in the nn layer (nn/checkpoint.h) but defined here, in the
-// amp layer above it, because it saves and restores the autocast state (amp::AutocastState).
-#include "mixtrain/nn/checkpoint.h"
+// nn::checkpoint (recompute.h): a forward under NoGradGuard recorded as one autograd node whose
+// backward recomputes the region under the forward's autocast and generator state and
+// backpropagates through the recomputation with a nested backward (the engine is reentrant: its
+// state is local to each run_backward call).
+#include "mixtrain/amp/recompute.h"
 
 #include "mixtrain/amp/custom_op.h"
 #include "mixtrain/autograd/grad_mode.h"

@@ -11,7 +11,7 @@
 #include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/ops/functional.h"
-#include "mixtrain/ops/tensor_habits.h"
+#include "mixtrain/ops/printing.h"
 
 namespace mixtrain {
 
