@@ -5,10 +5,11 @@
 #include "mixtrain/amp/recompute.h"
 
 #include "mixtrain/amp/custom_op.h"
-#include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/autograd/node.h"
-#include "mixtrain/core/error.h"
-#include "mixtrain/core/rng.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
+#include "mixtrain/base/rng.h"
+#include "mixtrain/engine/engine.h"
 
 namespace mixtrain::nn {
 

@@ -3,7 +3,7 @@
 // too, on Gloo's implementations of them. Both refuse to overwrite a key, so each rank removes
 // the keys it set once every rank has read them.
 #include "distributed/internal.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 #if MIXTRAIN_HAVE_GLOO
 #include <gloo/config.h>

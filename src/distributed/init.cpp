@@ -6,7 +6,7 @@
 
 #include "distributed/rendezvous.h"
 #include "distributed/tcp_store.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::distributed {
 

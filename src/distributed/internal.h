@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "distributed/store.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/distributed/process_group.h"
 
 namespace mixtrain::distributed {

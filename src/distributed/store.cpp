@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "distributed/store.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::distributed {
 

@@ -15,17 +15,17 @@
 #include <set>
 
 #include "core/input_file.h"
+#include "core/json_fields.h"
 #include "core/json_limits.h"
 #include "io/checkpoint_files.h"
-#include "mixtrain/io/optimizer_state.h"
 #include "io/checkpoint_internal.h"
 #include "io/file_util.h"
 #include "io/safetensors_internal.h"
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
+#include "mixtrain/base/rng.h"
 #include "mixtrain/core/factories.h"
-#include "mixtrain/core/rng.h"
-#include "core/json_fields.h"
+#include "mixtrain/io/optimizer_state.h"
 
 namespace mixtrain::io {
 

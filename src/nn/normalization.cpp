@@ -3,10 +3,10 @@
 
 #include <cmath>
 
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/core/error.h"
-#include "mixtrain/memory/trace.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
 #include "mixtrain/core/factories.h"
+#include "mixtrain/memory/trace.h"
 #include "mixtrain/nn/init.h"
 
 namespace mixtrain::nn {

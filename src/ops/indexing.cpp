@@ -2,8 +2,8 @@
 // slice by slice for integers and bools.
 #include "mixtrain/ops/indexing.h"
 
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/ops/functional.h"
 #include "mixtrain/ops/nn_functional.h"

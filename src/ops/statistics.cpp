@@ -1,7 +1,7 @@
 // var and std (statistics.h), as functions and as Tensor methods, built from mean and sum.
 #include "mixtrain/ops/statistics.h"
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/ops/functional.h"
 #include "ops/op_helpers.h"
 

@@ -1,8 +1,8 @@
 // Tensor methods and operators: thin forwards to the functional ops (arithmetic, reductions,
 // comparisons), and the value readers (to_vector, item), which copy to the host through to().
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/core/dtype_traits.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/dtype_traits.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/ops/functional.h"
 #include "ops/op_helpers.h"

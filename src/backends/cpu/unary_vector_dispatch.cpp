@@ -1,7 +1,7 @@
 // The copy of the vector unary kernels (unary_vector.h) for this CPU, as cpu_isa() chose it.
 #include "backends/cpu/cpu_isa.h"
 #include "backends/cpu/unary_vector.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::backends::cpu {
 

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "mixtrain/core/host_device.h"
+#include "mixtrain/base/host_device.h"
 
 namespace mixtrain {
 

@@ -7,8 +7,8 @@
 #include <ostream>
 #include <type_traits>
 
-#include "mixtrain/core/dtype.h"
-#include "mixtrain/core/half.h"
+#include "mixtrain/base/dtype.h"
+#include "mixtrain/base/half.h"
 
 namespace mixtrain {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <mutex>
 
-#include "mixtrain/core/host_device.h"
+#include "mixtrain/base/host_device.h"
 
 namespace mixtrain {
 

@@ -24,7 +24,7 @@ constexpr DType kDouble = DType::Float64;
 constexpr DType kHalf = DType::Float16;
 constexpr DType kLong = DType::Int64;
 constexpr DType kInt = DType::Int32;
-// FP8 (core/float8.h): storage, casts and scaled_mm only; arithmetic ops reject them, as PyTorch's.
+// FP8 (base/float8.h): storage, casts and scaled_mm only; arithmetic ops reject them, as PyTorch's.
 constexpr DType kFloat8E4M3FN = DType::Float8E4M3FN;
 constexpr DType kFloat8E5M2 = DType::Float8E5M2;
 

@@ -3,9 +3,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "mixtrain/core/dtype.h"
-#include "mixtrain/core/float8.h"
-#include "mixtrain/core/half.h"
+#include "mixtrain/base/dtype.h"
+#include "mixtrain/base/float8.h"
+#include "mixtrain/base/half.h"
 
 namespace mixtrain {
 
