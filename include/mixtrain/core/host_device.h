@@ -1,0 +1,4 @@
+#pragma once
+// Moved to <mixtrain/base/host_device.h> (docs/ARCHITECTURE.md, "Public API"); this path stays for code
+// that includes it. Nothing in mixtrain includes it (scripts/check_layers.py).
+#include "mixtrain/base/host_device.h"
