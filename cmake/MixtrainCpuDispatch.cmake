@@ -1,6 +1,6 @@
 # Vector code chosen at run time. A portable build (MIXTRAIN_NATIVE off) compiles the CPU
-# backend's matrix product (src/backends/cpu/gemm_eigen.cpp) and its vector unary kernels
-# (src/backends/cpu/unary_vector.cpp) twice more, for AVX2+FMA and for
+# backend's matrix product (src/backends/cpu/gemm_eigen.cpp) and its vector kernels (GELU in
+# unary_vector.cpp, layer norm's rows in norm_vector.cpp) twice more, for AVX2+FMA and for
 # AVX-512, each copy in its own namespace with Eigen renamed (-DEigen=...) so that none of its
 # inline or template code can stand in for the portable code's; cpu_isa.cpp picks the copy
 # the CPU supports. With MIXTRAIN_NATIVE the portable copy is already built for this CPU.
@@ -18,14 +18,18 @@ function(mt_add_gemm_copy isa macro)
   target_compile_options(${_target} PRIVATE ${_flags})
   target_link_libraries(${_target} PRIVATE Eigen3::Eigen OpenMP::OpenMP_CXX)
   target_sources(mixtrain PRIVATE $<TARGET_OBJECTS:${_target}>)
-  # The vector unary kernels (src/backends/cpu/unary_vector.h), same copies, same choice.
-  add_library(mixtrain_unary_${isa} OBJECT ${PROJECT_SOURCE_DIR}/src/backends/cpu/unary_vector.cpp)
-  target_include_directories(mixtrain_unary_${isa} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include
+  # The vector kernels (src/backends/cpu/unary_vector.h, norm_vector.h), same copies, same choice.
+  add_library(mixtrain_vector_${isa} OBJECT ${PROJECT_SOURCE_DIR}/src/backends/cpu/unary_vector.cpp
+              ${PROJECT_SOURCE_DIR}/src/backends/cpu/norm_vector.cpp)
+  target_include_directories(mixtrain_vector_${isa} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include
                              ${PROJECT_BINARY_DIR}/include)
-  target_compile_definitions(mixtrain_unary_${isa} PRIVATE MT_VEC_ISA=vec_${isa})
-  target_compile_options(mixtrain_unary_${isa} PRIVATE ${_flags} -fno-math-errno)
-  target_sources(mixtrain PRIVATE $<TARGET_OBJECTS:mixtrain_unary_${isa}>)
-  foreach(_chooser cpu_isa.cpp gemm_dispatch.cpp unary_vector_dispatch.cpp)
+  target_compile_definitions(mixtrain_vector_${isa} PRIVATE MT_VEC_ISA=vec_${isa})
+  target_compile_options(mixtrain_vector_${isa} PRIVATE ${_flags} -fno-math-errno)
+  target_sources(mixtrain PRIVATE $<TARGET_OBJECTS:mixtrain_vector_${isa}>)
+  # Layer norm's results must not depend on the CPU: no fused multiply-adds in its copies.
+  set_source_files_properties(${PROJECT_SOURCE_DIR}/src/backends/cpu/norm_vector.cpp TARGET_DIRECTORY
+                              mixtrain_vector_${isa} PROPERTIES COMPILE_OPTIONS -ffp-contract=off)
+  foreach(_chooser cpu_isa.cpp gemm_dispatch.cpp vector_dispatch.cpp)
     set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/backends/cpu/${_chooser} TARGET_DIRECTORY mixtrain
                  APPEND PROPERTY COMPILE_DEFINITIONS ${macro})
   endforeach()

@@ -14,6 +14,7 @@
 
 #include "bench_prediction.h"
 #include "bench_report.h"
+#include "cpu_autocast.h"
 #include "commands.h"
 #include "common/cli.h"
 #include "tasks.h"
@@ -145,7 +146,17 @@ int run_bench(const std::vector<std::string>& argv) {
       ->check(flags::one_of({"default", "strict"}))
       ->type_name("default|strict");
   app->add_flag("--channels-last", spec.channels_last, "the UNet in NHWC");
+  // Which ops autocast lowers: on the CPU, PyTorch's own lists (bench/reference's torch.autocast)
+  // leave norms and activations in the input's type, where mixtrain's default lists widen them.
+  std::string cpu_autocast = "cuda";
+  app->add_option("--cpu-autocast", cpu_autocast,
+                  "the autocast lists: cuda (mixtrain's, as on a GPU) or pytorch (torch's CPU lists)")
+      ->check(flags::one_of(cpu_autocast_presets()))
+      ->type_name("cuda|pytorch");
   if (!flags::parse(*app, argv, std::cout)) return 0;
+  if (cpu_autocast != "cuda" && !spec.device.is_cpu())
+    throw std::runtime_error("--cpu-autocast " + cpu_autocast + " is for CPU runs, not --device " + spec.device.str());
+  apply_cpu_autocast_preset(cpu_autocast);
   std::vector<train::Precision> precisions;
   for (const auto& name : precision_names) precisions.push_back(train::parse_precision(name));
   cuda::set_allow_tf32(false);
@@ -163,6 +174,7 @@ int run_bench(const std::vector<std::string>& argv) {
                         {"size", task_size_name(spec.size)},
                         {"fp32_math", fp32_math},
                         {"channels_last", spec.channels_last},
+                        {"cpu_autocast", cpu_autocast},
                         {"steps", steps},
                         {"warmup", warmup},
                         {"results", nlohmann::json::array()}};

@@ -42,6 +42,21 @@ struct RankProcesses::Child {
     }
     std::cout.flush();
   }
+
+  // Reads what the pipe holds now (it is non-blocking); at end of file, flushes and closes it.
+  void read_available() {
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(out, buf, sizeof(buf))) > 0) pending.append(buf, static_cast<size_t>(n));
+    flush_lines(false);
+    if (n == 0) close_output();
+  }
+
+  void close_output() {
+    flush_lines(true);
+    close(out);
+    out = -1;
+  }
 };
 
 RankProcesses::RankProcesses(std::vector<std::string> program, LaunchGuardian& guardian)
@@ -95,18 +110,8 @@ std::vector<RankProcesses::Exit> RankProcesses::poll(int timeout_ms, int wake_fd
     if (c.out >= 0) fds.push_back({c.out, POLLIN, 0});
   if (wake_fd >= 0) fds.push_back({wake_fd, POLLIN, 0});
   ::poll(fds.data(), fds.size(), timeout_ms);
-  for (Child& c : children_) {
-    if (c.out < 0) continue;
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(c.out, buf, sizeof(buf))) > 0) c.pending.append(buf, static_cast<size_t>(n));
-    c.flush_lines(false);
-    if (n == 0) {
-      c.flush_lines(true);
-      close(c.out);
-      c.out = -1;
-    }
-  }
+  for (Child& c : children_)
+    if (c.out >= 0) c.read_available();
   std::vector<Exit> exits;
   for (Child& c : children_) {
     int status = 0;
@@ -115,13 +120,13 @@ std::vector<RankProcesses::Exit> RankProcesses::poll(int timeout_ms, int wake_fd
       exits.push_back({c.rank, exit_code(status)});
     }
   }
-  // A rank's child process may hold the pipe; stop reading once every rank has exited.
+  // A rank's child process may hold the pipe; stop reading once every rank has exited. What a
+  // rank wrote between the read above and its exit is still in the pipe: read it first.
   if (!running())
     for (Child& c : children_)
       if (c.out >= 0) {
-        c.flush_lines(true);
-        close(c.out);
-        c.out = -1;
+        c.read_available();
+        if (c.out >= 0) c.close_output();
       }
   return exits;
 }

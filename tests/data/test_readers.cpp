@@ -20,7 +20,7 @@ using mixtrain::testing::expect_error;
 namespace {
 
 std::string temp_path(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "mixtrain_data_test";
+  const std::string dir = ::testing::TempDir() + "mixtrain_data_test_" + std::to_string(::getpid());
   ::mkdir(dir.c_str(), 0755);
   return dir + "/" + name;
 }

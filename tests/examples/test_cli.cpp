@@ -32,7 +32,7 @@ size_t count_of(const std::string& s, const std::string& what) {
 }  // namespace
 
 TEST(MixtrainCli, BenchWritesJsonAndSvg) {
-  const std::string dir = ::testing::TempDir() + "mixtrain_bench_test";
+  const std::string dir = ::testing::TempDir() + "mixtrain_bench_test_" + std::to_string(::getpid());
   const CliRun r = run_mixtrain("bench --models mlp,transformer --size tiny --device cpu --steps 3 --warmup 1 --out " + dir);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   const nlohmann::json doc = nlohmann::json::parse(slurp(dir + "/bench.json"));
@@ -92,6 +92,12 @@ TEST(MixtrainCli, BenchWritesJsonAndSvg) {
   EXPECT_NE(strict.out.find("strict fp32 (no TF32); the reference's is default (not comparable)"), std::string::npos)
       << strict.out;
 
+  // PyTorch's CPU autocast lists, as bench/reference's torch.autocast("cpu") uses them: recorded.
+  const CliRun torch_lists = run_mixtrain("bench --models mlp --precisions bf16 --size tiny --device cpu --steps 1 "
+                                          "--warmup 0 --cpu-autocast pytorch --out " + dir);
+  ASSERT_EQ(torch_lists.code, 0) << torch_lists.err;
+  EXPECT_EQ(nlohmann::json::parse(slurp(dir + "/bench.json"))["cpu_autocast"], "pytorch");
+
   const CliRun bad_ref = run_mixtrain("bench --models mlp --steps 1 --out " + dir + " --reference " + dir + "/nope.json");
   EXPECT_NE(bad_ref.code, 0);
   EXPECT_NE(bad_ref.err.find("nope.json"), std::string::npos) << bad_ref.err;
@@ -99,7 +105,7 @@ TEST(MixtrainCli, BenchWritesJsonAndSvg) {
 
 // The transformer warms up over a tenth of the run's --steps (not of its preset's), then decays.
 TEST(MixtrainCli, TransformerWarmUpFollowsTheRunsSteps) {
-  const std::string log = ::testing::TempDir() + "mixtrain_warmup_test.jsonl";
+  const std::string log = ::testing::TempDir() + "mixtrain_warmup_test_" + std::to_string(::getpid()) + ".jsonl";
   const CliRun r = run_mixtrain("train transformer --synthetic --device cpu --batch-size 4 --steps 20 --log " + log);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   std::istringstream lines(slurp(log));
@@ -116,7 +122,7 @@ TEST(MixtrainCli, TransformerWarmUpFollowsTheRunsSteps) {
 }
 
 TEST(MixtrainCli, TrainLogsStepsAndResumes) {
-  const std::string dir = ::testing::TempDir() + "mixtrain_train_test";
+  const std::string dir = ::testing::TempDir() + "mixtrain_train_test_" + std::to_string(::getpid());
   const std::string log = dir + ".jsonl", ckpt = dir + "_ckpt";
   std::system(("rm -rf " + ckpt).c_str());
   const CliRun first = run_mixtrain("train mlp --synthetic --device cpu --steps 4 --batch-size 32 --log " + log + " --save " + ckpt);
@@ -247,7 +253,7 @@ TEST(MixtrainCli, UsageErrorsAreOneLineWithExitCode2) {
        {"train mlp --bogus 1", "train mlp --precision fp4", "train resnet", "bench --size huge", "bench --fp32-math tf16",
         "bench --models mlp,resnet", "train mlp --steps -3", "train mlp --save-every -1", "train mlp --lr 0",
         "train mlp --seed -1", "train", "train mlp unet", "policy --bogus", "policy --cpu-autocast tpu",
-        "bench --steps 0", "launch --nproc x -- true", "train mlp --cpu-autocast gpu", "frobnicate"}) {
+        "bench --steps 0", "launch --nproc x -- true", "train mlp --cpu-autocast gpu", "bench --cpu-autocast tpu", "frobnicate"}) {
     SCOPED_TRACE(args);
     const CliRun r = run_mixtrain(args);
     EXPECT_EQ(r.code, 2) << r.err;
@@ -294,7 +300,7 @@ TEST(MixtrainCli, EachCommandsHelpListsEveryFlagWithItsDefault) {
                  "--resume", "--log", "--cpu-autocast", "--synthetic", "--channels-last",
                  "--checkpoint-activations", "--memory-plan", "--zero"}},
       {"bench", {"--models", "--precisions", "--device", "--steps", "--warmup", "--size", "--out", "--reference",
-                 "--fp32-math", "--channels-last"}},
+                 "--fp32-math", "--channels-last", "--cpu-autocast"}},
       {"policy", {"--load", "--json", "--markdown", "--cpu-autocast"}},
       {"launch", {"--nproc,--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port", "--run-id",
                   "--rank-weights", "--rank-batches", "--rank-memory", "--max-restarts", "--elastic", "--join"}},

@@ -166,14 +166,14 @@ TEST(MixtrainLaunch, WeightsBeyondADoubleAndBatchesSmallerThanTheRanksAreClearEr
   const std::string why = "mixtrain train: rank weights \"1e308,1e308\": the weights add up to inf";
   EXPECT_TRUE(text.find("[rank 0] " + why) != std::string::npos || text.find("[rank 1] " + why) != std::string::npos)
       << text;
-  // One row for two ranks: both say why, neither blames the other for leaving.
+  // One row for two ranks: the first rank to stop says why (the launcher may stop the other before
+  // it gets there), and no rank blames the other for leaving.
   std::tie(code, text) = run("launch --nproc 2 -- " + exe +
                              " train mlp --synthetic --device cpu --precision fp32 --steps 2 --batch-size 1");
   EXPECT_EQ(code, 1) << text;
-  for (const char* rank : {"[rank 0] ", "[rank 1] "})
-    EXPECT_NE(text.find(std::string(rank) + "mixtrain train: data parallel: a global batch of 1 rows split over 2 ranks"),
-              std::string::npos)
-        << text;
+  const std::string split = "mixtrain train: data parallel: a global batch of 1 rows split over 2 ranks";
+  EXPECT_TRUE(text.find("[rank 0] " + split) != std::string::npos || text.find("[rank 1] " + split) != std::string::npos)
+      << text;
   EXPECT_EQ(text.find("Connection"), std::string::npos) << text;
   std::remove(out.c_str());
 }

@@ -39,7 +39,7 @@ TEST(MlpExample, SyntheticRegressionLossFalls) {
 }
 
 TEST(MlpExample, CsvRegressionLossFalls) {
-  const std::string path = ::testing::TempDir() + "mixtrain_mlp_test.csv";
+  const std::string path = ::testing::TempDir() + "mixtrain_mlp_test_" + std::to_string(::getpid()) + ".csv";
   {
     std::ofstream out(path);
     out << "u,v,target\n";

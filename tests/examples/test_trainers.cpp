@@ -164,7 +164,7 @@ TEST(TransformerExample, BertBaseSizes) {
 }
 
 TEST(TransformerExample, LearnsTextAndExplainsMissingCorpus) {
-  const std::string path = ::testing::TempDir() + "mixtrain_text.txt";
+  const std::string path = ::testing::TempDir() + "mixtrain_text_" + std::to_string(::getpid()) + ".txt";
   {
     std::ofstream out(path);
     for (int i = 0; i < 200; ++i) out << "the quick brown fox jumps over the lazy dog. ";

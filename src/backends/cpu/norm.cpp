@@ -5,11 +5,13 @@
 // compute type and is rounded once.
 #include <cmath>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "backends/norm.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
+#include "backends/cpu/norm_vector.h"
 
 namespace mixtrain::backends::cpu {
 
@@ -129,6 +131,64 @@ void row_norm_backward(const Tensor& x, const Tensor& grad_y, const RowLayout& l
         const double dxhat = static_cast<double>(static_cast<W>(grow[j])) * wv[ch];
         pdx[r * lay.len + j] = static_cast<T>(static_cast<W>(rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat)));
       });
+    }
+    affine.merge(gw, gb);
+  });
+  if (grad_weight.defined()) store_channel_values(affine.a, grad_weight);
+  if (grad_bias.defined()) store_channel_values(affine.b, grad_bias);
+}
+
+// ---- Layer norm's rows on the vector kernels (norm_vector.h), for the types that compute in
+// fp32: a half row is widened per row and its output rounded once, as the generic rows round it.
+template <class T>
+constexpr bool kVectorRows = std::is_same_v<acc_t<T>, float>;
+
+std::vector<float> float_values(const Tensor& t, int64_t n, double fill) {
+  const std::vector<double> v = channel_values(t, n, fill);
+  return std::vector<float>(v.begin(), v.end());
+}
+
+template <class T>
+void layer_norm_vector(const Tensor& x, const RowLayout& lay, double eps, const Tensor& weight, const Tensor& bias,
+                       const Tensor& out, const Tensor& mean, const Tensor& rstd) {
+  const LayerNormRowFn row_fn = norm_vector().forward;
+  const std::vector<float> wf = float_values(weight, lay.len, 1.0), bf = float_values(bias, lay.len, 0.0);
+  std::vector<double> mv(static_cast<size_t>(lay.rows)), rv(static_cast<size_t>(lay.rows));
+  const T* px = static_cast<const T*>(x.raw_data());
+  T* po = static_cast<T*>(out.raw_data());
+  parallel_for(lay.rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, lay.len)), [&](int64_t b, int64_t e) {
+    std::vector<float> xbuf, ybuf;
+    for (int64_t r = b; r < e; ++r) {
+      const float* xr = as_acc(px + r * lay.len, lay.len, xbuf);
+      float* yr = acc_out(po + r * lay.len, lay.len, ybuf);
+      row_fn(yr, lay.len, xr, wf.data(), bf.data(), eps, &mv[r], &rv[r]);
+      store_acc(yr, lay.len, po + r * lay.len);
+    }
+  });
+  store_channel_values(mv, mean);
+  store_channel_values(rv, rstd);
+}
+
+template <class T>
+void layer_norm_vector_backward(const Tensor& x, const Tensor& grad_y, const RowLayout& lay, const Tensor& mean,
+                                const Tensor& rstd, const Tensor& weight, const Tensor& grad_x,
+                                const Tensor& grad_weight, const Tensor& grad_bias) {
+  const LayerNormRowBackwardFn row_fn = norm_vector().backward;
+  const std::vector<float> wf = float_values(weight, lay.len, 1.0);
+  const std::vector<double> mv = channel_values(mean, lay.rows, 0.0), rv = channel_values(rstd, lay.rows, 1.0);
+  const T* px = static_cast<const T*>(x.raw_data());
+  const T* pg = static_cast<const T*>(grad_y.raw_data());
+  T* pdx = grad_x.defined() ? static_cast<T*>(grad_x.raw_data()) : nullptr;
+  SharedSums affine(lay.channels);  // a: sum dy * xhat (grad_weight), b: sum dy (grad_bias)
+  parallel_for(lay.rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, lay.len)), [&](int64_t b, int64_t e) {
+    std::vector<double> gw(static_cast<size_t>(lay.len), 0.0), gb(static_cast<size_t>(lay.len), 0.0);
+    std::vector<float> xbuf, gbuf, dxbuf;
+    for (int64_t r = b; r < e; ++r) {
+      const float* xr = as_acc(px + r * lay.len, lay.len, xbuf);
+      const float* gr = as_acc(pg + r * lay.len, lay.len, gbuf);
+      float* dxr = pdx ? acc_out(pdx + r * lay.len, lay.len, dxbuf) : nullptr;
+      row_fn(dxr, lay.len, xr, gr, wf.data(), mv[r], rv[r], gw.data(), gb.data());
+      if (pdx) store_acc(dxr, lay.len, pdx + r * lay.len);
     }
     affine.merge(gw, gb);
   });
@@ -296,7 +356,9 @@ void layer_norm(const Tensor& x, int64_t rows, int64_t cols, double eps, const T
   MT_CHECK(x.is_contiguous() && out.is_contiguous(), "layer_norm: expected contiguous tensors");
   const RowLayout lay{rows, cols, 1, 1, cols};
   dispatch_floating(x.dtype(), "layer_norm", [&](auto tag) {
-    row_norm_forward<typename decltype(tag)::type>(x, lay, eps, weight, bias, out, mean, rstd);
+    using T = typename decltype(tag)::type;
+    if constexpr (kVectorRows<T>) layer_norm_vector<T>(x, lay, eps, weight, bias, out, mean, rstd);
+    else row_norm_forward<T>(x, lay, eps, weight, bias, out, mean, rstd);
   });
 }
 
@@ -306,7 +368,11 @@ void layer_norm_backward(const Tensor& x, const Tensor& grad_y, int64_t rows, in
   MT_CHECK(x.is_contiguous() && grad_y.is_contiguous(), "layer_norm_backward: expected contiguous tensors");
   const RowLayout lay{rows, cols, 1, 1, cols};
   dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto tag) {
-    row_norm_backward<typename decltype(tag)::type>(x, grad_y, lay, mean, rstd, weight, grad_x, grad_weight, grad_bias);
+    using T = typename decltype(tag)::type;
+    if constexpr (kVectorRows<T>)
+      layer_norm_vector_backward<T>(x, grad_y, lay, mean, rstd, weight, grad_x, grad_weight, grad_bias);
+    else
+      row_norm_backward<T>(x, grad_y, lay, mean, rstd, weight, grad_x, grad_weight, grad_bias);
   });
 }
 
