@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "memory/backing.h"
-#include "mixtrain/core/device.h"
+#include "mixtrain/base/device.h"
 #include "mixtrain/memory/caching_allocator.h"
 
 namespace mm = mixtrain::memory;

@@ -4,35 +4,45 @@
 Each file of src/ and include/mixtrain/ belongs to a layer (the first pattern that matches
 its path); a project include ("..." form) of a file in a higher layer is an error. The one
 intended inversion, ops calling into amp through the hook pointer of ops/dispatch.h, needs no
-include and so is not listed. Usage: check_layers.py [REPO_ROOT]; exit 1 on a violation.
+include and so is not listed.
+
+Public headers that moved keep a forwarding header at their old path, for users' code only
+(FORWARDS): each holds nothing but the include of its new path, and no file of the project
+(src/, include/, tests/, examples/, apps/, bench/; tests/install/, which checks the old paths
+still compile, aside) includes one. Usage: check_layers.py [REPO_ROOT]; exit 1 on a violation.
 """
 import os
 import re
 import sys
 
-# Lowest first. A path is matched against the patterns in order; the first match wins.
+# Lowest first: one folder per layer (docs/ARCHITECTURE.md), matched against a path relative to
+# src/ or include/mixtrain/ (an include's "mixtrain/" prefix dropped); the first match wins.
 LAYERS = [
-    ("base", [r"core/(arg|checked_int|device|dtype|dtype_traits|elementwise_ops|error|float8|half|host_device|shape|rng)\.(h|cpp)$", r"core/config\.h", r"core/cpu_features\.h$"]),
-    ("memory", [r"memory/"]),
-    ("tensor", [r"core/"]),
-    # Grad mode is a thread-local flag that kernels set too (NoGradGuard around their scratch
-    # tensors), so it sits below the backends although it lives in autograd/.
-    ("grad_mode", [r"autograd/grad_mode\.(h|cpp)$"]),
-    ("backends", [r"backends/"]),
-    ("graph", [r"autograd/(node|saved)[a-z_]*\.(h|cpp)$"]),
-    ("ops", [r"ops/"]),
-    ("engine", [r"autograd/"]),
-    ("nn", [r"nn/"]),
-    ("optim", [r"optim/"]),
-    ("amp", [r"amp/"]),
-    ("data", [r"data/"]),
-    ("io", [r"io/"]),
-    ("distributed", [r"distributed/"]),
-    ("train", [r"train/"]),
-    ("umbrella", [r"mixtrain\.h$"]),
+    # config.h is generated into the build tree's include/mixtrain/.
+    ("base", [r"^base/", r"^config\.h$"]),
+    ("memory", [r"^memory/"]),
+    ("tensor", [r"^core/"]),
+    ("backends", [r"^backends/"]),
+    ("graph", [r"^autograd/"]),
+    ("ops", [r"^ops/"]),
+    ("engine", [r"^engine/"]),
+    ("nn", [r"^nn/"]),
+    ("optim", [r"^optim/"]),
+    ("amp", [r"^amp/"]),
+    ("data", [r"^data/"]),
+    ("io", [r"^io/"]),
+    ("distributed", [r"^distributed/"]),
+    ("train", [r"^train/"]),
+    ("umbrella", [r"^mixtrain\.h$"]),
 ]
 RANK = {name: i for i, (name, _) in enumerate(LAYERS)}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+ANY_INCLUDE = re.compile(r'^\s*#\s*include\s+["<]([^">]+)[">]', re.M)
+
+# Old path -> new path, relative to include/mixtrain/ (docs/ARCHITECTURE.md, "Public API").
+BASE_MOVED = "arg checked_int device dtype dtype_traits elementwise_ops error float8 half host_device rng scalar shape"
+FORWARDS = {f"core/{h}.h": f"base/{h}.h" for h in BASE_MOVED.split()}
+FORWARDS["autograd/grad_mode.h"] = "base/grad_mode.h"
 
 
 def layer_of(path):
@@ -73,11 +83,41 @@ def main():
                     other = layer_of(target)
                     if other is not None and RANK[other] > RANK[own]:
                         violations.append(f"src-or-include/{rel} ({own}) includes \"{inc}\" ({other}), a higher layer")
+    violations += check_forwards(root)
     for v in violations:
         print(v)
     print(f"check_layers: {files} files, {len(violations)} violations; layers low to high: "
           + " < ".join(name for name, _ in LAYERS))
     return 1 if violations else 0
+
+
+def check_forwards(root):
+    """Forwarding headers hold only their include, and the project never includes one."""
+    problems = []
+    for old, new in FORWARDS.items():
+        path = os.path.join(root, "include/mixtrain", old)
+        if not os.path.exists(path):
+            problems.append(f"include/mixtrain/{old}: the forwarding header to {new} is missing")
+            continue
+        with open(path, encoding="utf-8") as f:
+            code = [l for l in f.read().splitlines() if l.strip() and not l.lstrip().startswith("//")]
+        if code != ["#pragma once", f'#include "mixtrain/{new}"']:
+            problems.append(f"include/mixtrain/{old}: a forwarding header holds only '#include \"mixtrain/{new}\"'")
+    old_paths = {f"mixtrain/{old}" for old in FORWARDS}
+    for top in ("src", "include", "tests", "examples", "apps", "bench"):
+        for dirpath, _, names in os.walk(os.path.join(root, top)):
+            if os.path.relpath(dirpath, root).startswith(os.path.join("tests", "install")):
+                continue
+            for n in names:
+                if not n.endswith((".h", ".hpp", ".cpp", ".cuh", ".cu")):
+                    continue
+                path = os.path.join(dirpath, n)
+                with open(path, encoding="utf-8") as f:
+                    for inc in ANY_INCLUDE.findall(f.read()):
+                        if inc in old_paths:
+                            problems.append(f"{os.path.relpath(path, root)} includes the old path {inc}; "
+                                            f"use mixtrain/{FORWARDS[inc[len('mixtrain/'):]]}")
+    return problems
 
 
 if __name__ == "__main__":

@@ -7,11 +7,11 @@
 #include <optional>
 
 #include "common/cli.h"
-#include "mixtrain/core/checked_int.h"
+#include "mixtrain/base/checked_int.h"
+#include "mixtrain/distributed/zero.h"
 #include "mixtrain/memory/batch_fit.h"
 #include "mixtrain/memory/device_memory.h"
 #include "mixtrain/memory/plan.h"
-#include "mixtrain/distributed/zero.h"
 
 namespace mixtrain::cli {
 

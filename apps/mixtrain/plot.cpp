@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <mixtrain/core/error.h>
+#include <mixtrain/base/error.h>
 #include <mixtrain/core/file_reader.h>
 
 #include "svg_chart.h"

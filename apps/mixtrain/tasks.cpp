@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include <mixtrain/core/checked_int.h>
+#include <mixtrain/base/checked_int.h>
 
 #include "mlp/mlp_trainer.h"
 #include "transformer/transformer_trainer.h"

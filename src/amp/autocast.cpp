@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "amp/autocast_internal.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/ops/dispatch.h"
 
 namespace mixtrain::amp {

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "amp/autocast_internal.h"
-#include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/autograd/node.h"
+#include "mixtrain/base/grad_mode.h"
 
 namespace mixtrain::amp {
 

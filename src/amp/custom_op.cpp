@@ -4,8 +4,8 @@
 
 #include <optional>
 
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
 #include "mixtrain/ops/dispatch.h"
 
 namespace mixtrain::amp {

@@ -6,7 +6,7 @@
 
 #include "amp/autocast_internal.h"
 #include "mixtrain/amp/fp8.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/memory/trace.h"
 #include "mixtrain/ops/dispatch.h"
 #include "mixtrain/ops/fp8.h"

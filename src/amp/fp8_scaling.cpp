@@ -8,10 +8,10 @@
 #include "backends/fp8.h"
 #include "core/json_fields.h"
 #include "mixtrain/amp/fp8.h"
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/float8.h"
+#include "mixtrain/base/grad_mode.h"
 #include "mixtrain/core/factories.h"
-#include "mixtrain/core/float8.h"
 #include "mixtrain/memory/trace.h"
 #include "mixtrain/ops/functional.h"
 

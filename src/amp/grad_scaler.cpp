@@ -11,12 +11,12 @@
 #include <tuple>
 
 #include "backends/amp.h"
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/memory/trace.h"
-#include "mixtrain/core/error.h"
-#include "mixtrain/core/factories.h"
-#include "mixtrain/ops/functional.h"
 #include "core/json_fields.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
+#include "mixtrain/core/factories.h"
+#include "mixtrain/memory/trace.h"
+#include "mixtrain/ops/functional.h"
 
 namespace mixtrain::amp {
 

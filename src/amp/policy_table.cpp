@@ -8,7 +8,7 @@
 #include "core/input_file.h"
 #include "core/json_limits.h"
 #include "mixtrain/amp/cast_policy.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/core/file_reader.h"
 #include "mixtrain/ops/op_list.h"
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <atomic>
 
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
 
 namespace mixtrain::autograd {
 

@@ -4,7 +4,7 @@
 // its own, see amp.h).
 #include "backends/amp.h"
 #include "backends/copy.h"
-#include "mixtrain/autograd/grad_mode.h"
+#include "mixtrain/base/grad_mode.h"
 
 namespace mixtrain::backends {
 

@@ -14,7 +14,7 @@ struct AttentionShape {
   double scale;                // multiplies q . k
   bool causal;                 // top-left aligned: query i attends to keys j <= i
   // Dropout on the probabilities, p in [0, 1): probability (b, i, j) is kept, times 1 / (1 - p)
-  // rounded to the dtype, when dropout_keep(seed, offset + (b * l + i) * s + j, p) (core/rng.h):
+  // rounded to the dtype, when dropout_keep(seed, offset + (b * l + i) * s + j, p) (base/rng.h):
   // the draws and the test that dropout() takes on the contiguous [B, L, S] probabilities, so
   // the fused and the composite path drop the same elements for the same generator state.
   double dropout_p = 0.0;

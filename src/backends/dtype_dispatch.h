@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <utility>
 
-#include "mixtrain/core/dtype.h"
-#include "mixtrain/core/error.h"
-#include "mixtrain/core/float8.h"
+#include "mixtrain/base/dtype.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/float8.h"
 
 namespace mixtrain::backends {
 

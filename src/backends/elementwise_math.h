@@ -10,7 +10,7 @@
 #include <type_traits>
 
 #include "backends/kernel_types.h"
-#include "mixtrain/core/host_device.h"
+#include "mixtrain/base/host_device.h"
 
 namespace mixtrain::backends::math {
 

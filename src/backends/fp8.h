@@ -2,7 +2,7 @@
 // The fp8 family's kernels (ops/fp8.cpp: to_float8, scaled_mm, fp8_linear; amp's FP8 recipes):
 // scaled casts to the fp8 formats with the amax and saturation count in the same pass, the scale
 // update of the recipes, and the scaled matrix product. Numerics are written once in
-// core/float8.h (the encoders) and kernel_types.h (Fp8ScaleArgs), so the backends agree.
+// base/float8.h (the encoders) and kernel_types.h (Fp8ScaleArgs), so the backends agree.
 #include "backends/kernel.h"
 #include "backends/kernel_types.h"
 

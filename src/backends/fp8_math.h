@@ -2,7 +2,7 @@
 // The scale rule of the FP8 recipes (Fp8ScaleArgs in kernel_types.h), written once for the CPU
 // kernel and the CUDA one: scale = (fp8_max / max(amax, 1e-12)) / 2^margin in fp32 and its
 // inverse, or the previous scale where the rule keeps it.
-#include "mixtrain/core/host_device.h"
+#include "mixtrain/base/host_device.h"
 
 namespace mixtrain::backends {
 

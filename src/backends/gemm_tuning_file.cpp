@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "core/json_limits.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/core/file_reader.h"
 
 namespace mixtrain::backends {

@@ -12,8 +12,8 @@
 #include <atomic>
 #include <utility>
 
-#include "mixtrain/core/device.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/device.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/core/tensor.h"
 
 namespace mixtrain::backends {

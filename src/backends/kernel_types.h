@@ -4,11 +4,11 @@
 // kernels without the tensor headers.
 #include <cstdint>
 
-#include "mixtrain/core/elementwise_ops.h"
+#include "mixtrain/base/elementwise_ops.h"
 
 namespace mixtrain::backends {
 
-// The op lists are X-macros in mixtrain/core/elementwise_ops.h; everything per op is generated.
+// The op lists are X-macros in mixtrain/base/elementwise_ops.h; everything per op is generated.
 #define MT_ENUM_ENTRY(name, ...) name,
 enum class UnaryOp : uint8_t { MT_UNARY_OPS(MT_ENUM_ENTRY) };
 enum class BinaryOp : uint8_t { MT_BINARY_OPS(MT_ENUM_ENTRY) };

@@ -9,8 +9,8 @@
 #include "backends/families.h"
 #include "backends/kernel.h"
 #include "backends/meta/meta_backend.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/config.h"
-#include "mixtrain/core/error.h"
 
 namespace mixtrain::backends {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "core/input_file.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain {
 

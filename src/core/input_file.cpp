@@ -8,7 +8,7 @@
 #include <cstring>
 #include <utility>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::detail {
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::json_io {
 

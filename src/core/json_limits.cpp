@@ -3,7 +3,7 @@
 #include <utility>
 #include <vector>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::detail {
 

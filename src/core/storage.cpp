@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/memory/allocator.h"
 #include "mixtrain/memory/trace.h"
 

@@ -1,11 +1,11 @@
 // Tensor accessors and the parts of the handle that need no op. Methods that run ops (to_vector,
-// item and the math) live in src/ops/tensor_methods.cpp, backward() in src/autograd/engine.cpp.
+// item and the math) live in src/ops/tensor_methods.cpp, backward() in src/engine/engine.cpp.
 #include "mixtrain/core/tensor.h"
 
 #include <sstream>
 
-#include "mixtrain/core/dtype_traits.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/dtype_traits.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain {
 

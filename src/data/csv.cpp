@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/core/file_reader.h"
 

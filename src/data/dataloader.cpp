@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/core/checked_int.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/checked_int.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
 #include "mixtrain/memory/allocator.h"
 
 namespace mixtrain::data {

@@ -1,7 +1,7 @@
 // TensorDataset and the default collate (stacking examples into a batch).
 #include "mixtrain/data/dataset.h"
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/ops/functional.h"
 
 namespace mixtrain::data {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::data::detail {
 

@@ -6,8 +6,8 @@
 #include <algorithm>
 
 #include "data/gzip_source.h"
-#include "mixtrain/core/checked_int.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/checked_int.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/core/factories.h"
 
 namespace mixtrain::data {

@@ -5,9 +5,9 @@
 #include <limits>
 #include <numeric>
 
-#include "mixtrain/core/error.h"
-#include "mixtrain/core/rng.h"
 #include "core/json_fields.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/rng.h"
 
 namespace mixtrain::data {
 

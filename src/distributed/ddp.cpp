@@ -4,15 +4,15 @@
 #include <cmath>
 #include <sstream>
 
+#include "distributed/ddp_reducer.h"
+#include "distributed/internal.h"
 #include "mixtrain/amp/fp8.h"
 #include "mixtrain/amp/grad_scaler.h"
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/distributed/ddp.h"
 #include "mixtrain/distributed/rank_balancer.h"
-#include "distributed/ddp_reducer.h"
-#include "distributed/internal.h"
 
 namespace mixtrain::nn {
 

@@ -9,9 +9,9 @@
 #include <unordered_set>
 
 #include "backends/elementwise.h"
-#include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/autograd/node.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
 #include "mixtrain/core/factories.h"
 
 namespace mixtrain::nn {

@@ -19,9 +19,9 @@
 #include <nlohmann/json.hpp>
 
 #include "distributed/elastic_internal.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/rng.h"
 #include "mixtrain/core/factories.h"
-#include "mixtrain/core/rng.h"
 #include "mixtrain/distributed/sampler.h"
 
 namespace mixtrain::distributed {

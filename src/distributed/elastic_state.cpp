@@ -15,10 +15,10 @@
 
 #include "distributed/elastic_internal.h"
 #include "mixtrain/amp/grad_scaler.h"
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
+#include "mixtrain/base/rng.h"
 #include "mixtrain/core/factories.h"
-#include "mixtrain/core/rng.h"
 #include "mixtrain/nn/module.h"
 #include "mixtrain/optim/lr_scheduler.h"
 #include "mixtrain/optim/optimizer.h"

@@ -2,8 +2,8 @@
 // Gloo's ring all-reduce, broadcast, all-gather and barrier on CPU tensors. Built only when
 // libgloo was found (MIXTRAIN_HAVE_GLOO); otherwise every entry point explains what is missing.
 #include "distributed/internal.h"
-#include "mixtrain/core/error.h"
-#include "mixtrain/core/half.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/half.h"
 
 #if MIXTRAIN_HAVE_GLOO
 #include <gloo/allgather.h>

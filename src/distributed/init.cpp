@@ -6,7 +6,7 @@
 
 #include "distributed/rendezvous.h"
 #include "distributed/tcp_store.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::distributed {
 
@@ -120,7 +120,7 @@ std::shared_ptr<KeyValueStore> open_store(const std::string& spec, const LaunchE
     store = make_private_store();
   } else {
     const std::string run = run_id();
-    store = make_gloo_store(spec, run.empty() ? "" : "mixtrain-run/" + run + "/");
+    store = make_file_or_redis_store(spec, run.empty() ? "" : "mixtrain-run/" + run + "/");
   }
   store->who = "rank " + std::to_string(e.rank) + " of " + std::to_string(e.world_size);
   return store;

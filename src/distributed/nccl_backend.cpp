@@ -3,8 +3,8 @@
 // the communication thread polls their completion against the timeout, aborting the
 // communicator (ncclCommAbort) when a peer does not arrive. Built with MIXTRAIN_WITH_CUDA only.
 #include "distributed/internal.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/config.h"
-#include "mixtrain/core/error.h"
 
 #if MIXTRAIN_WITH_CUDA
 #include <cuda_runtime_api.h>

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "distributed/internal.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/core/factories.h"
 
 namespace mixtrain::distributed {

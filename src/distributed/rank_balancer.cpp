@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <numeric>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/distributed/sampler.h"
 
 namespace mixtrain::distributed {

@@ -9,7 +9,7 @@
 #include <numeric>
 #include <sstream>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/distributed/process_group.h"
 #include "mixtrain/distributed/sampler.h"

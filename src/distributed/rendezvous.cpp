@@ -15,7 +15,7 @@
 #include <sstream>
 
 #include "distributed/rendezvous.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::distributed {
 

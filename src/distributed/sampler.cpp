@@ -5,7 +5,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/distributed/process_group.h"
 #include "mixtrain/memory/batch_fit.h"
 #include "mixtrain/memory/dry_run.h"

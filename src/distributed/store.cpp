@@ -8,8 +8,8 @@
 #include <sstream>
 #include <thread>
 
-#include "distributed/internal.h"
-#include "mixtrain/core/error.h"
+#include "distributed/store.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::distributed {
 

@@ -22,7 +22,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::distributed {
 

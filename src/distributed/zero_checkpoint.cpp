@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/checkpoint_sharded.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/distributed/ddp.h"
 #include "mixtrain/distributed/zero.h"

@@ -18,10 +18,10 @@
 #include "io/checkpoint_dir.h"
 #include "io/checkpoint_files.h"
 #include "io/optimizer_files.h"
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
+#include "mixtrain/base/rng.h"
 #include "mixtrain/core/factories.h"
-#include "mixtrain/core/rng.h"
 #include "mixtrain/io/optimizer_state.h"
 
 namespace mixtrain::io {

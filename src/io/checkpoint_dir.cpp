@@ -13,8 +13,8 @@
 #include "io/checkpoint_internal.h"
 #include "io/file_util.h"
 #include "io/safetensors_internal.h"
-#include "mixtrain/core/error.h"
-#include "mixtrain/core/rng.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/rng.h"
 
 namespace mixtrain::io::detail {
 

@@ -4,10 +4,10 @@
 #include <cstring>
 #include <vector>
 
-#include "io/file_util.h"
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/core/error.h"
 #include "core/json_fields.h"
+#include "io/file_util.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
 
 namespace mixtrain::io::detail {
 

@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/io/safetensors.h"
 
 namespace mixtrain::io::detail {

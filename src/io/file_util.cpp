@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 #ifndef RENAME_EXCHANGE
 #define RENAME_EXCHANGE (1 << 1)

@@ -6,10 +6,10 @@
 
 #include "core/json_fields.h"
 #include "io/checkpoint_dir.h"
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/grad_mode.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/core/factories.h"
-#include "mixtrain/core/shape.h"
+#include "mixtrain/base/shape.h"
 
 namespace mixtrain::io::detail {
 

@@ -8,7 +8,7 @@
 
 #include "core/json_limits.h"
 #include "io/safetensors_internal.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "safetensors data is little-endian; this writer and reader copy host bytes as they are");

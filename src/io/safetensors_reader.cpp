@@ -9,7 +9,7 @@
 #include "core/input_file.h"
 #include "core/json_limits.h"
 #include "io/safetensors_internal.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::io {
 

@@ -4,7 +4,7 @@
 
 #include <map>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/io/safetensors.h"
 
 namespace mixtrain {

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memory/backing.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/memory/caching_allocator.h"
 #include "mixtrain/memory/device_memory.h"
 

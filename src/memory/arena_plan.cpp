@@ -7,8 +7,8 @@
 #include <numeric>
 #include <utility>
 
-#include "mixtrain/core/checked_int.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/checked_int.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::memory {
 

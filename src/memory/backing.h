@@ -6,7 +6,7 @@
 #include <functional>
 #include <memory>
 
-#include "mixtrain/core/device.h"
+#include "mixtrain/base/device.h"
 #include "mixtrain/memory/caching_allocator.h"
 
 namespace mixtrain::memory {

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/memory/device_memory.h"
 
 namespace mixtrain::memory {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "memory/step_session.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::memory {
 

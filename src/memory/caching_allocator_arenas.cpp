@@ -3,7 +3,7 @@
 #include <limits>
 
 #include "memory/step_session.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/memory/caching_allocator.h"
 
 namespace mixtrain::memory {

@@ -5,7 +5,7 @@
 #include <mutex>
 
 #include "memory/backing.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/memory/allocator.h"
 #include "mixtrain/memory/caching_allocator.h"
 

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::memory {
 

@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "memory/step_session.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::memory {
 namespace detail {

@@ -5,7 +5,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/memory/caching_allocator.h"
 #include "mixtrain/memory/dry_run.h"
 

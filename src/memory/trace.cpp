@@ -4,7 +4,7 @@
 
 #include <unordered_map>
 
-#include "mixtrain/core/checked_int.h"
+#include "mixtrain/base/checked_int.h"
 
 namespace mixtrain::memory {
 

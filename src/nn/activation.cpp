@@ -1,7 +1,7 @@
 // Activation modules and Dropout.
 #include "mixtrain/nn/activation.h"
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/nn/functional.h"
 
 namespace mixtrain::nn {

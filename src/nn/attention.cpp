@@ -1,7 +1,7 @@
 // MultiheadAttention.
 #include "mixtrain/nn/attention.h"
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/nn/functional.h"
 #include "mixtrain/nn/init.h"

@@ -5,7 +5,7 @@
 #include <string>
 #include <typeinfo>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/nn/activation.h"
 #include "mixtrain/nn/linear.h"
 #include "mixtrain/ops/op_list.h"

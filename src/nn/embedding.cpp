@@ -1,8 +1,8 @@
 // Embedding.
 #include "mixtrain/nn/embedding.h"
 
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/nn/functional.h"
 #include "mixtrain/nn/init.h"

@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/nn/skip_init.h"
 #include "mixtrain/ops/functional.h"

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/nn/init.h"
 #include "mixtrain/ops/functional.h"

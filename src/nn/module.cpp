@@ -7,8 +7,8 @@
 #include <sstream>
 #include <unordered_set>
 
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
 #include "mixtrain/memory/trace.h"
 #include "mixtrain/ops/functional.h"
 

@@ -3,10 +3,10 @@
 
 #include <cmath>
 
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/core/error.h"
-#include "mixtrain/memory/trace.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
 #include "mixtrain/core/factories.h"
+#include "mixtrain/memory/trace.h"
 #include "mixtrain/nn/init.h"
 
 namespace mixtrain::nn {
@@ -50,7 +50,7 @@ void BatchNorm2dImpl::reset_parameters() {
 Tensor BatchNorm2dImpl::forward(const Tensor& input) {
   MT_CHECK(input.defined() && input.dim() == 4 && input.size(1) == options_.num_features(),
            "BatchNorm2d: expected input [N, ", options_.num_features(), ", H, W], got ", describe(input));
-  // A checkpoint's recomputation (nn/checkpoint.h) normalizes with the batch's statistics as
+  // A checkpoint's recomputation (amp/recompute.h) normalizes with the batch's statistics as
   // the forward did, but leaves the running statistics and the count, already updated, alone.
   const bool recompute = is_training() && autograd::is_checkpoint_recompute();
   const bool tracking = options_.track_running_stats() && !recompute;

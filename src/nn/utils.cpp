@@ -5,11 +5,11 @@
 #include <vector>
 
 #include "backends/reduce.h"
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
+#include "mixtrain/core/factories.h"
 #include "mixtrain/memory/dry_run.h"
 #include "mixtrain/memory/trace.h"
-#include "mixtrain/core/factories.h"
 #include "mixtrain/ops/functional.h"
 
 namespace mixtrain::nn::utils {

@@ -11,7 +11,7 @@
 
 #include "backends/attention.h"
 #include "mixtrain/autograd/node.h"
-#include "mixtrain/core/rng.h"
+#include "mixtrain/base/rng.h"
 #include "mixtrain/memory/dry_run.h"
 #include "ops/op_helpers.h"
 

@@ -3,7 +3,7 @@
 // backward (backends/attention.h) instead of the composite, for the calls it covers.
 #include <cstdint>
 
-#include "mixtrain/core/shape.h"
+#include "mixtrain/base/shape.h"
 #include "mixtrain/core/tensor.h"
 
 namespace mixtrain::ops {

@@ -3,8 +3,8 @@
 #include <cmath>
 
 #include "backends/copy.h"
-#include "mixtrain/core/dtype_traits.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/dtype_traits.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain {
 

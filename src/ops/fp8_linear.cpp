@@ -5,7 +5,7 @@
 // as a plain sum. Each cast records its amax and saturation count in the layer's state.
 #include "backends/copy.h"
 #include "backends/fp8.h"
-#include "mixtrain/core/float8.h"
+#include "mixtrain/base/float8.h"
 #include "mixtrain/memory/trace.h"
 #include "mixtrain/ops/fp8.h"
 #include "ops/op_helpers.h"

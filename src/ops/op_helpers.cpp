@@ -2,7 +2,7 @@
 
 #include <sstream>
 
-#include "mixtrain/autograd/grad_mode.h"
+#include "mixtrain/base/grad_mode.h"
 
 namespace mixtrain::ops {
 

@@ -4,9 +4,9 @@
 #include <string>
 
 #include "backends/kernel_types.h"
-#include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/autograd/node.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/ops/dispatch.h"

@@ -5,11 +5,11 @@
 #include <cmath>
 
 #include "backends/optim.h"
-#include "mixtrain/core/error.h"
+#include "core/json_fields.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/optim/adamw.h"
 #include "optim/fused_update.h"
-#include "core/json_fields.h"
 
 namespace mixtrain::optim {
 

@@ -3,7 +3,7 @@
 #include "optim/fused_update.h"
 
 #include "backends/optim.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::optim::detail {
 

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <limits>
 
-#include "mixtrain/core/error.h"
 #include "core/json_fields.h"
+#include "mixtrain/base/error.h"
 
 using mixtrain::json_io::json_field;
 

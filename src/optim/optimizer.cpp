@@ -6,11 +6,11 @@
 #include <typeinfo>
 #include <unordered_set>
 
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/core/error.h"
+#include "core/json_fields.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/memory/trace.h"
-#include "core/json_fields.h"
 
 namespace mixtrain::optim {
 

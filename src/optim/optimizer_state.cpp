@@ -5,11 +5,11 @@
 #include <map>
 #include <set>
 
-#include "core/json_limits.h"
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/core/error.h"
-#include "mixtrain/optim/optimizer.h"
 #include "core/json_fields.h"
+#include "core/json_limits.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
+#include "mixtrain/optim/optimizer.h"
 
 namespace mixtrain::optim {
 

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::optim {
 

@@ -2,10 +2,10 @@
 
 #include <cmath>
 
-#include "mixtrain/core/error.h"
+#include "core/json_fields.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/core/factories.h"
 #include "optim/fused_update.h"
-#include "core/json_fields.h"
 
 namespace mixtrain::optim {
 

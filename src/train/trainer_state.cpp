@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/distributed/ddp.h"
 #include "mixtrain/io/checkpoint.h"
 #include "mixtrain/nn/utils.h"

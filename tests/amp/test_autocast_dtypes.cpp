@@ -58,7 +58,7 @@ std::map<std::string, Invoker> invokers() {
   m["div"] = {kFloats, [](DType d) { return div(make({2, 3}, d), positive({3}, d)); }};
   m["maximum"] = binary([](const Tensor& a, const Tensor& b) { return maximum(a, b); });
   m["minimum"] = binary([](const Tensor& a, const Tensor& b) { return minimum(a, b); });
-  // The plain unary ops, walked from their list (core/elementwise_ops.h).
+  // The plain unary ops, walked from their list (base/elementwise_ops.h).
 #define MT_PLAIN_UNARY(code, name) m[#name] = plain_unary(backends::UnaryOp::code, [](const Tensor& x) { return name(x); });
   MT_FOR_PLAIN_UNARY_OPS
 #undef MT_PLAIN_UNARY

@@ -83,7 +83,7 @@ std::map<std::string, Case> cases() {
   c["div"] = {[] { return binary(mt::div); }, {"in0", "in1"}};
   c["maximum"] = {[] { return binary(mt::maximum); }, {"in0", "in1"}};
   c["minimum"] = {[] { return binary(mt::minimum); }, {"in0", "in1"}};
-  // The plain unary ops, walked from their list (core/elementwise_ops.h): backward must read x
+  // The plain unary ops, walked from their list (base/elementwise_ops.h): backward must read x
   // or y exactly as the row says, since the ops layer saves only what the row names.
 #define MT_UNARY_CASE(code, name, reads_x, reads_y, kind) MT_UNARY_CASE_##kind(name, reads_x, reads_y)
 #define MT_UNARY_CASE_plain(name, reads_x, reads_y) \

@@ -15,7 +15,7 @@
 
 #include "backends/cpu/loops.h"
 #include "backends/cpu/threads.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/mixtrain.h"
 #include "support/testing.h"
 

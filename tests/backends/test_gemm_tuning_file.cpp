@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "backends/gemm_tuning_file.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::testing {
 namespace {

@@ -1,4 +1,4 @@
-// The fp8 dtypes and core/float8.h's scalar casts, bit for bit against PyTorch 2.15's CPU casts on
+// The fp8 dtypes and base/float8.h's scalar casts, bit for bit against PyTorch 2.15's CPU casts on
 // every fp16 and bf16 bit pattern and on millions of generated fp32 values: first the test's own
 // reference encoder (support/fp8_reference.h) is checked against PyTorch's results (CRC-32 of the
 // outputs, spot values, amax and saturation counts from tests/core/data/fp8_torch_reference.json),

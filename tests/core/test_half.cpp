@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "mixtrain/core/half.h"
+#include "mixtrain/base/half.h"
 
 #if defined(__F16C__)
 #include <immintrin.h>

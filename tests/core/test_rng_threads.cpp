@@ -7,8 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "mixtrain/base/rng.h"
 #include "mixtrain/core/factories.h"
-#include "mixtrain/core/rng.h"
 
 namespace mixtrain {
 namespace {

@@ -2,7 +2,8 @@
 # name no path of this machine, then configures, builds and runs a consumer project that uses
 # find_package(mixtrain) with CUDA hidden from CMake (no CUDAToolkit package, no nvcc on PATH),
 # with the README's training loops (examples/readme/amp_loop.cpp) as a second program and the
-# libtorch habits (consumer/libtorch_habits.cpp, against PyTorch's results) as a third, and checks
+# libtorch habits (consumer/libtorch_habits.cpp, against PyTorch's results) as a third, a program
+# on the public headers' old paths (consumer/old_header_paths.cpp) as a fourth, and checks
 # what the consumer's binary links: never libcudart, libcublas(Lt) or libcudnn itself, nor
 # through libmixtrain when mixtrain was built without CUDA.
 # Variables: BUILD (mixtrain's build dir), SOURCE (the consumer), WORK (scratch), MT_SOURCE_DIR,
@@ -73,6 +74,10 @@ execute_process(COMMAND ${WORK}/build/libtorch_habits ${MT_SOURCE_DIR}/tests/ops
 if(rc)
   message(FATAL_ERROR "the libtorch habits program (tests/install/consumer/libtorch_habits.cpp), built against the "
                       "package, disagrees with PyTorch or failed: ${rc}")
+endif()
+execute_process(COMMAND ${WORK}/build/old_header_paths RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "the program on the old header paths (tests/install/consumer/old_header_paths.cpp) failed: ${rc}")
 endif()
 execute_process(COMMAND ${WORK}/build/readme_loop RESULT_VARIABLE rc)
 if(rc)

@@ -9,7 +9,7 @@
 
 #include "memory/backing.h"
 #include "memory/counting_backing.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/memory/allocator.h"
 #include "mixtrain/memory/caching_allocator.h"
 #include "support/testing.h"

@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/memory/plan.h"
 
 namespace mixtrain::memory {

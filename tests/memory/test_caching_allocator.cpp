@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "memory/counting_backing.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/memory/caching_allocator.h"
 #include "support/testing.h"
 

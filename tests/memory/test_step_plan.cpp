@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "memory/counting_backing.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/memory/plan_cache.h"
 #include "mixtrain/memory/step_plan.h"
 

@@ -1,6 +1,6 @@
 #pragma once
 // The fp64 reference of every elementwise op: one row per entry of the op lists in
-// mixtrain/core/elementwise_ops.h, written with <cmath> and nothing of the library. The table-driven
+// mixtrain/base/elementwise_ops.h, written with <cmath> and nothing of the library. The table-driven
 // test (test_elementwise_table.cpp) walks the lists and fails, naming the op, where a row is
 // missing; a new op needs its row here and nothing else in the tests.
 #include <cmath>

@@ -1,7 +1,7 @@
 // Every elementwise op x every backend present x every floating dtype against the fp64 reference
 // rows of elementwise_reference.h: the kernels write into poisoned outputs, the public functions
 // are differentiated against finite differences. The test walks the op lists of
-// mixtrain/core/elementwise_ops.h (as ggml's test-backend-ops walks its op enum), so an op added
+// mixtrain/base/elementwise_ops.h (as ggml's test-backend-ops walks its op enum), so an op added
 // there is tested here without a new test.
 #include <cmath>
 #include <iostream>

@@ -119,7 +119,7 @@ mt::Fp8LinearState make_state(std::vector<float> scales) {
 }
 
 // The fp8 values a saturating cast of x * scale gives, decoded, divided by the scale: what the
-// product sees (core/float8.h's scalar encoder, itself checked against PyTorch in tests/core).
+// product sees (base/float8.h's scalar encoder, itself checked against PyTorch in tests/core).
 std::vector<double> quantized(const std::vector<double>& x, float scale, mt::DType fmt, int64_t* saturated) {
   std::vector<double> out;
   const float max = fmt == mt::kFloat8E4M3FN ? 448.0f : 57344.0f;

@@ -57,7 +57,7 @@ std::map<std::string, Case> cases() {
 #define MT_BINARY(op) c[#op] = binary([](const Tensor& a, const Tensor& b) { return mt::op(a, b); });
   MT_BINARY(add) MT_BINARY(sub) MT_BINARY(mul) MT_BINARY(div) MT_BINARY(maximum) MT_BINARY(minimum) MT_BINARY(pow)
 #undef MT_BINARY
-  // The plain unary ops, walked from their list (core/elementwise_ops.h).
+  // The plain unary ops, walked from their list (base/elementwise_ops.h).
 #define MT_PLAIN_UNARY(code, name) c[#name] = unary([](const Tensor& a) { return mt::name(a); });
   MT_FOR_PLAIN_UNARY_OPS
 #undef MT_PLAIN_UNARY

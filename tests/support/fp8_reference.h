@@ -1,7 +1,7 @@
 #pragma once
 // The fp8 cast reference the tests share (test_float8.cpp, test_cpu_fp8.cpp): PyTorch's results
 // from tests/core/data/fp8_torch_reference.json (written by make_fp8_reference.py), their inputs
-// regenerated here, and an encoder written independently of core/float8.h's bit manipulation
+// regenerated here, and an encoder written independently of base/float8.h's bit manipulation
 // (the nearest of the format's values found by search, ties to the even byte), which the tests
 // first check against PyTorch's results and then hold mixtrain's casts to, element by element.
 #include <algorithm>
@@ -16,7 +16,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "mixtrain/core/dtype.h"
+#include "mixtrain/base/dtype.h"
 
 namespace mixtrain::testing::fp8 {
 

@@ -12,8 +12,8 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "mixtrain/amp/cast_policy.h"
-#include "mixtrain/core/device.h"
-#include "mixtrain/core/dtype.h"
+#include "mixtrain/base/device.h"
+#include "mixtrain/base/dtype.h"
 
 namespace mixtrain::amp {
 

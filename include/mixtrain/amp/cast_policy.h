@@ -12,7 +12,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "mixtrain/ops/cast_policy.h"
+#include "mixtrain/ops/cast_policy_enum.h"
 
 namespace mixtrain::amp {
 

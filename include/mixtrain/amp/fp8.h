@@ -28,7 +28,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "mixtrain/amp/autocast.h"
-#include "mixtrain/core/arg.h"
+#include "mixtrain/base/arg.h"
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/nn/linear.h"
 #include "mixtrain/nn/module.h"

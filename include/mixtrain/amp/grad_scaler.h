@@ -23,7 +23,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "mixtrain/core/arg.h"
+#include "mixtrain/base/arg.h"
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/optim/optimizer.h"
 

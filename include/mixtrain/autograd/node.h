@@ -2,7 +2,8 @@
 // The autograd graph: each differentiable op call records a Node whose edges point at the nodes
 // that produced its inputs (or at the accumulator of a leaf). Backward formulas are closures
 // written with mixtrain ops; their captured SavedTensors are the saved tensors, checked against
-// in-place changes when read and freed as soon as the node has run.
+// in-place changes when read and freed as soon as the node has run. The engine that runs the
+// graph backward sits above the ops layer: engine/engine.h.
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -123,8 +124,5 @@ class SavedTensor {
 };
 
 inline SavedTensor saved(const Tensor& t, const char* role) { return SavedTensor(t, role); }
-
-// Runs backward from roots; grads must match roots' shapes (undefined: ones for scalars).
-void run_backward(const TensorList& roots, const TensorList& grads);
 
 }  // namespace mixtrain::autograd

@@ -3,8 +3,8 @@
 #include <initializer_list>
 #include <vector>
 
-#include "mixtrain/core/rng.h"
-#include "mixtrain/core/scalar.h"
+#include "mixtrain/base/rng.h"
+#include "mixtrain/base/scalar.h"
 #include "mixtrain/core/tensor.h"
 
 namespace mixtrain {

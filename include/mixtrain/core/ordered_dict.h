@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain {
 

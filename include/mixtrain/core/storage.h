@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "mixtrain/core/device.h"
+#include "mixtrain/base/device.h"
 
 namespace mixtrain {
 

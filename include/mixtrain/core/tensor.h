@@ -10,11 +10,11 @@
 #include <tuple>
 #include <vector>
 
-#include "mixtrain/core/device.h"
-#include "mixtrain/core/dtype.h"
-#include "mixtrain/core/elementwise_ops.h"
-#include "mixtrain/core/scalar.h"
-#include "mixtrain/core/shape.h"
+#include "mixtrain/base/device.h"
+#include "mixtrain/base/dtype.h"
+#include "mixtrain/base/elementwise_ops.h"
+#include "mixtrain/base/scalar.h"
+#include "mixtrain/base/shape.h"
 #include "mixtrain/core/storage.h"
 #include "mixtrain/core/tensor_options.h"
 
@@ -97,7 +97,7 @@ class Tensor {
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(dtype()); }
   // The values as PyTorch prints them: "tensor([[1., 2.],\n        [3., 4.]])", summarised with
   // "..." past PrintOptions::threshold elements, dtype shown unless float32/int64/bool, device
-  // unless cpu, then grad_fn or requires_grad (ops/tensor_habits.h). operator<< prints the same.
+  // unless cpu, then grad_fn or requires_grad (ops/printing.h). operator<< prints the same.
   std::string str() const;
   // A short description for messages: "Tensor[2, 3] float32 cpu" (no values, no device sync).
   std::string summary() const;
@@ -166,7 +166,7 @@ class Tensor {
   Tensor expand(const Shape& shape) const;
 
   // Math (methods mirror the free functions in <mixtrain/ops/functional.h>).
-  // x.neg(), x.exp(), ... x.square(): one per plain unary op (mixtrain/core/elementwise_ops.h).
+  // x.neg(), x.exp(), ... x.square(): one per plain unary op (mixtrain/base/elementwise_ops.h).
 #define MT_PLAIN_UNARY(code, name) Tensor name() const;
   MT_FOR_PLAIN_UNARY_OPS
 #undef MT_PLAIN_UNARY

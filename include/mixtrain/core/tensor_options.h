@@ -1,6 +1,6 @@
 #pragma once
-#include "mixtrain/core/device.h"
-#include "mixtrain/core/dtype.h"
+#include "mixtrain/base/device.h"
+#include "mixtrain/base/dtype.h"
 
 namespace mixtrain {
 

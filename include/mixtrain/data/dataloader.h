@@ -34,8 +34,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "mixtrain/core/arg.h"
-#include "mixtrain/core/device.h"
+#include "mixtrain/base/arg.h"
+#include "mixtrain/base/device.h"
 #include "mixtrain/data/dataset.h"
 #include "mixtrain/data/sampler.h"
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "mixtrain/core/arg.h"
+#include "mixtrain/base/arg.h"
 #include "mixtrain/distributed/process_group.h"
 #include "mixtrain/nn/module.h"
 

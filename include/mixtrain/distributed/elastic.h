@@ -32,7 +32,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "mixtrain/core/arg.h"
+#include "mixtrain/base/arg.h"
 #include "mixtrain/distributed/process_group.h"
 
 namespace mixtrain {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "mixtrain/core/arg.h"
+#include "mixtrain/base/arg.h"
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/distributed/rank_shares.h"
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "mixtrain/core/arg.h"
+#include "mixtrain/base/arg.h"
 
 namespace mixtrain::distributed {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "mixtrain/core/device.h"
+#include "mixtrain/base/device.h"
 
 namespace mixtrain::distributed {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "mixtrain/core/arg.h"
-#include "mixtrain/core/device.h"
+#include "mixtrain/base/arg.h"
+#include "mixtrain/base/device.h"
 #include "mixtrain/distributed/rank_shares.h"
 
 namespace mixtrain::distributed {

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "mixtrain/core/device.h"
+#include "mixtrain/base/device.h"
 
 namespace mixtrain::memory {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "mixtrain/core/device.h"
+#include "mixtrain/base/device.h"
 
 namespace mixtrain::memory {
 

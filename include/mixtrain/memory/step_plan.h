@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "mixtrain/core/device.h"
+#include "mixtrain/base/device.h"
 #include "mixtrain/memory/caching_allocator.h"
 #include "mixtrain/memory/plan.h"
 #include "mixtrain/memory/trace.h"

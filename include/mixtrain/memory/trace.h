@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "mixtrain/core/device.h"
+#include "mixtrain/base/device.h"
 
 namespace mixtrain::memory {
 

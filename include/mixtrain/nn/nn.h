@@ -1,8 +1,8 @@
 #pragma once
-// Everything in mixtrain::nn: modules, layers, containers, initialisers, functional ops.
+// Everything in mixtrain::nn: modules, layers, containers, initialisers, functional ops; not
+// nn::checkpoint, which recomputes under the autocast state and so sits above nn (amp/recompute.h).
 #include "mixtrain/nn/activation.h"
 #include "mixtrain/nn/attention.h"
-#include "mixtrain/nn/checkpoint.h"
 #include "mixtrain/nn/container.h"
 #include "mixtrain/nn/conv.h"
 #include "mixtrain/nn/embedding.h"

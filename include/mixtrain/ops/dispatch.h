@@ -5,7 +5,7 @@
 // hook, so composites are cast once, at the outside.
 #include <optional>
 
-#include "mixtrain/core/dtype.h"
+#include "mixtrain/base/dtype.h"
 #include "mixtrain/ops/op_list.h"
 
 namespace mixtrain {

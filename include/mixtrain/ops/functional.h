@@ -6,7 +6,7 @@
 #include <tuple>
 #include <vector>
 
-#include "mixtrain/core/elementwise_ops.h"
+#include "mixtrain/base/elementwise_ops.h"
 #include "mixtrain/core/tensor.h"
 
 namespace mixtrain {
@@ -45,7 +45,7 @@ Tensor div(const Tensor& a, double b);
 Tensor rdiv(const Tensor& a, double b);  // b / a
 Tensor pow(const Tensor& a, double exponent);
 // The plain unary ops (neg, exp, log, sqrt, tanh, ...), one per `plain` entry of MT_UNARY_OPS
-// (mixtrain/core/elementwise_ops.h).
+// (mixtrain/base/elementwise_ops.h).
 #define MT_PLAIN_UNARY(code, name) Tensor name(const Tensor& x);
 MT_FOR_PLAIN_UNARY_OPS
 #undef MT_PLAIN_UNARY

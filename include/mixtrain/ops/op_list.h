@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "mixtrain/ops/cast_policy.h"
+#include "mixtrain/ops/cast_policy_enum.h"
 
 #define MT_FORALL_OPS(_)                                   \
   /* casts and layout */                                   \

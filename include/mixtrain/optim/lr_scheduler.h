@@ -13,7 +13,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "mixtrain/core/arg.h"
+#include "mixtrain/base/arg.h"
 #include "mixtrain/optim/optimizer.h"
 
 namespace mixtrain::optim {

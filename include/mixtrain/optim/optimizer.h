@@ -22,7 +22,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "mixtrain/core/arg.h"
+#include "mixtrain/base/arg.h"
 #include "mixtrain/core/tensor.h"
 
 namespace mixtrain::optim {

@@ -17,7 +17,7 @@
 
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/amp/fp8.h"
-#include "mixtrain/core/device.h"
+#include "mixtrain/base/device.h"
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/data/dataloader.h"
 #include "mixtrain/distributed/process_group.h"

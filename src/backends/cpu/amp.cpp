@@ -11,7 +11,7 @@
 #include "backends/amp.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
-#include "mixtrain/core/half.h"
+#include "mixtrain/base/half.h"
 
 namespace mixtrain::backends::cpu {
 

@@ -24,7 +24,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/gemm_eigen.h"
 #include "backends/cpu/loops.h"
-#include "mixtrain/core/rng.h"
+#include "mixtrain/base/rng.h"
 
 namespace mixtrain::backends::cpu {
 

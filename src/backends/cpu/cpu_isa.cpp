@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/cpu_features.h"
+#include "base/cpu_features.h"
 
 namespace mixtrain::backends::cpu {
 

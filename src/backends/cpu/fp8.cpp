@@ -15,7 +15,7 @@
 #include "backends/cpu/loops.h"
 #include "backends/fp8.h"
 #include "backends/fp8_math.h"
-#include "mixtrain/autograd/grad_mode.h"
+#include "mixtrain/base/grad_mode.h"
 
 namespace mixtrain::backends::cpu {
 

@@ -1,4 +1,4 @@
-// Bulk fp8 conversions (fp8_convert.h): a portable loop over core/float8.h's scalar encoders, and
+// Bulk fp8 conversions (fp8_convert.h): a portable loop over base/float8.h's scalar encoders, and
 // an AVX-512 copy of the same arithmetic on 16 lanes, chosen at run time.
 #include "backends/cpu/fp8_convert.h"
 
@@ -9,8 +9,8 @@
 #include <type_traits>
 
 #include "backends/cpu/gemm_eigen.h"
-#include "mixtrain/core/error.h"
-#include "mixtrain/core/float8.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/float8.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -75,7 +75,7 @@ inline __m512 load16(const From* p) {
 
 inline __m512i c32(uint32_t v) { return _mm512_set1_epi32(static_cast<int>(v)); }
 
-// float_to_e4m3fn_bits / float_to_e5m2_bits of core/float8.h, lane by lane.
+// float_to_e4m3fn_bits / float_to_e5m2_bits of base/float8.h, lane by lane.
 template <class F8>
 inline __m128i encode16(__m512 v, bool saturate) {
   constexpr bool e5 = std::is_same_v<F8, Float8E5M2>;

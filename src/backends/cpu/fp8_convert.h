@@ -1,15 +1,15 @@
 #pragma once
 // Bulk conversions between fp32/fp16/bf16 and the fp8 formats on contiguous arrays, one thread's
 // share (callers split the work). To fp8: x * scale (when a scale is given) rounded by
-// core/float8.h's encoders, saturated or not, and in the same pass the amax (max |x| before the
+// base/float8.h's encoders, saturated or not, and in the same pass the amax (max |x| before the
 // scale, NaN ignored) and the count of values beyond the format's max (|x * scale| > max, inf
 // included, NaN not). An AVX-512 copy is chosen at run time with the GEMM's (MIXTRAIN_CPU_ISA caps
 // both); its results are the scalar code's bit for bit (tests/backends/test_cpu_fp8.cpp).
 // From fp8: table lookups, exact.
 #include <cstdint>
 
-#include "mixtrain/core/dtype.h"
-#include "mixtrain/core/half.h"
+#include "mixtrain/base/dtype.h"
+#include "mixtrain/base/half.h"
 
 namespace mixtrain::backends::cpu {
 

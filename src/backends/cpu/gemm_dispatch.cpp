@@ -10,8 +10,8 @@
 #include "backends/cpu/gemm_blocks.h"
 #include "backends/cpu/gemm_eigen.h"
 #include "backends/cpu/threads.h"
-#include "core/cpu_features.h"
-#include "mixtrain/core/error.h"
+#include "base/cpu_features.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::backends::cpu {
 

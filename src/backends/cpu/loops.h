@@ -12,12 +12,12 @@
 
 #include <omp.h>
 
-#include "mixtrain/core/dtype_traits.h"
-#include "mixtrain/core/error.h"
-#include "mixtrain/core/tensor.h"
 #include "backends/cpu/threads.h"
 #include "backends/dtype_dispatch.h"
 #include "backends/elementwise_math.h"
+#include "mixtrain/base/dtype_traits.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/core/tensor.h"
 
 namespace mixtrain::backends::cpu {
 

@@ -8,14 +8,14 @@
 #include <string>
 #include <type_traits>
 
-#include "backends/matmul.h"
 #include "backends/cpu/cpu_backend.h"
-#include "mixtrain/autograd/grad_mode.h"
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_eigen.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/onednn/onednn.h"
 #include "backends/cpu/verbose.h"
+#include "backends/matmul.h"
+#include "mixtrain/base/grad_mode.h"
 
 namespace mixtrain::backends::cpu {
 

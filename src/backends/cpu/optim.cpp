@@ -7,12 +7,12 @@
 #include <cmath>
 #include <limits>
 
-#include "backends/optim.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
+#include "backends/optim.h"
 #include "backends/optim_math.h"
-#include "mixtrain/core/error.h"
-#include "mixtrain/core/half.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/half.h"
 
 namespace mixtrain::backends::cpu {
 

@@ -1,8 +1,8 @@
 // Random fills from the counter-based generator and dropout, whose mask comes from the same draws.
-#include "backends/random.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
-#include "mixtrain/core/rng.h"
+#include "backends/random.h"
+#include "mixtrain/base/rng.h"
 
 namespace mixtrain::backends::cpu {
 

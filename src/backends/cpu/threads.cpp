@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::backends::cpu {
 

@@ -3,7 +3,7 @@
 #include "backends/cpu/cpu_isa.h"
 #include "backends/cpu/norm_vector.h"
 #include "backends/cpu/unary_vector.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::backends::cpu {
 

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "backends/cpu/threads.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::backends::cpu {
 

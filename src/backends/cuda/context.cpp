@@ -11,7 +11,7 @@
 #include "backends/cuda/pinned.h"
 #include "backends/cuda/workspace.h"
 #include "memory/backing.h"
-#include "mixtrain/core/device.h"
+#include "mixtrain/base/device.h"
 
 namespace mixtrain::backends::cuda {
 

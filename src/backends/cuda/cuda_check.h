@@ -5,7 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 #define MT_CUDA_CHECK(expr)                                                                             \
   do {                                                                                                  \

@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
-#include "mixtrain/core/dtype.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/dtype.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::backends::cuda {
 

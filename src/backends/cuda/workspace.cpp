@@ -6,7 +6,7 @@
 #include "backends/cuda/workspace.h"
 
 #include "backends/workspace.h"
-#include "mixtrain/core/device.h"
+#include "mixtrain/base/device.h"
 #include "mixtrain/memory/dry_run.h"
 
 namespace mixtrain::backends::cuda {

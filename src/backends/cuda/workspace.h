@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "mixtrain/core/dtype.h"
+#include "mixtrain/base/dtype.h"
 
 namespace mixtrain::backends::cuda {
 

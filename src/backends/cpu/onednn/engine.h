@@ -24,7 +24,7 @@
 #include <omp.h>
 
 #include "backends/cpu/threads.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::backends::cpu::onednn {
 

@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "backends/cpu/onednn/onednn.h"
+#include "mixtrain/base/error.h"
 #include "mixtrain/config.h"
-#include "mixtrain/core/error.h"
 
 namespace mixtrain::backends::cpu {
 

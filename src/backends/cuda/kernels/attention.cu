@@ -16,9 +16,9 @@
 // kernels (attention_mma.cu) instead.
 #include <cfloat>
 
-#include "backends/cuda/kernels/attention.h"
 #include "attention_common.cuh"
-#include "mixtrain/core/rng.h"
+#include "backends/cuda/kernels/attention.h"
+#include "mixtrain/base/rng.h"
 
 namespace mixtrain::kernels {
 
@@ -40,7 +40,7 @@ __device__ __forceinline__ bool visible(int r, int rows, int c, int cols, int64_
 }
 
 // The dropout factor of probability (b, i, j): `kept` or 0, from the draw backends/attention.h
-// names, with the keep test every dropout kernel shares (core/rng.h).
+// names, with the keep test every dropout kernel shares (base/rng.h).
 template <class A>
 __device__ __forceinline__ A dropout_factor(const AttentionDims& d, A kept, int64_t b, int64_t i, int64_t j) {
   const uint64_t n = d.offset + static_cast<uint64_t>((b * d.l + i) * d.s + j);

@@ -9,11 +9,11 @@
 #include <type_traits>
 #include <utility>
 
-#include "backends/dtype_dispatch.h"
 #include "backends/cuda/kernels/launch_args.h"
+#include "backends/dtype_dispatch.h"
 #include "backends/elementwise_math.h"
-#include "mixtrain/core/float8.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/float8.h"
 
 namespace mixtrain::kernels {
 
@@ -42,7 +42,7 @@ __device__ __forceinline__ float half_to_float(__half h) {
 
 // Converts like the CPU backend's copy(): half and fp8 types go through fp32 (so fp64 -> half
 // rounds twice, as PyTorch and the CPU backend do), bool is "nonzero". The fp8 encoders are
-// core/float8.h's, the CPU's own: the same bytes on both backends.
+// base/float8.h's, the CPU's own: the same bytes on both backends.
 template <class To, class From>
 __device__ __forceinline__ To convert(From v) {
   if constexpr (std::is_same_v<To, From>) {

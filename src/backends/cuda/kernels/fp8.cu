@@ -1,6 +1,6 @@
 // The fp8 family's device code (backends/fp8.h): the scaled cast with its amax and saturation
 // count in the same pass, and the recipes' scale update. The arithmetic is the CPU's, written once:
-// core/float8.h's encoders and backends/fp8_math.h's scale rule.
+// base/float8.h's encoders and backends/fp8_math.h's scale rule.
 #include "backends/cuda/kernels/fp8.h"
 #include "backends/fp8_math.h"
 #include "common.cuh"

@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "backends/kernel_types.h"
-#include "mixtrain/core/dtype.h"
+#include "mixtrain/base/dtype.h"
 
 namespace mixtrain::kernels {
 

@@ -2,7 +2,7 @@
 // only, so the values equal the CPU backend's (backends/cpu/random.cpp).
 #include "backends/cuda/kernels/random.h"
 #include "elementwise_loops.cuh"
-#include "mixtrain/core/rng.h"
+#include "mixtrain/base/rng.h"
 
 namespace mixtrain::kernels {
 

@@ -1,10 +1,10 @@
-#include "mixtrain/core/device.h"
+#include "mixtrain/base/device.h"
 
 #include <atomic>
 #include <cstdlib>
 
+#include "mixtrain/base/error.h"
 #include "mixtrain/config.h"
-#include "mixtrain/core/error.h"
 
 namespace mixtrain {
 

@@ -1,6 +1,9 @@
 #pragma once
-// Activation checkpointing (torch.utils.checkpoint): run a region of the model without keeping
-// its intermediate activations, and recompute them in backward.
+// Activation checkpointing by recomputation (torch.utils.checkpoint): run a region of the model
+// without keeping its intermediate activations, and recompute them in backward. The function
+// keeps PyTorch's name, nn::checkpoint; it lives in the amp layer because the recomputation
+// replays the forward's autocast state (docs/ARCHITECTURE.md). Saved training state is another
+// thing: io/checkpoint.h.
 //
 //   Tensor y = nn::checkpoint([&](const Tensor& x) { return block->forward(x); }, x);
 //

@@ -1,4 +1,4 @@
-#include "mixtrain/core/rng.h"
+#include "mixtrain/base/rng.h"
 
 namespace mixtrain {
 

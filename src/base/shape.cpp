@@ -1,11 +1,11 @@
-#include "mixtrain/core/shape.h"
+#include "mixtrain/base/shape.h"
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <sstream>
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain {
 

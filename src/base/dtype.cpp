@@ -1,6 +1,6 @@
-#include "mixtrain/core/dtype.h"
+#include "mixtrain/base/dtype.h"
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain {
 

@@ -1,4 +1,4 @@
-#include "mixtrain/core/scalar.h"
+#include "mixtrain/base/scalar.h"
 
 namespace mixtrain {
 

@@ -8,10 +8,10 @@
 #include <mutex>
 #include <sstream>
 
-#include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/autograd/node.h"
+#include "mixtrain/base/grad_mode.h"
 #include "mixtrain/ops/functional.h"
-#include "mixtrain/ops/tensor_habits.h"
+#include "mixtrain/ops/printing.h"
 
 namespace mixtrain {
 

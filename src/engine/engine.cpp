@@ -1,13 +1,14 @@
 // The backward engine: counts dependencies over the graph reachable from the roots, then runs
 // nodes in an order where each node sees the sum of all gradients flowing into it. Saved tensors
 // are dropped as soon as their node has run, so activations are released during backward.
+#include "mixtrain/engine/engine.h"
+
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
 
-#include "mixtrain/autograd/grad_mode.h"
-#include "mixtrain/autograd/node.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
 #include "mixtrain/core/factories.h"
 #include "mixtrain/memory/trace.h"
 #include "mixtrain/ops/dispatch.h"

@@ -1,8 +1,9 @@
-// Gloo's own stores as rendezvous stores: the file store (a directory every rank reaches: one
-// host, or a shared file system) and the Redis store (a redis-server every rank reaches). Both
-// refuse to overwrite a key, so each rank removes the keys it set once every rank has read them.
+// The file store (a directory every rank reaches: one host, or a shared file system) and the
+// Redis store (a redis-server every rank reaches) as rendezvous stores for any backend, NCCL's
+// too, on Gloo's implementations of them. Both refuse to overwrite a key, so each rank removes
+// the keys it set once every rank has read them.
 #include "distributed/internal.h"
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 #if MIXTRAIN_HAVE_GLOO
 #include <gloo/config.h>
@@ -69,17 +70,17 @@ struct RedisStore : gloo::rendezvous::RedisStore {
 };
 #endif
 
-class GlooStore : public KeyValueStore {
+class FileOrRedisStore : public KeyValueStore {
  public:
   // owned_dir: a directory this store made and removes when it goes.
   // prefix: before every key (the job's id, so jobs with different ids never meet each other's keys).
-  GlooStore(std::unique_ptr<FileStore> file, std::string spec, std::string prefix, std::string owned_dir = "")
+  FileOrRedisStore(std::unique_ptr<FileStore> file, std::string spec, std::string prefix, std::string owned_dir = "")
       : file_(std::move(file)), spec_(std::move(spec)), prefix_(std::move(prefix)), owned_dir_(std::move(owned_dir)) {}
 #if MT_REDIS_STORE
-  GlooStore(std::unique_ptr<RedisStore> redis, std::string spec, std::string prefix)
+  FileOrRedisStore(std::unique_ptr<RedisStore> redis, std::string spec, std::string prefix)
       : redis_(std::move(redis)), spec_(std::move(spec)), prefix_(std::move(prefix)) {}
 #endif
-  ~GlooStore() override {
+  ~FileOrRedisStore() override {
     if (owned_dir_.empty()) return;
     forget_own_keys();
     rmdir(owned_dir_.c_str());  // best effort: a destructor must not throw
@@ -167,14 +168,14 @@ class GlooStore : public KeyValueStore {
 
 }  // namespace
 
-std::shared_ptr<KeyValueStore> make_gloo_store(const std::string& spec, const std::string& prefix) {
+std::shared_ptr<KeyValueStore> make_file_or_redis_store(const std::string& spec, const std::string& prefix) {
   if (spec.rfind("file:", 0) == 0) {
     const std::string dir = spec.substr(5);
     MT_CHECK(!dir.empty(), "distributed: store \"", spec, "\" names no directory");
     // Gloo's FileStore needs the directory to exist; every rank may race to create it.
     if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
       MT_ERROR("distributed: cannot create the store directory ", dir, ": ", std::strerror(errno));
-    return std::make_shared<GlooStore>(std::make_unique<FileStore>(dir), spec, prefix);
+    return std::make_shared<FileOrRedisStore>(std::make_unique<FileStore>(dir), spec, prefix);
   }
   if (spec.rfind("redis:", 0) == 0) {
     std::string rest = spec.substr(6);
@@ -187,7 +188,8 @@ std::shared_ptr<KeyValueStore> make_gloo_store(const std::string& spec, const st
              "distributed: store \"", spec, "\" is not redis://host:port");
 #if MT_REDIS_STORE
     try {
-      return std::make_shared<GlooStore>(std::make_unique<RedisStore>(host, static_cast<int>(port)), spec, prefix);
+      return std::make_shared<FileOrRedisStore>(std::make_unique<RedisStore>(host, static_cast<int>(port)), spec,
+                                                prefix);
     } catch (const std::exception& e) {
       MT_ERROR("distributed: cannot reach the Redis store at ", host, ":", port, ": ", e.what());
     }
@@ -203,12 +205,14 @@ std::shared_ptr<KeyValueStore> make_private_store() {
   std::string tmpl = std::string(base && *base ? base : "/tmp") + "/mixtrain-store-XXXXXX";
   MT_CHECK(mkdtemp(tmpl.data()) != nullptr, "distributed: cannot create a store directory ", tmpl, ": ",
            std::strerror(errno));
-  return std::make_shared<GlooStore>(std::make_unique<FileStore>(tmpl), "file:" + tmpl, "", tmpl);
+  return std::make_shared<FileOrRedisStore>(std::make_unique<FileStore>(tmpl), "file:" + tmpl, "", tmpl);
 }
 
 #else  // no Gloo in this build
 
-std::shared_ptr<KeyValueStore> make_gloo_store(const std::string&, const std::string&) { MT_ERROR("distributed: ", unavailable_reason()); }
+std::shared_ptr<KeyValueStore> make_file_or_redis_store(const std::string&, const std::string&) {
+  MT_ERROR("distributed: ", unavailable_reason());
+}
 
 std::shared_ptr<KeyValueStore> make_private_store() { MT_ERROR("distributed: ", unavailable_reason()); }
 

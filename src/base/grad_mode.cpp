@@ -1,4 +1,4 @@
-#include "mixtrain/autograd/grad_mode.h"
+#include "mixtrain/base/grad_mode.h"
 
 namespace mixtrain::autograd {
 

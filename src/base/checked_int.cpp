@@ -1,6 +1,6 @@
-#include "mixtrain/core/checked_int.h"
+#include "mixtrain/base/checked_int.h"
 
-#include "mixtrain/core/error.h"
+#include "mixtrain/base/error.h"
 
 namespace mixtrain::detail {
 

@@ -1,9 +1,9 @@
-#include "mixtrain/core/half.h"
+#include "mixtrain/base/half.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
-#include "core/cpu_features.h"
+#include "base/cpu_features.h"
 #define MT_X86 1
 #endif
 

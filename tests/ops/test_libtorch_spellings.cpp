@@ -15,7 +15,7 @@ using mt::testing::random_tensor;
 using mt::testing::to_doubles;
 using mt::testing::tolerance_for;
 
-TEST(TensorHabits, ReductionsByOneDim) {
+TEST(LibtorchSpellings, ReductionsByOneDim) {
   const Tensor x = random_tensor({3, 4, 5}, mt::kFloat32, 1);
   EXPECT_EQ(to_doubles(x.sum(1)), to_doubles(x.sum({1})));
   EXPECT_EQ(x.sum(1).shape(), (mt::Shape{3, 5}));
@@ -42,7 +42,7 @@ TEST(TensorHabits, ReductionsByOneDim) {
   EXPECT_EQ(x.max().dim(), 0);
 }
 
-TEST(TensorHabits, ComparisonsReturnBoolTensors) {
+TEST(LibtorchSpellings, ComparisonsReturnBoolTensors) {
   const Tensor a = mt::from_vector(std::vector<float>{1, 2, 3, 4}, {4});
   const Tensor b = mt::from_vector(std::vector<float>{4, 2, 1, 4}, {4});
   auto as_ints = [](const Tensor& t) {
@@ -86,7 +86,7 @@ std::vector<double> ref_var(const std::vector<double>& x, int64_t a, int64_t b, 
 }
 }  // namespace
 
-TEST(TensorHabits, VarStdAgainstFp64) {
+TEST(LibtorchSpellings, VarStdAgainstFp64) {
   for (mt::DType dt : mt::testing::float_types()) {
     SCOPED_TRACE(mt::dtype_name(dt));
     const Tensor x = random_tensor({6, 7}, dt, 3, -2.0, 3.0);
@@ -112,7 +112,7 @@ TEST(TensorHabits, VarStdAgainstFp64) {
                         {random_tensor({3, 4, 2}, mt::kFloat64, 5)}));
 }
 
-TEST(TensorHabits, IndexSelectForwardAndBackward) {
+TEST(LibtorchSpellings, IndexSelectForwardAndBackward) {
   for (mt::DType dt : mt::testing::float_types()) {
     SCOPED_TRACE(mt::dtype_name(dt));
     const Tensor x = random_tensor({4, 5, 3}, dt, 7);
@@ -151,7 +151,7 @@ TEST(TensorHabits, IndexSelectForwardAndBackward) {
   expect_error([&] { (void)ints.index_select(0, mt::zeros({1})); }, "index must be an int64 tensor");
 }
 
-TEST(TensorHabits, RequiresGradAndDeviceConstants) {
+TEST(LibtorchSpellings, RequiresGradAndDeviceConstants) {
   Tensor w = mt::zeros({2});
   EXPECT_TRUE(w.requires_grad_().requires_grad());
   EXPECT_FALSE(w.requires_grad_(false).requires_grad());

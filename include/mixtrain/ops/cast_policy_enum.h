@@ -1,6 +1,7 @@
 #pragma once
-// How autocast treats an op's floating inputs. The ops layer owns each op's policy as data;
-// the amp layer decides what to do with it.
+// The CastPolicy values (how autocast treats an op's floating inputs) and their names. The ops
+// layer owns each op's policy as data (op_list.h); the amp layer's policy table
+// (amp/cast_policy.h) reads and overrides it and decides what to do with it.
 #include <string>
 
 namespace mixtrain::amp {

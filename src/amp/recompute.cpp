@@ -1,15 +1,15 @@
-// nn::checkpoint: a forward under NoGradGuard recorded as one autograd node whose backward
-// recomputes the region under the forward's autocast and generator state and backpropagates
-// through the recomputation with a nested backward (the engine is reentrant: its state is local
-// to each run_backward call). Declared in the nn layer (nn/checkpoint.h) but defined here, in the
-// amp layer above it, because it saves and restores the autocast state (amp::AutocastState).
-#include "mixtrain/nn/checkpoint.h"
+// nn::checkpoint (recompute.h): a forward under NoGradGuard recorded as one autograd node whose
+// backward recomputes the region under the forward's autocast and generator state and
+// backpropagates through the recomputation with a nested backward (the engine is reentrant: its
+// state is local to each run_backward call).
+#include "mixtrain/amp/recompute.h"
 
 #include "mixtrain/amp/custom_op.h"
-#include "mixtrain/autograd/grad_mode.h"
 #include "mixtrain/autograd/node.h"
-#include "mixtrain/core/error.h"
-#include "mixtrain/core/rng.h"
+#include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
+#include "mixtrain/base/rng.h"
+#include "mixtrain/engine/engine.h"
 
 namespace mixtrain::nn {
 

@@ -1,0 +1,49 @@
+#pragma once
+// The elementwise op lists, one X-macro each, as plain data with no includes: the single source
+// of the backends' op codes (UnaryOp, BinaryOp, CompareOp), their names, the compile-time
+// switches, what a unary backward reads, and the public functions mixtrain::fn / Tensor::fn of
+// the plain unary ops. docs/ADDING_AN_OP.md walks through adding an entry.
+//
+// Unary columns: code, function name (also the op id in ops/op_list.h, which holds the autocast
+// policy), whether the backward formula reads the forward's input x, whether it reads the output
+// y (the ops layer saves only what it reads), and the signature: `plain` ops are fn(x) and their
+// public functions are generated; `alpha` ops take a scalar (fn(x, double)) and are written out.
+#define MT_UNARY_OPS(X)                     \
+  X(Neg, neg, false, false, plain)          \
+  X(Exp, exp, false, true, plain)           \
+  X(Log, log, true, false, plain)           \
+  X(Sqrt, sqrt, false, true, plain)         \
+  X(Rsqrt, rsqrt, false, true, plain)       \
+  X(Tanh, tanh, false, true, plain)         \
+  X(Sigmoid, sigmoid, false, true, plain)   \
+  X(Relu, relu, true, false, plain)         \
+  X(Gelu, gelu, true, false, plain)         \
+  X(Silu, silu, true, false, plain)         \
+  X(Abs, abs, true, false, plain)           \
+  X(Pow, pow, true, false, alpha)           \
+  X(Square, square, true, false, plain)     \
+  X(ClampMin, clamp_min, true, false, alpha) \
+  X(ClampMax, clamp_max, true, false, alpha)
+
+// Binary and comparison columns: code, name.
+#define MT_BINARY_OPS(X) \
+  X(Add, add) X(Sub, sub) X(Mul, mul) X(Div, div) X(Pow, pow) X(Maximum, maximum) X(Minimum, minimum)
+#define MT_COMPARE_OPS(X) X(Eq, eq) X(Ne, ne) X(Lt, lt) X(Le, le) X(Gt, gt) X(Ge, ge)
+
+// The plain unary ops: define MT_PLAIN_UNARY(code, name), expand MT_FOR_PLAIN_UNARY_OPS, undefine it.
+#define MT_FOR_PLAIN_UNARY_OPS MT_UNARY_OPS(MT_SELECT_PLAIN_UNARY)
+#define MT_SELECT_PLAIN_UNARY(code, name, reads_x, reads_y, kind) MT_SELECT_PLAIN_UNARY_##kind(code, name)
+#define MT_SELECT_PLAIN_UNARY_plain(code, name) MT_PLAIN_UNARY(code, name)
+#define MT_SELECT_PLAIN_UNARY_alpha(code, name)
+
+namespace mixtrain {
+#define MT_COUNT_ENTRY(...) +1
+constexpr int kNumUnaryOps = 0 MT_UNARY_OPS(MT_COUNT_ENTRY);
+constexpr int kNumBinaryOps = 0 MT_BINARY_OPS(MT_COUNT_ENTRY);
+constexpr int kNumCompareOps = 0 MT_COMPARE_OPS(MT_COUNT_ENTRY);
+#undef MT_COUNT_ENTRY
+// Every per-op table is generated from the lists, so a count only changes on purpose: bump it
+// with the entry you add (it also guards the uint8_t op codes against overflow).
+static_assert(kNumUnaryOps == 15 && kNumBinaryOps == 7 && kNumCompareOps == 6,
+              "an elementwise op list changed: update this count, and the op's formula and reference row");
+}  // namespace mixtrain
