@@ -35,11 +35,12 @@ int64_t onednn_calls();
 // the vdpbf16ps kernel between 64^3 (0.94x) and 96^3 (1.05x) multiply-adds, fp32 ones Eigen
 // between 96^3 (0.87x) and 128^3 (1.21x); convolutions of 16 channels and more were 1.1-3.5x
 // faster from the tiny UNet's sizes up, but with 8 channels (padded to oneDNN's blocks of 16) up
-// to 1.8x slower. Re-measure on a machine with AMX, whose bf16 products pay sooner. The fp32
-// threshold is one step above the square sweep's: the tiny MLP's products (64 rows, 2^21 to
-// 2^21.7 multiply-adds) ran as fast per call on oneDNN but its step was 1.2-1.45x slower than on
-// Eigen (5 alternated rounds, 2026-11-28); the tiny transformer's (2^21.6 to 2^22) were level.
-constexpr int64_t kOneDnnGemmMinMacsBf16 = int64_t{1} << 19;
+// to 1.8x slower. Re-measure on a machine with AMX, whose bf16 products pay sooner. Both GEMM
+// thresholds sit above the square sweep's: products with a side of 64 (the tiny MLP's, 2^21 to
+// 2^21.7 multiply-adds) ran 1.2-1.6x slower per call on oneDNN in bf16 than on vdpbf16ps and no
+// faster in fp32, and the tiny MLP's step was 1.15-1.45x slower with oneDNN (5 alternated rounds,
+// 2026-11-28); the tiny transformer's products (2^21.6 to 2^22) were level either way.
+constexpr int64_t kOneDnnGemmMinMacsBf16 = int64_t{1} << 22;
 constexpr int64_t kOneDnnGemmMinMacsFp32 = int64_t{1} << 22;
 constexpr int64_t kOneDnnConvMinMacs = int64_t{1} << 20;
 constexpr int64_t kOneDnnConvMinChannels = 16;  // per group, input and output (depthwise: any)
