@@ -12,6 +12,7 @@
 
 #include <omp.h>
 
+#include "backends/cpu/lane_sum.h"
 #include "backends/cpu/threads.h"
 #include "backends/dtype_dispatch.h"
 #include "backends/elementwise_math.h"
@@ -152,21 +153,6 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
     const int64_t b = std::min<int64_t>(n, t * chunk), e = std::min<int64_t>(n, b + chunk);
     if (b < e) f(b, e);
   });
-}
-
-// The sum of f(k) over [0, n) in independent lanes, so the adds pipeline (and vectorize) instead
-// of waiting on one accumulator. The grouping depends only on n: results are reproducible.
-template <class S = double, class F>
-S lane_sum(int64_t n, F&& f) {
-  constexpr int kLanes = 8;
-  S lane[kLanes] = {};
-  int64_t k = 0;
-  for (; k + kLanes <= n; k += kLanes)
-    for (int l = 0; l < kLanes; ++l) lane[l] += f(k + l);
-  S total = 0;
-  for (; k < n; ++k) total += f(k);
-  for (int l = 0; l < kLanes; ++l) total += lane[l];
-  return total;
 }
 
 // n elements between a half type and fp32, in vectorized bulk conversions split over the threads.

@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "backends/cpu/lane_sum.h"
+
 #ifndef MT_VEC_ISA
 #define MT_VEC_ISA vec_generic
 #endif
@@ -13,19 +15,7 @@ namespace mixtrain::backends::cpu::MT_VEC_ISA {
 
 namespace {
 
-constexpr int kLanes = 8;  // loops.h's lane_sum: the generic rows' order of additions
-
-template <class F>
-double lane_sum(int64_t n, F&& f) {
-  double lane[kLanes] = {};
-  int64_t k = 0;
-  for (; k + kLanes <= n; k += kLanes)
-    for (int l = 0; l < kLanes; ++l) lane[l] += f(k + l);
-  double total = 0;
-  for (; k < n; ++k) total += f(k);
-  for (int l = 0; l < kLanes; ++l) total += lane[l];
-  return total;
-}
+constexpr int kLanes = 8;  // lane_sum's, for the backward's two sums
 
 }  // namespace
 
