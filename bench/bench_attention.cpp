@@ -1,6 +1,6 @@
 // scaled_dot_product_attention forward + backward on the CPU at batch 1, 4 heads, head dim 64:
-// the fused kernels against the composite (the same call with ops::set_fused_attention_enabled
-// off), fp32 and bf16, causal and not, and fp32 with dropout 0.1 (fused since the kernels apply
+// the fused kernels against the composite (the same call under ops::set_attention_path(Fused)
+// and (Composite)), fp32 and bf16, causal and not, and fp32 with dropout 0.1 (fused since the kernels apply
 // it; the composite then runs dropout() on the probabilities). Counters:
 // peak_extra_MiB, the allocator's peak above what was live before the step (inputs excluded;
 // fp32 copies the fused kernel makes of bf16 operands included). Run with
@@ -30,7 +30,7 @@ void BM_AttentionFwdBwd(benchmark::State& state) {
   mt::Tensor v = mt::randn({1, 4, seq, 64}).to(dt).set_requires_grad(true);
   const mt::Tensor go = mt::randn({1, 4, seq, 64}).to(dt);
   auto step = [&] {
-    mt::ops::set_fused_attention_enabled(fused);
+    mt::ops::set_attention_path(fused ? mt::ops::AttentionPath::Fused : mt::ops::AttentionPath::Composite);
     mt::Tensor out = F::scaled_dot_product_attention(q, k, v, mt::Tensor(), dropout, causal);
     out.backward(go);
     for (mt::Tensor* t : {&q, &k, &v}) t->set_grad(mt::Tensor());
@@ -42,7 +42,7 @@ void BM_AttentionFwdBwd(benchmark::State& state) {
   step();
   const int64_t peak = mt::memory::stats(cpu).peak_allocated_bytes - before;
   for (auto _ : state) step();
-  mt::ops::set_fused_attention_enabled(true);
+  mt::ops::set_attention_path(mt::ops::AttentionPath::Measured);
   state.counters["peak_extra_MiB"] = static_cast<double>(peak) / (1 << 20);
   state.SetLabel(std::string(fused ? "fused " : "composite ") + mt::dtype_name(dt) + (causal ? " causal" : "") +
                  (dropout > 0 ? " dropout " + std::to_string(dropout) : ""));

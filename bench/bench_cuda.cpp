@@ -162,13 +162,13 @@ void BM_Attention(benchmark::State& state) {
     mt::Tensor out = mixtrain::nn::functional::scaled_dot_product_attention(q, k, v, mt::Tensor(), 0.0, true);
     out.backward(go);
   };
-  mt::ops::set_fused_attention_enabled(fused);
+  mt::ops::set_attention_path(fused ? mt::ops::AttentionPath::Fused : mt::ops::AttentionPath::Composite);
   for (int i = 0; i < 3; ++i) step();  // allocator warm
   timed(state, [&] {
     for (mt::Tensor* t : {&q, &k, &v}) t->set_grad(mt::Tensor());  // fresh gradients, no accumulation
     step();
   });
-  mt::ops::set_fused_attention_enabled(true);
+  mt::ops::set_attention_path(mt::ops::AttentionPath::Measured);
   state.SetLabel(std::string(fused ? "fused " : "composite ") + mt::dtype_name(dt) + " B=" + std::to_string(batch) +
                  "x12 L=S=" + std::to_string(seq) + " E=64 causal");
 }

@@ -19,7 +19,25 @@ namespace mixtrain::ops {
 
 namespace {
 
-std::atomic<bool> fused_enabled{true};
+std::atomic<AttentionPath> path_in_force{AttentionPath::Measured};
+
+// Where the composite (cuBLASLt GEMMs and the softmax kernels) measured faster than the fused
+// kernels, forward + backward, causal, head dim 64, `bench_cuda --benchmark_filter=BM_Attention`
+// beside PyTorch's SDPA (docs/BENCHMARKS.md, H200, 2026-11-28), in ms, fused / composite:
+//   fp16  64x12 heads, L = S = 128: 1.15 / 0.270      8x12 heads, L = S = 1024: 4.31 / 0.874
+//   bf16  64x12 heads, L = S = 128: 1.17 / 0.255      8x12 heads, L = S = 1024: 4.44 / 0.829
+// Up to the longest sequence measured; longer ones keep the fused kernels, whose memory grows with
+// L where the composite's scores grow with L * S. fp32 on CUDA was not measured. On the CPU the
+// fused kernels were 1.5-2.6x faster at L = 1024 (docs/BENCHMARKS.md, "CPU: fused ..."): no row.
+struct ComposedFaster {
+  DeviceType device;
+  DType dtype;
+  int64_t max_len;  // L and S up to this
+};
+constexpr ComposedFaster kComposedFaster[] = {
+    {DeviceType::CUDA, kFloat16, 1024},
+    {DeviceType::CUDA, kBFloat16, 1024},
+};
 
 // t expanded to batch + its own last two dims, contiguous, as [B, rows, cols] (no autograd node:
 // a private copy for the kernel).
@@ -32,17 +50,24 @@ Tensor kernel_operand(const Tensor& t, const Shape& batch, int64_t b) {
 
 }  // namespace
 
-void set_fused_attention_enabled(bool enabled) { fused_enabled.store(enabled, std::memory_order_relaxed); }
-bool fused_attention_enabled() { return fused_enabled.load(std::memory_order_relaxed); }
+void set_attention_path(AttentionPath path) { path_in_force.store(path, std::memory_order_relaxed); }
+AttentionPath attention_path() { return path_in_force.load(std::memory_order_relaxed); }
+
+bool fused_attention_measured_faster(DeviceType device, DType dtype, int64_t l, int64_t s) {
+  for (const ComposedFaster& row : kComposedFaster)
+    if (row.device == device && row.dtype == dtype && l <= row.max_len && s <= row.max_len) return false;
+  return true;
+}
 
 bool fused_attention_applies(const Tensor& q, const Tensor& attn_mask, int64_t s) {
-  if (!fused_attention_enabled() || attn_mask.defined() || s == 0) return false;
-  if (q.device().type != DeviceType::Meta) return backends::attention_forward.has(q.device().type);
-  // A dry run plans its target as a build with that backend runs it: a CUDA target takes the fused
-  // kernels the CUDA backend always registers, in a build without CUDA too (whose plan for a GPU
-  // would otherwise be the composite's, larger, and not what the GPU runs).
-  const DeviceType target = memory::dry_run_target().type;
-  return target == DeviceType::CUDA || backends::attention_forward.has(target);
+  const AttentionPath path = attention_path();
+  if (path == AttentionPath::Composite || attn_mask.defined() || s == 0) return false;
+  // A dry run plans its target as a build with that backend runs it: a CUDA target has the fused
+  // kernels the CUDA backend always registers, in a build without CUDA too.
+  const bool planned = q.device().type == DeviceType::Meta;
+  const DeviceType device = planned ? memory::dry_run_target().type : q.device().type;
+  if (!backends::attention_forward.has(device) && !(planned && device == DeviceType::CUDA)) return false;
+  return path == AttentionPath::Fused || fused_attention_measured_faster(device, q.dtype(), q.size(-2), s);
 }
 
 Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Shape& batch, double scale,

@@ -8,15 +8,22 @@
 
 namespace mixtrain::ops {
 
-// Whether the fused kernels take this call: no attn_mask, at least one key, and a fused kernel
-// for q's device (on meta tensors: for the dry run's target), and set_fused_attention_enabled has
-// not turned it off. Dropout does not matter: the kernels apply it.
-bool fused_attention_applies(const Tensor& q, const Tensor& attn_mask, int64_t s);
+// Which path an unmasked call takes. Measured (the default): the fused kernels, except where the
+// table in attention_fused.cpp says the composite measured faster on that device, dtype and
+// sequence length. Fused and Composite force one path (process-wide): benchmarks and tests
+// compare the two on the same calls.
+enum class AttentionPath { Measured, Fused, Composite };
+void set_attention_path(AttentionPath path);
+AttentionPath attention_path();
 
-// Whether the fused path may be taken at all (default true; process-wide). Benchmarks and tests
-// turn it off to run the composite on the same calls.
-void set_fused_attention_enabled(bool enabled);
-bool fused_attention_enabled();
+// The measured table's choice for a device, the dtype q computes in and L, S: true for the fused
+// kernels, false for the composite. A pure lookup, also for devices this build lacks.
+bool fused_attention_measured_faster(DeviceType device, DType dtype, int64_t l, int64_t s);
+
+// Whether the fused kernels take this call: no attn_mask, at least one key, a fused kernel for
+// q's device (on meta tensors: the dry run's target), and the path above picks them. Dropout does
+// not matter: the kernels apply it.
+bool fused_attention_applies(const Tensor& q, const Tensor& attn_mask, int64_t s);
 
 // Attention of q [..., L, E], k [..., S, E], v [..., S, Ev] (checked by the caller; batch dims
 // broadcast), with its own backward node saving q, k, v, the output and the logsumexp. dropout_p > 0

@@ -32,8 +32,14 @@ inline AttentionInputs attention_inputs(const AttentionSizes& z, DType dt, uint6
 
 // Runs the op's composite path (fused off) while alive.
 struct CompositeOnly {
-  CompositeOnly() { ops::set_fused_attention_enabled(false); }
-  ~CompositeOnly() { ops::set_fused_attention_enabled(true); }
+  CompositeOnly() { ops::set_attention_path(ops::AttentionPath::Composite); }
+  ~CompositeOnly() { ops::set_attention_path(ops::AttentionPath::Measured); }
+};
+
+// Runs the fused kernels wherever they exist while alive, whatever the measured table says.
+struct FusedOnly {
+  FusedOnly() { ops::set_attention_path(ops::AttentionPath::Fused); }
+  ~FusedOnly() { ops::set_attention_path(ops::AttentionPath::Measured); }
 };
 
 }  // namespace mixtrain::testing

@@ -206,7 +206,7 @@ TEST(Attention, CausalKernelMaskEqualsAnExplicitMask) {
   // agree bit for bit in every dtype (masked entries add exact zeros to the sums); fp32 gradients
   // too, half ones within the dtype's tolerance (the kernel path keeps half probabilities). The
   // composite's causal path, so with the fused one off (test_attention_fused.cpp tests that).
-  mt::ops::set_fused_attention_enabled(false);
+  mt::ops::set_attention_path(mt::ops::AttentionPath::Composite);
   for (mt::DType dt : float_types()) {
     SCOPED_TRACE(mt::dtype_name(dt));
     const int64_t l = 5, s = 8;
@@ -229,5 +229,5 @@ TEST(Attention, CausalKernelMaskEqualsAnExplicitMask) {
       else EXPECT_TRUE(mt::testing::all_close(a[i].grad(), to_doubles(b[i].grad()), tolerance_for(dt))) << i;
     }
   }
-  mt::ops::set_fused_attention_enabled(true);
+  mt::ops::set_attention_path(mt::ops::AttentionPath::Measured);
 }

@@ -1,7 +1,7 @@
 // The fused attention kernels (backends/attention.h) and the op's fused path:
 // - kernels into poisoned outputs against an fp64 loop reference (forward and the analytic
 //   backward) for every dtype, causal and not, odd lengths around the 64-wide tiles and L != S;
-// - the public op's fused path against its composite (ops::set_fused_attention_enabled(false))
+// - the public op's fused path against its composite (ops::AttentionPath::Composite)
 //   and the reference;
 // - gradcheck in fp64 with broadcast batch dims;
 // - a dry run's peak against the measured one.
@@ -222,5 +222,42 @@ TEST(AttentionFused, DryRunPredictsTheMeasuredPeak) {
                      v = mt::empty(ks, meta).set_requires_grad(true), go = mt::empty(qs, meta);
     const int64_t predicted = mt::memory::dry_run(cpu, [&] { step(q, k, v, go); }).peak_bytes();
     EXPECT_NEAR(static_cast<double>(predicted), static_cast<double>(real), 0.01 * static_cast<double>(real));
+  }
+}
+
+// The measured table (attention_fused.cpp): CUDA fp16 and bf16 up to the longest measured length
+// take the composite, everything else the fused kernels; a dry run for a CUDA target plans what
+// the GPU runs (tested on meta tensors, so in a build without CUDA too), and a forced path wins.
+TEST(AttentionFused, CudaTakesTheCompositeWhereItMeasuredFaster) {
+  using mt::DeviceType;
+  for (mt::DType dt : {mt::kFloat16, mt::kBFloat16}) {
+    EXPECT_FALSE(mt::ops::fused_attention_measured_faster(DeviceType::CUDA, dt, 128, 128)) << mt::dtype_name(dt);
+    EXPECT_FALSE(mt::ops::fused_attention_measured_faster(DeviceType::CUDA, dt, 1, 1024)) << mt::dtype_name(dt);
+    EXPECT_TRUE(mt::ops::fused_attention_measured_faster(DeviceType::CUDA, dt, 2048, 2048)) << mt::dtype_name(dt);
+    EXPECT_TRUE(mt::ops::fused_attention_measured_faster(DeviceType::CPU, dt, 128, 128)) << mt::dtype_name(dt);
+  }
+  EXPECT_TRUE(mt::ops::fused_attention_measured_faster(DeviceType::CUDA, mt::kFloat32, 128, 128));
+
+  auto planned_node = [](mt::DType dt, int64_t len) {
+    const mt::TensorOptions meta = mt::TensorOptions(dt).device(mt::Device::meta());
+    std::string name;
+    mt::memory::dry_run(mt::Device::cuda(), [&] {
+      const mt::Tensor q = mt::empty({2, 4, len, 64}, meta).set_requires_grad(true);
+      name = F::scaled_dot_product_attention(q, q, q, mt::Tensor(), 0.0, true).grad_fn()->name();
+    });
+    return name;
+  };
+  const std::string fused = "ScaledDotProductAttentionBackward0";
+  EXPECT_NE(planned_node(mt::kFloat16, 128), fused);
+  EXPECT_NE(planned_node(mt::kBFloat16, 1024), fused);
+  EXPECT_EQ(planned_node(mt::kBFloat16, 1025), fused);
+  EXPECT_EQ(planned_node(mt::kFloat32, 128), fused);
+  {
+    FusedOnly kernels;
+    EXPECT_EQ(planned_node(mt::kFloat16, 128), fused);
+  }
+  {
+    CompositeOnly composite;
+    EXPECT_NE(planned_node(mt::kFloat32, 128), fused);
   }
 }

@@ -26,14 +26,19 @@ CpuIsa detect() {
 #endif
 #endif
   // A cap from the environment, never a raise: asking for more than the CPU has is ignored.
-  if (const char* cap = std::getenv("MIXTRAIN_CPU_ISA")) {
-    if (std::strcmp(cap, "generic") == 0) best = CpuIsa::Generic;
-    else if (std::strcmp(cap, "avx2") == 0 && best == CpuIsa::Avx512) best = CpuIsa::Avx2;
-  }
-  return best;
+  const CpuIsa cap = cpu_isa_cap();
+  return static_cast<int>(cap) < static_cast<int>(best) ? cap : best;
 }
 
 }  // namespace
+
+CpuIsa cpu_isa_cap() {
+  const char* cap = std::getenv("MIXTRAIN_CPU_ISA");
+  if (cap == nullptr) return CpuIsa::Avx512;
+  if (std::strcmp(cap, "generic") == 0) return CpuIsa::Generic;
+  if (std::strcmp(cap, "avx2") == 0) return CpuIsa::Avx2;
+  return CpuIsa::Avx512;
+}
 
 CpuIsa cpu_isa() {
   static const CpuIsa chosen = detect();

@@ -8,4 +8,9 @@ enum class CpuIsa { Generic, Avx2, Avx512 };
 
 CpuIsa cpu_isa();
 
+// The cap MIXTRAIN_CPU_ISA asks for (Avx512 when unset: no cap), whatever the CPU has. oneDNN
+// takes the same cap (onednn/engine.cpp), so one switch makes an AVX-512 machine run the paths an
+// AVX2 machine runs.
+CpuIsa cpu_isa_cap();
+
 }  // namespace mixtrain::backends::cpu

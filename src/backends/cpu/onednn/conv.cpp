@@ -185,6 +185,7 @@ bool run(const ConvArgs& a, std::string& impl) {
   const OneDnnMode mode = onednn_mode();
   const DType dt = a.x.dtype();
   if (mode == OneDnnMode::Off || (dt != kFloat32 && dt != kBFloat16) || a.w.dtype() != dt || a.y.dtype() != dt) return false;
+  if (dt == kBFloat16 && !onednn_runs_bf16()) return false;
   if (!a.x.is_dense() || !a.w.is_dense() || !a.y.is_dense() || a.x.numel() == 0 || a.y.numel() == 0 || a.w.numel() == 0)
     return false;
   if (a.bias.defined() && (a.bias.dtype() != dt || a.bias.stride(0) != 1)) return false;

@@ -8,9 +8,34 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backends/cpu/cpu_isa.h"
+#include "backends/cpu/onednn/onednn.h"
+
 namespace mixtrain::backends::cpu::onednn {
 
+namespace {
+
+// MIXTRAIN_CPU_ISA's cap (cpu_isa.h) given to oneDNN, which takes one only before its first
+// primitive: so once, before the engine exists and before any ISA query. A cap the user gave
+// oneDNN itself (ONEDNN_MAX_CPU_ISA) is left to oneDNN.
+void cap_isa_once() {
+  static const bool capped = [] {
+    const CpuIsa cap = cpu_isa_cap();
+    if (cap == CpuIsa::Avx512 || std::getenv("ONEDNN_MAX_CPU_ISA") || std::getenv("DNNL_MAX_CPU_ISA")) return true;
+    const dnnl::cpu_isa isa = cap == CpuIsa::Avx2 ? dnnl::cpu_isa::avx2 : dnnl::cpu_isa::sse41;
+    const dnnl::status st = dnnl::set_max_cpu_isa(isa);
+    MT_CHECK(st == dnnl::status::success, "MIXTRAIN_CPU_ISA=", std::getenv("MIXTRAIN_CPU_ISA"),
+             ": oneDNN refused to cap its instruction set (status ", static_cast<int>(st),
+             "); set ONEDNN_MAX_CPU_ISA before the process starts instead");
+    return true;
+  }();
+  (void)capped;
+}
+
+}  // namespace
+
 const dnnl::engine& engine() {
+  cap_isa_once();
   static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
   return e;
 }
@@ -105,5 +130,29 @@ void run_parts(int parts, const char* op, const std::function<std::string()>& op
 }
 
 }  // namespace mixtrain::backends::cpu::onednn
+
+namespace mixtrain::backends::cpu {
+
+bool onednn_runs_bf16() {
+  onednn::cap_isa_once();
+  static const bool runs = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto core = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+    return (isa & core) == core;  // the ISAs are bit sets: avx2_vnni is numerically larger, but not AVX-512
+  }();
+  return runs;
+}
+
+}  // namespace mixtrain::backends::cpu
+
+#else  // without oneDNN
+
+#include "backends/cpu/onednn/onednn.h"
+
+namespace mixtrain::backends::cpu {
+
+bool onednn_runs_bf16() { return false; }
+
+}  // namespace mixtrain::backends::cpu
 
 #endif  // MIXTRAIN_WITH_ONEDNN

@@ -176,6 +176,7 @@ bool prepare(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& o
   memory::data_type dt;
   if (mode == OneDnnMode::Off || !dnnl_type(a.dtype(), dt) || b.dtype() != a.dtype() || out.dtype() != a.dtype())
     return false;
+  if (a.dtype() == kBFloat16 && !onednn_runs_bf16()) return false;
   if (bias.defined() && (bias.dtype() != a.dtype() || bias.stride(0) != 1)) return false;
   if (!out.is_contiguous() || !side_of(a, ta, c.a) || !side_of(b, tb, c.b)) return false;
   c.batch = out.dim() == 3 ? out.size(0) : 1;
