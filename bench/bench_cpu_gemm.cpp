@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include "backends/cpu/gemm_bf16.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "mixtrain/mixtrain.h"
 
 namespace mt = mixtrain;

@@ -1,4 +1,4 @@
-# The CUDA backend: src/backends/cuda/kernels/*.cu (the device half) compile into an object library
+# The CUDA backend: kernels/cuda/*.cu (the device half) compile into an object library
 # whose objects join the mixtrain library itself (one archive to link, no ordering between two
 # static libraries); src/backends/cuda/*.cpp is host code that calls cuBLASLt, cuDNN and the kernels.
 # CUDA, cuBLAS(Lt) and cuDNN are private to mixtrain: no public header includes them, so a user
@@ -20,14 +20,14 @@ find_path(MT_CUDNN_INCLUDE cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/
 add_library(mixtrain::cudnn UNKNOWN IMPORTED)
 set_target_properties(mixtrain::cudnn PROPERTIES IMPORTED_LOCATION ${MT_CUDNN_LIBRARY})
 
-file(GLOB MT_CUDA_KERNELS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backends/cuda/kernels/*.cu)
+file(GLOB MT_CUDA_KERNELS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/cuda/*.cu)
 file(GLOB MT_CUDA_HOST CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backends/cuda/*.cpp)
 list(FILTER MT_CUDA_HOST EXCLUDE REGEX "/workspace\\.cpp$")  # in every build (CMakeLists.txt)
 
 add_library(mixtrain_kernels OBJECT ${MT_CUDA_KERNELS})
 target_include_directories(mixtrain_kernels
-  PRIVATE ${PROJECT_SOURCE_DIR}/src/backends/cuda/kernels ${PROJECT_SOURCE_DIR}/include ${PROJECT_BINARY_DIR}/include
-          ${PROJECT_SOURCE_DIR}/src)
+  PRIVATE ${PROJECT_SOURCE_DIR}/kernels/cuda ${PROJECT_SOURCE_DIR}/include ${PROJECT_BINARY_DIR}/include
+          ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR})
 target_compile_options(mixtrain_kernels PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo -Xcompiler=-fPIC>)
 target_link_libraries(mixtrain_kernels PRIVATE CUDA::cudart)

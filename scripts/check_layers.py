@@ -22,7 +22,9 @@ LAYERS = [
     ("base", [r"^base/", r"^config\.h$"]),
     ("memory", [r"^memory/"]),
     ("tensor", [r"^core/"]),
-    ("backends", [r"^backends/"]),
+    # kernels/ (at the repository's top) is the backends' device code: the CUDA kernels and the
+    # CPU kernels compiled once per instruction set, with their launcher headers.
+    ("backends", [r"^backends/", r"^kernels/"]),
     ("graph", [r"^autograd/"]),
     ("ops", [r"^ops/"]),
     ("engine", [r"^engine/"]),
@@ -54,7 +56,8 @@ def layer_of(path):
 
 
 def relative(path, root):
-    for prefix in ("src/", "include/mixtrain/"):
+    """A path as the project includes it: relative to src/ or include/mixtrain/, kernels/ kept."""
+    for prefix in ("src/", "include/mixtrain/", ""):
         full = os.path.join(root, prefix)
         if path.startswith(full):
             return path[len(full):]
@@ -64,7 +67,7 @@ def relative(path, root):
 def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), ".."))
     violations, files = [], 0
-    for top in ("src", "include/mixtrain"):
+    for top in ("src", "include/mixtrain", "kernels"):
         for dirpath, _, names in os.walk(os.path.join(root, top)):
             for n in names:
                 if not n.endswith((".h", ".cpp", ".cuh", ".cu")):
@@ -104,7 +107,7 @@ def check_forwards(root):
         if code != ["#pragma once", f'#include "mixtrain/{new}"']:
             problems.append(f"include/mixtrain/{old}: a forwarding header holds only '#include \"mixtrain/{new}\"'")
     old_paths = {f"mixtrain/{old}" for old in FORWARDS}
-    for top in ("src", "include", "tests", "examples", "apps", "bench"):
+    for top in ("src", "include", "kernels", "tests", "examples", "apps", "bench"):
         for dirpath, _, names in os.walk(os.path.join(root, top)):
             if os.path.relpath(dirpath, root).startswith(os.path.join("tests", "install")):
                 continue

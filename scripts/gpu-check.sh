@@ -19,6 +19,25 @@
 # Dependencies the machine cannot download come from .gpu-deps/ (scripts/gpu-pack.sh). Logs and
 # JSON go to ./gpu-out; the main results are also copied to $OUT when set, after every stage, so a
 # call cut off by a time limit still brings back what it measured (the rest travel in logs.tar.gz).
+#
+# What awaits a GPU (compiled and reviewed here, not yet run on one; the GPU issue lists the rest):
+# - The attention path table (src/ops/attention_fused.cpp): fp16/bf16 with L, S <= 1024 take the
+#   composite since 2026-12-02. Measure the transformer's AMP step with it (BENCHMARKS.md's bar:
+#   <= 0.85x PyTorch) and BM_Attention both ways; `DryRunModels.*` on CUDA checks the plan.
+# - The kernels' move to kernels/cuda (2026-12-02): paths only, the same code.
+# - Each CUDA family's launchers in kernels/cuda/<family>.h, the reductions' rules in
+#   reduce_math.h (reduce.cu, topk.cu; max/min of all-infinite rows:
+#   `CudaReduce.MaxAndMinOfInfiniteRowsMatchTheCpu`), the CUDA workspace sizes the dry run asks
+#   (cuda/workspace.h), silu's CUDA kernel: `ctest -R 'backends.Cuda|DryRun'`.
+# - `CudaReduce.TopkMatchesTheCpu`: passed in the first call of 2026-11-28, exited 1 silently in the
+#   last (after the fp16 conversion change in common.cuh): run under cuda-gdb.
+# - The UNet's 32 MiB: the real UNet step allocates one 32 MiB buffer (cuBLAS's workspace size) the
+#   dry run does not plan (`DryRunModels.TinyUnetStepPeakIsPredictedOnCuda`, fp32).
+# - FP8 speed: the fp8 transformer step is 1.32x bf16's; profile casts and amax updates
+#   (scripts/gpu-profile.sh).
+# - compute-sanitizer over all CUDA tests (the last clean pass: 2026-11-26).
+# - Two or more GPUs: a rank per GPU, NCCL reduce-scatter / all-gather under ZeRO-1,
+#   `--rank-batches auto` on CUDA (cudaMemGetInfo per rank), `--rank-weights adaptive` on CUDA.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

@@ -1,6 +1,6 @@
 #pragma once
 // The scalar formulas of the elementwise ops, written once for both backends: the CPU loops
-// (backends/cpu/elementwise.cpp) and the CUDA kernels (backends/cuda/kernels/elementwise.cu)
+// (backends/cpu/elementwise.cpp) and the CUDA kernels (kernels/cuda/elementwise.cu)
 // instantiate the same functions, so the two agree by construction. One row per op, forward and
 // backward side by side. A is the compute type: float for fp32/fp16/bf16 data (half inputs are
 // widened once and the result rounded once), double for fp64.

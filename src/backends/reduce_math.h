@@ -1,7 +1,7 @@
 #pragma once
 // The rules of the reduce family's kernels, written once for both backends as elementwise_math.h
 // is for the elementwise ops: the CPU loops (backends/cpu/reduce.cpp) and the CUDA kernels
-// (backends/cuda/kernels/reduce.cu, topk.cu) call the same functions, so which element max/min
+// (kernels/cuda/reduce.cu, topk.cu) call the same functions, so which element max/min
 // and their arg pick, and topk's order, agree by construction. Each backend keeps how it walks
 // the data: the CPU scans an axis in order (takes_over), CUDA combines partial results in any
 // order (combine, from reduce_identity()). The sums' accumulators stay the backends' own (the CPU

@@ -1,4 +1,4 @@
-// The bf16 matrix product on vdpbf16ps (src/backends/cpu/gemm_bf16.h): the kernel against an
+// The bf16 matrix product on vdpbf16ps (kernels/cpu/gemm_bf16.h): the kernel against an
 // fp64 reference on odd shapes, both layouts of each operand, accumulate, into poisoned outputs;
 // matmul and conv2d with the kernel forced on and off (the fp32 path) agreeing within bf16
 // tolerance and reaching the kernel. Skipped, saying why, on CPUs without AVX512_BF16.
@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "backends/cpu/gemm_bf16.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "backends/cpu/onednn/onednn.h"
 #include "mixtrain/mixtrain.h"
 #include "support/testing.h"

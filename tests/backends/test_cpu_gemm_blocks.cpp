@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/cpu/gemm_blocks.h"
-#include "backends/cpu/gemm_eigen.h"
+#include "kernels/cpu/gemm_eigen.h"
 #include "backends/cpu/threads.h"
 
 namespace mixtrain::backends::cpu {

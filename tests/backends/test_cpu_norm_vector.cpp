@@ -1,4 +1,4 @@
-// Layer norm's vector rows (src/backends/cpu/norm_vector.h): every copy this CPU runs (generic,
+// Layer norm's vector rows (kernels/cpu/norm_vector.h): every copy this CPU runs (generic,
 // AVX2, AVX-512) against fp64 on random rows, odd lengths (vector tails), a mean far above the
 // spread (the two-pass variance), into poisoned outputs, the affine gradients added to what the
 // caller's partial sums already hold. The op itself on every dtype is tests/ops/test_norm.cpp's.
@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "backends/cpu/norm_vector.h"
+#include "kernels/cpu/norm_vector.h"
 
 namespace cpu = mixtrain::backends::cpu;
 

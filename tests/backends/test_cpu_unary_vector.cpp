@@ -1,4 +1,4 @@
-// The vector unary kernels (src/backends/cpu/unary_vector.h): every copy this CPU runs (generic,
+// The vector unary kernels (kernels/cpu/unary_vector.h): every copy this CPU runs (generic,
 // AVX2, AVX-512) against fp64 GELU and its derivative on random inputs over the whole fp32 range
 // that matters and on the special values, odd lengths (vector tails), into poisoned outputs; and
 // the op on fp32/bf16 tensors, contiguous (the vector kernel) and strided (the scalar formula),
@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "backends/cpu/unary_vector.h"
+#include "kernels/cpu/unary_vector.h"
 #include "mixtrain/mixtrain.h"
 #include "support/testing.h"
 

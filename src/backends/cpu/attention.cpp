@@ -22,7 +22,7 @@
 
 #include "backends/attention.h"
 #include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/gemm_eigen.h"
+#include "kernels/cpu/gemm_eigen.h"
 #include "backends/cpu/loops.h"
 #include "mixtrain/base/rng.h"
 

@@ -14,8 +14,8 @@
 
 #include "backends/conv.h"
 #include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/gemm_bf16.h"
-#include "backends/cpu/gemm_eigen.h"
+#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/gemm_eigen.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/onednn/onednn.h"
 #include "backends/cpu/verbose.h"

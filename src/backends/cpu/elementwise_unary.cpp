@@ -5,7 +5,7 @@
 #include "backends/elementwise.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
-#include "backends/cpu/unary_vector.h"
+#include "kernels/cpu/unary_vector.h"
 #include "backends/elementwise_math.h"
 #include "backends/op_switch.h"
 

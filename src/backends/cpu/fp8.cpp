@@ -11,7 +11,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/fp8_convert.h"
-#include "backends/cpu/gemm_bf16.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "backends/cpu/loops.h"
 #include "backends/fp8.h"
 #include "backends/fp8_math.h"

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "backends/cpu/gemm_eigen.h"
+#include "kernels/cpu/gemm_eigen.h"
 #include "mixtrain/base/error.h"
 #include "mixtrain/base/float8.h"
 

@@ -6,9 +6,9 @@
 #include <cstring>
 
 #include "backends/cpu/cpu_isa.h"
-#include "backends/cpu/gemm_bf16.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_blocks.h"
-#include "backends/cpu/gemm_eigen.h"
+#include "kernels/cpu/gemm_eigen.h"
 #include "backends/cpu/threads.h"
 #include "base/cpu_features.h"
 #include "mixtrain/base/error.h"

@@ -12,7 +12,7 @@
 
 #include <omp.h>
 
-#include "backends/cpu/lane_sum.h"
+#include "kernels/cpu/lane_sum.h"
 #include "backends/cpu/threads.h"
 #include "backends/dtype_dispatch.h"
 #include "backends/elementwise_math.h"

@@ -11,7 +11,7 @@
 #include "backends/norm.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
-#include "backends/cpu/norm_vector.h"
+#include "kernels/cpu/norm_vector.h"
 
 namespace mixtrain::backends::cpu {
 

@@ -1,8 +1,8 @@
 // The copies of the vector kernels (unary_vector.h, norm_vector.h) for this CPU, as cpu_isa()
 // chose them.
 #include "backends/cpu/cpu_isa.h"
-#include "backends/cpu/norm_vector.h"
-#include "backends/cpu/unary_vector.h"
+#include "kernels/cpu/norm_vector.h"
+#include "kernels/cpu/unary_vector.h"
 #include "mixtrain/base/error.h"
 
 namespace mixtrain::backends::cpu {

@@ -3,7 +3,7 @@
 // for the call. fp32/fp64 operands need none.
 #include <initializer_list>
 
-#include "backends/cpu/gemm_bf16.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "backends/cpu/onednn/onednn.h"
 #include "backends/workspace.h"
 #include "mixtrain/memory/dry_run.h"

@@ -6,7 +6,7 @@
 #include "backends/cuda/context.h"
 #include "backends/cuda/operands.h"
 #include "backends/cuda/cuda_check.h"
-#include "backends/cuda/kernels/amp.h"
+#include "kernels/cuda/amp.h"
 
 namespace mixtrain::backends::cuda {
 

@@ -4,7 +4,7 @@
 #include "backends/cuda/context.h"
 #include "backends/cuda/operands.h"
 #include "backends/cuda/workspace.h"
-#include "backends/cuda/kernels/attention.h"
+#include "kernels/cuda/attention.h"
 
 namespace mixtrain::backends::cuda {
 

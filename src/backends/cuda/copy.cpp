@@ -6,7 +6,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/operands.h"
 #include "backends/cuda/pinned.h"
-#include "backends/cuda/kernels/copy.h"
+#include "kernels/cuda/copy.h"
 
 namespace mixtrain::backends::cuda {
 

@@ -3,7 +3,7 @@
 #include "backends/cuda/context.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/operands.h"
-#include "backends/cuda/kernels/elementwise.h"
+#include "kernels/cuda/elementwise.h"
 
 namespace mixtrain::backends::cuda {
 

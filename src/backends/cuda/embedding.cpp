@@ -3,8 +3,8 @@
 #include "backends/cuda/context.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/operands.h"
-#include "backends/cuda/kernels/embedding.h"
-#include "backends/cuda/kernels/loss.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/loss.h"
 
 namespace mixtrain::backends::cuda {
 

@@ -18,7 +18,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/lt_types.h"
 #include "backends/cuda/operands.h"
-#include "backends/cuda/kernels/fp8.h"
+#include "kernels/cuda/fp8.h"
 
 namespace mixtrain::backends::cuda {
 
@@ -57,14 +57,7 @@ struct Fp8Plan {
 // a, b, out and bias dtypes (bias: -1 when none), m, n, k, device, the four pointers' alignments.
 using Fp8PlanKey = std::tuple<int, int, int, int, int64_t, int64_t, int64_t, int, int, int, int, int>;
 
-struct Fp8PlanCache {
-  std::mutex mutex;
-  std::map<Fp8PlanKey, Fp8Plan> plans;
-};
-Fp8PlanCache& plan_cache() {
-  static auto* cache = new Fp8PlanCache();  // plans live as long as the process
-  return *cache;
-}
+using Fp8PlanCache = LtPlanCache<Fp8PlanKey, Fp8Plan>;
 
 cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld) {
   cublasLtMatrixLayout_t l = nullptr;
@@ -170,7 +163,7 @@ void scaled_mm(const Tensor& a_in, const Tensor& b_in, const Tensor& scale_a, co
   const Fp8PlanKey key{static_cast<int>(a.dtype()), static_cast<int>(bt.dtype()), static_cast<int>(out.dtype()),
                        bias.defined() ? static_cast<int>(bias.dtype()) : -1, m, n, k, ctx.index, align[0], align[1],
                        align[2], bias.defined() ? alignment(bias_c.raw_data()) : 0};
-  Fp8PlanCache& cache = plan_cache();
+  Fp8PlanCache& cache = Fp8PlanCache::instance();
   // Held through the launch: the pointers are attributes of the shared descriptor.
   std::lock_guard<std::mutex> lock(cache.mutex);
   auto it = cache.plans.find(key);

@@ -6,7 +6,7 @@
 #include "backends/cuda/operands.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/workspace.h"
-#include "backends/cuda/kernels/loss.h"
+#include "kernels/cuda/loss.h"
 
 namespace mixtrain::backends::cuda {
 

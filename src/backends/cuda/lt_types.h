@@ -1,9 +1,11 @@
 #pragma once
-// What the cuBLASLt callers (matmul.cpp, fp8.cpp) share: a dtype as cuBLASLt's data type, and a
-// pointer's alignment as the matmul preferences take it.
+// What the cuBLASLt callers (matmul.cpp, fp8.cpp) share: a dtype as cuBLASLt's data type, a
+// pointer's alignment as the matmul preferences take it, and the cache of their plans.
 #include <library_types.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 
 #include "mixtrain/base/dtype.h"
 #include "mixtrain/base/error.h"
@@ -29,5 +31,19 @@ inline int pointer_alignment(const void* p) {
   while (a > 1 && v % a != 0) a /= 2;
   return a;
 }
+
+// cuBLASLt plans (descriptors, layouts, the chosen algorithm) by key, one cache per plan type.
+// Callers hold `mutex` through the launch: the pointers they set on a shared descriptor (bias,
+// scales) are per call. Never destroyed: plans live as long as the process.
+template <class Key, class Plan>
+struct LtPlanCache {
+  std::mutex mutex;
+  std::map<Key, Plan> plans;
+
+  static LtPlanCache& instance() {
+    static auto* cache = new LtPlanCache();
+    return *cache;
+  }
+};
 
 }  // namespace mixtrain::backends::cuda

@@ -76,15 +76,7 @@ cublasLtEpilogue_t lt_epilogue(bool bias, GemmEpilogue epilogue) {
   return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 }
 
-struct PlanCache {
-  std::mutex mutex;
-  std::map<PlanKey, Plan> plans;
-};
-
-PlanCache& plan_cache() {
-  static PlanCache* cache = new PlanCache();  // plans live as long as the process
-  return *cache;
-}
+using PlanCache = LtPlanCache<PlanKey, Plan>;
 
 cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
                                    int64_t batch_stride) {
@@ -229,7 +221,7 @@ void gemm(const Tensor& a_in, bool trans_a, const Tensor& b_in, bool trans_b, co
               bias.defined() ? std::min(pointer_alignment(bias_c.raw_data()), 16) : 0, static_cast<int>(epilogue),
               tf32 ? 1 : 0, std::min(align[0], 16), std::min(align[1], 16), std::min(align[2], 16)};
   // Held through the launch: the bias pointer is an attribute of the shared descriptor.
-  PlanCache& cache = plan_cache();
+  PlanCache& cache = PlanCache::instance();
   std::lock_guard<std::mutex> lock(cache.mutex);
   auto it = cache.plans.find(key);
   if (it == cache.plans.end()) {

@@ -5,7 +5,7 @@
 #include "backends/copy.h"
 #include "backends/cuda/context.h"
 #include "backends/cuda/operands.h"
-#include "backends/cuda/kernels/norm.h"
+#include "kernels/cuda/norm.h"
 
 namespace mixtrain::backends::cuda {
 

@@ -6,7 +6,7 @@
 // and enqueues on the device's stream; only reading a value back to the host synchronises.
 #include <array>
 
-#include "backends/cuda/kernels/launch_args.h"
+#include "kernels/cuda/launch_args.h"
 #include "mixtrain/core/tensor.h"
 
 namespace mixtrain::backends::cuda {

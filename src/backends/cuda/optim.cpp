@@ -4,7 +4,7 @@
 #include "backends/cuda/context.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/operands.h"
-#include "backends/cuda/kernels/optim.h"
+#include "kernels/cuda/optim.h"
 
 namespace mixtrain::backends::cuda {
 

@@ -5,7 +5,7 @@
 #include "backends/cuda/context.h"
 #include "backends/cuda/operands.h"
 #include "backends/cuda/cuda_check.h"
-#include "backends/cuda/kernels/pool_upsample.h"
+#include "kernels/cuda/pool_upsample.h"
 
 namespace mixtrain::backends::cuda {
 

@@ -5,7 +5,7 @@
 #include "backends/cuda/context.h"
 #include "backends/cuda/operands.h"
 #include "backends/cuda/cuda_check.h"
-#include "backends/cuda/kernels/reduce.h"
+#include "kernels/cuda/reduce.h"
 
 namespace mixtrain::backends::cuda {
 

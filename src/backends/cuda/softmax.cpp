@@ -5,7 +5,7 @@
 #include "backends/cuda/context.h"
 #include "backends/cuda/operands.h"
 #include "backends/cuda/cuda_check.h"
-#include "backends/cuda/kernels/softmax.h"
+#include "kernels/cuda/softmax.h"
 
 namespace mixtrain::backends::cuda {
 
