@@ -43,6 +43,25 @@ namespace mixtrain::cli {
 
 namespace {
 
+// The launcher's temporary directory, removed however run_launch ends (an error included; a
+// launcher killed outright leaves that to its guardian).
+struct LaunchDir {
+  std::string path;
+  LaunchDir() {
+    const char* tmp = std::getenv("TMPDIR");
+    path = std::string(tmp && *tmp ? tmp : "/tmp") + "/mixtrain-launch-XXXXXX";
+    if (!mkdtemp(path.data()))
+      throw std::runtime_error("launch: cannot create a temporary directory " + path + ": " + std::strerror(errno));
+  }
+  ~LaunchDir() { remove(); }
+  void remove() const {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  LaunchDir(const LaunchDir&) = delete;
+  LaunchDir& operator=(const LaunchDir&) = delete;
+};
+
 int g_signal_pipe[2] = {-1, -1};
 
 void on_signal(int sig) {
@@ -174,11 +193,8 @@ int run_launch(const std::vector<std::string>& argv) {
     }
   }
 
-  const char* tmp = std::getenv("TMPDIR");
-  std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/mixtrain-launch-XXXXXX";
-  if (!mkdtemp(tmpl.data()))
-    throw std::runtime_error("launch: cannot create a temporary directory " + tmpl + ": " + std::strerror(errno));
-  const std::string dir = tmpl;
+  const LaunchDir launch_dir;
+  const std::string& dir = launch_dir.path;
   LaunchGuardian guardian(dir);
   // An elastic job's store outlives every rank: host 0's launcher serves it (a joiner's launcher
   // connects to it), at --master-port or, on one host without one, a free port it reports.
@@ -305,8 +321,7 @@ int run_launch(const std::vector<std::string>& argv) {
   }
   ranks.clear();
   store_server.reset();
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  launch_dir.remove();  // before the guardian is told the launcher finished
   guardian.finish();
   close(g_signal_pipe[0]);
   close(g_signal_pipe[1]);
