@@ -1,6 +1,7 @@
-// `mixtrain launch` when its own parts or its ranks are interfered with: the launcher's whole
-// process group killed, a rank's process-group id reused by another process, an error after its
-// temporary directory exists. Each launcher runs in a session of its own; its
+// `mixtrain launch` when its own parts or its ranks are interfered with: its guardian killed or
+// stopped, the launcher's whole process group killed, a rank's process-group id reused by another
+// process, a signal whose default would end it, a stopped rank in an elastic job that finished,
+// an error after its temporary directory exists. Each launcher runs in a session of its own; its
 // ranks write their pids (and their children's) into the test's directory, and the test ends
 // those and nothing else.
 #include <fcntl.h>
@@ -163,6 +164,37 @@ bool all_started(const Launcher& l, size_t n) {
 
 }  // namespace
 
+// The guardian killed: the launcher stops its ranks and their children, says why, exits 1 (not
+// SIGPIPE's 141 once the ranks end on their own).
+TEST(MixtrainLaunchSupervision, ItsGuardianKilledTheLauncherStopsTheRanksAndSaysWhy) {
+  Launcher l("mt_guardian_killed", "launch --nproc 2 " + kRanksWithChildren);
+  ASSERT_TRUE(all_started(l, 4)) << l.output();
+  const pid_t guardian = l.guardian();
+  ASSERT_GT(guardian, 0) << l.output();
+  ASSERT_EQ(kill(guardian, SIGKILL), 0);
+  EXPECT_EQ(l.wait(15), 1) << l.output();
+  EXPECT_NE(l.output().find("its guardian process (pid " + std::to_string(guardian) + ") was killed by signal 9"),
+            std::string::npos)
+      << l.output();
+  EXPECT_TRUE(eventually(3, [&] { return l.nothing_left(); })) << l.output();
+}
+
+// A guardian that is stopped does not hold the launcher's end: it is waited for a second, then killed.
+TEST(MixtrainLaunchSupervision, AStoppedGuardianDoesNotHoldTheLaunchersEnd) {
+  Launcher l("mt_guardian_stopped", "launch --nproc 1 -- sh -c 'echo $$ >> $PIDS; until [ -e $D/go ]; do sleep 0.05; "
+                                    "done'");
+  ASSERT_TRUE(all_started(l, 1)) << l.output();
+  const pid_t guardian = l.guardian();
+  ASSERT_GT(guardian, 0) << l.output();
+  ASSERT_EQ(kill(guardian, SIGSTOP), 0);
+  std::ofstream(l.dir() + "/go").put('\n');
+  const auto t0 = Clock::now();
+  EXPECT_EQ(l.wait(10), 0) << l.output();
+  EXPECT_LT(l.seconds_since(t0), 3.5) << "the rank ends within 0.05 s, the guardian is waited for 1 s";
+  EXPECT_FALSE(alive(guardian));
+  EXPECT_TRUE(l.nothing_left());
+}
+
 // `kill -9 -PGID` of the launcher's process group: the guardian is not in it; it kills the ranks'
 // groups (the ranks' children too), removes the temporary directory and says so.
 TEST(MixtrainLaunchSupervision, KilledWithItsProcessGroupItLeavesNoProcessOrDirectory) {
@@ -174,6 +206,52 @@ TEST(MixtrainLaunchSupervision, KilledWithItsProcessGroupItLeavesNoProcessOrDire
   EXPECT_TRUE(eventually(3, [&] { return l.nothing_left(); })) << "processes or " << l.tmp() << " outlived it";
   EXPECT_TRUE(eventually(3, [&] { return l.output().find("ended without stopping its ranks") != std::string::npos; }))
       << l.output();
+}
+
+// A signal whose default would end the launcher silently: SIGPIPE is ignored; SIGHUP is passed on
+// to the ranks and named, and the launcher ends with 128 + 1. The ranks get SIGPIPE's default.
+TEST(MixtrainLaunchSupervision, NoSignalEndsItWithoutAWord) {
+  Launcher l("mt_signals", "launch --nproc 2 -- sh -c 'echo $$ >> $PIDS; grep SigIgn /proc/self/status > "
+                           "$D/sigign$RANK; sleep 60 & echo $! >> $PIDS; wait'");
+  ASSERT_TRUE(all_started(l, 4)) << l.output();
+  ASSERT_EQ(kill(l.pid(), SIGPIPE), 0);
+  EXPECT_EQ(l.wait(0.5), Launcher::kRunning) << "SIGPIPE ended it: " << l.output();
+  ASSERT_EQ(kill(l.pid(), SIGHUP), 0);
+  EXPECT_EQ(l.wait(15), 128 + SIGHUP) << l.output();
+  EXPECT_NE(l.output().find("got Hangup (signal 1); passed on to the ranks"), std::string::npos) << l.output();
+  EXPECT_TRUE(eventually(3, [&] { return l.nothing_left(); }));
+  const std::string ignored = slurp(l.dir() + "/sigign0");
+  ASSERT_EQ(ignored.rfind("SigIgn:", 0), 0u) << ignored;
+  const unsigned long long mask = std::stoull(ignored.substr(7), nullptr, 16);
+  EXPECT_EQ(mask & (1ull << (SIGPIPE - 1)), 0u) << "a rank inherited the launcher's SIG_IGN for SIGPIPE: " << ignored;
+}
+
+// --elastic: ranks 0 and 1 finish the job, rank 2 was stopped (SIGSTOP) and dropped. The launcher
+// kills it one timeout later and ends with the job's status, 0; a dropped rank that wakes up
+// (SIGCONT) and fails after the job finished does not decide the code either.
+TEST(MixtrainLaunchSupervision, AnElasticJobEndsWhenItsWorkIsDone) {
+  {
+    Launcher l("mt_elastic_stopped", "launch --nproc 3 --elastic -- sh -c 'echo $$ >> $PIDS; if [ $RANK = 2 ]; then "
+                                     "kill -STOP $$; fi'",
+               {"MIXTRAIN_TIMEOUT_S=2"});
+    ASSERT_TRUE(all_started(l, 3)) << l.output();
+    const auto t0 = Clock::now();
+    EXPECT_EQ(l.wait(20), 0) << l.output();
+    EXPECT_LT(l.seconds_since(t0), 2 + 1.5) << l.output();
+    EXPECT_NE(l.output().find("rank 2 still runs 2 s after rank "), std::string::npos) << l.output();
+    EXPECT_NE(l.output().find("the job dropped it (stopped or hung); killing it"), std::string::npos) << l.output();
+    EXPECT_TRUE(eventually(3, [&] { return l.nothing_left(); }));
+  }
+  Launcher l("mt_elastic_woken", "launch --nproc 3 --elastic -- sh -c 'echo $$ >> $PIDS; if [ $RANK = 2 ]; then "
+                                 "kill -STOP $$; exit 1; fi; touch $D/done$RANK'",
+             {"MIXTRAIN_TIMEOUT_S=20"});
+  ASSERT_TRUE(all_started(l, 3)) << l.output();
+  ASSERT_TRUE(eventually(20, [&] { return fs::exists(l.dir() + "/done0") && fs::exists(l.dir() + "/done1"); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the launcher has seen them exit
+  for (pid_t p : l.pids()) kill(p, SIGCONT);
+  EXPECT_EQ(l.wait(10), 0) << l.output();
+  EXPECT_NE(l.output().find("rank 2 exited with code 1 after rank "), std::string::npos) << l.output();
+  EXPECT_TRUE(l.nothing_left());
 }
 
 // An error after the temporary directory exists (an elastic job's store port taken) removes it.
