@@ -68,8 +68,9 @@ void kill_groups_and_remove(const std::vector<pid_t>& groups, const std::string&
   }
   // The ranks themselves die with the launcher (PR_SET_PDEATHSIG); their groups hold their children.
   kill_groups_and_remove(groups, dir);
-  say("the launcher (pid " + std::to_string(launcher) + ") ended without stopping its ranks (killed outright, or "
-      "crashed); its guardian killed the process groups of the " + std::to_string(groups.size()) +
+  const std::string what = "ended without stopping its ranks (killed outright, or crashed)";
+  say("the launcher (pid " + std::to_string(launcher) + ") " + what +
+      "; its guardian killed the process groups of the " + std::to_string(groups.size()) +
       " ranks still running and removed " + dir);
   _exit(0);
 }

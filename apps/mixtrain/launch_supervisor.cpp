@@ -30,8 +30,8 @@ void on_signal(int sig) {
 
 // Signals whose default would end the launcher without a word: forwarded to the ranks, they stop
 // the job. (SIGKILL cannot be caught: the guardian speaks for a launcher it ended.)
-constexpr int kStopSignals[] = {SIGINT,  SIGTERM, SIGHUP,  SIGQUIT, SIGALRM, SIGVTALRM, SIGPROF,
-                                SIGXCPU, SIGXFSZ, SIGPOLL, SIGPWR,  SIGSTKFLT};
+constexpr int kStopSignals[] = {SIGINT,  SIGTERM, SIGHUP,  SIGQUIT, SIGALRM, SIGVTALRM,
+                                SIGPROF, SIGXCPU, SIGXFSZ, SIGPOLL, SIGPWR,  SIGSTKFLT};
 // Passed on to the ranks, which decide what they mean.
 constexpr int kPassedSignals[] = {SIGUSR1, SIGUSR2};
 

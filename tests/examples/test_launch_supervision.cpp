@@ -5,9 +5,9 @@
 // ranks write their pids (and their children's) into the test's directory, and the test ends
 // those and nothing else.
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <netinet/in.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -181,8 +181,9 @@ TEST(MixtrainLaunchSupervision, ItsGuardianKilledTheLauncherStopsTheRanksAndSays
 
 // A guardian that is stopped does not hold the launcher's end: it is waited for a second, then killed.
 TEST(MixtrainLaunchSupervision, AStoppedGuardianDoesNotHoldTheLaunchersEnd) {
-  Launcher l("mt_guardian_stopped", "launch --nproc 1 -- sh -c 'echo $$ >> $PIDS; until [ -e $D/go ]; do sleep 0.05; "
-                                    "done'");
+  Launcher l("mt_guardian_stopped",
+             "launch --nproc 1 -- sh -c 'echo $$ >> $PIDS; until [ -e $D/go ]; do sleep 0.05; "
+             "done'");
   ASSERT_TRUE(all_started(l, 1)) << l.output();
   const pid_t guardian = l.guardian();
   ASSERT_GT(guardian, 0) << l.output();
@@ -211,8 +212,9 @@ TEST(MixtrainLaunchSupervision, KilledWithItsProcessGroupItLeavesNoProcessOrDire
 // A signal whose default would end the launcher silently: SIGPIPE is ignored; SIGHUP is passed on
 // to the ranks and named, and the launcher ends with 128 + 1. The ranks get SIGPIPE's default.
 TEST(MixtrainLaunchSupervision, NoSignalEndsItWithoutAWord) {
-  Launcher l("mt_signals", "launch --nproc 2 -- sh -c 'echo $$ >> $PIDS; grep SigIgn /proc/self/status > "
-                           "$D/sigign$RANK; sleep 60 & echo $! >> $PIDS; wait'");
+  Launcher l("mt_signals",
+             "launch --nproc 2 -- sh -c 'echo $$ >> $PIDS; grep SigIgn /proc/self/status > "
+             "$D/sigign$RANK; sleep 60 & echo $! >> $PIDS; wait'");
   ASSERT_TRUE(all_started(l, 4)) << l.output();
   ASSERT_EQ(kill(l.pid(), SIGPIPE), 0);
   EXPECT_EQ(l.wait(0.5), Launcher::kRunning) << "SIGPIPE ended it: " << l.output();
@@ -231,8 +233,9 @@ TEST(MixtrainLaunchSupervision, NoSignalEndsItWithoutAWord) {
 // (SIGCONT) and fails after the job finished does not decide the code either.
 TEST(MixtrainLaunchSupervision, AnElasticJobEndsWhenItsWorkIsDone) {
   {
-    Launcher l("mt_elastic_stopped", "launch --nproc 3 --elastic -- sh -c 'echo $$ >> $PIDS; if [ $RANK = 2 ]; then "
-                                     "kill -STOP $$; fi'",
+    Launcher l("mt_elastic_stopped",
+               "launch --nproc 3 --elastic -- sh -c 'echo $$ >> $PIDS; if [ $RANK = 2 ]; then "
+               "kill -STOP $$; fi'",
                {"MIXTRAIN_TIMEOUT_S=2"});
     ASSERT_TRUE(all_started(l, 3)) << l.output();
     const auto t0 = Clock::now();
@@ -242,8 +245,9 @@ TEST(MixtrainLaunchSupervision, AnElasticJobEndsWhenItsWorkIsDone) {
     EXPECT_NE(l.output().find("the job dropped it (stopped or hung); killing it"), std::string::npos) << l.output();
     EXPECT_TRUE(eventually(3, [&] { return l.nothing_left(); }));
   }
-  Launcher l("mt_elastic_woken", "launch --nproc 3 --elastic -- sh -c 'echo $$ >> $PIDS; if [ $RANK = 2 ]; then "
-                                 "kill -STOP $$; exit 1; fi; touch $D/done$RANK'",
+  Launcher l("mt_elastic_woken",
+             "launch --nproc 3 --elastic -- sh -c 'echo $$ >> $PIDS; if [ $RANK = 2 ]; then "
+             "kill -STOP $$; exit 1; fi; touch $D/done$RANK'",
              {"MIXTRAIN_TIMEOUT_S=20"});
   ASSERT_TRUE(all_started(l, 3)) << l.output();
   ASSERT_TRUE(eventually(20, [&] { return fs::exists(l.dir() + "/done0") && fs::exists(l.dir() + "/done1"); }));
@@ -306,8 +310,9 @@ TEST(MixtrainLaunchSupervision, ItsGuardianSignalsOnlyRanksStillUnreaped) {
               "state=$(cut -d' ' -f3 /proc/$victim/stat 2>/dev/null)\n"
               "if [ -n \"$state\" ] && [ \"$state\" != Z ]; then echo victim-alive; else echo victim-killed; fi\n";
   }
-  const int status = std::system(("timeout -s KILL 40 unshare --pid --fork --kill-child --mount-proc sh " + dir + "/run.sh >" +
-                                  dir + "/out 2>&1").c_str());
+  const int status = std::system(
+      ("timeout -s KILL 40 unshare --pid --fork --kill-child --mount-proc sh " + dir + "/run.sh >" + dir + "/out 2>&1")
+          .c_str());
   const std::string out = slurp(dir + "/out"), launch_out = slurp(dir + "/launch.out");
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out << launch_out;
   EXPECT_NE(out.find("victim-alive"), std::string::npos) << out << launch_out;
