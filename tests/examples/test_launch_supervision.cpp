@@ -258,6 +258,32 @@ TEST(MixtrainLaunchSupervision, AnElasticJobEndsWhenItsWorkIsDone) {
   EXPECT_TRUE(l.nothing_left());
 }
 
+// The same with `mixtrain train`: rank 2 of 3 is stopped at step 5 of 150; the others drop it
+// within the timeout (3 s) and finish every step, and the launcher ends with 0 instead of
+// waiting for the stopped rank.
+TEST(MixtrainLaunchSupervision, AnElasticTrainingRunWithAStoppedRankEndsWithItsStatus) {
+  Launcher l("mt_elastic_train_stopped",
+             "launch --nproc 3 --elastic -- sh -c 'echo $$ >> $PIDS; echo $$ > $D/pid$RANK; exec " +
+                 std::string(MIXTRAIN_EXE) +
+                 " train mlp --synthetic --device cpu --precision fp32 --steps 150 --batch-size 48 --log "
+                 "$D/log.jsonl'",
+             {"MIXTRAIN_TIMEOUT_S=3", "OMP_NUM_THREADS=1"});
+  auto logged = [&] {
+    std::ifstream in(l.dir() + "/log.jsonl");
+    int lines = 0;
+    for (std::string line; std::getline(in, line);) ++lines;
+    return lines;
+  };
+  ASSERT_TRUE(eventually(30, [&] { return logged() >= 5 && fs::exists(l.dir() + "/pid2"); })) << l.output();
+  ASSERT_EQ(kill(static_cast<pid_t>(std::stol(slurp(l.dir() + "/pid2"))), SIGSTOP), 0);
+  const int stopped_at = logged();
+  ASSERT_LT(stopped_at, 150) << "the run ended before rank 2 was stopped";
+  EXPECT_EQ(l.wait(50), 0) << l.output();
+  EXPECT_EQ(logged(), 150) << l.output();
+  EXPECT_NE(l.output().find("rank 2 still runs 3 s after rank "), std::string::npos) << l.output();
+  EXPECT_TRUE(eventually(3, [&] { return l.nothing_left(); }));
+}
+
 // An error after the temporary directory exists (an elastic job's store port taken) removes it.
 TEST(MixtrainLaunchSupervision, AnErrorAfterItsDirectoryExistsRemovesIt) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
