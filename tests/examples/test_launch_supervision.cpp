@@ -304,6 +304,20 @@ TEST(MixtrainLaunchSupervision, AnErrorAfterItsDirectoryExistsRemovesIt) {
   EXPECT_TRUE(fs::is_empty(l.tmp())) << "the launcher's temporary directory stayed: " << l.output();
 }
 
+// The timeout that bounds the launcher's waits is the ranks' own: one they would refuse stops the
+// launcher before any rank starts.
+TEST(MixtrainLaunchSupervision, ATimeoutTheRanksWouldRefuseIsAUsageError) {
+  for (const char* bad : {"0", "-3", "5s", "99999999999"}) {
+    Launcher l("mt_bad_timeout", "launch --nproc 1 -- sh -c 'echo $$ >> $PIDS'",
+               {std::string("MIXTRAIN_TIMEOUT_S=") + bad});
+    EXPECT_EQ(l.wait(20), 2) << bad << ": " << l.output();
+    EXPECT_NE(l.output().find(std::string("MIXTRAIN_TIMEOUT_S=\"") + bad + "\" is not a positive whole number"),
+              std::string::npos)
+        << l.output();
+    EXPECT_TRUE(l.pids().empty()) << bad << ": a rank started";
+  }
+}
+
 // When the launcher dies, its guardian signals only the process groups of ranks still unreaped:
 // a rank that exited and was reaped frees its id, which another process may get. In a pid
 // namespace of the test's own (its pids are quiet, and everything in it ends with it), rank 1
