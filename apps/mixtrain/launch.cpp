@@ -4,7 +4,7 @@
 // PROGRAM with the launch contract in their environment (RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; on one host also a fresh file store in
 // MIXTRAIN_STORE; OMP_NUM_THREADS = this host's cores / N unless set), prefixes each output line
-// with its rank, forwards SIGINT/SIGTERM, and when one rank fails stops the others and returns its
+// with its rank, forwards the signals that would end it, and when one rank fails stops the others and returns its
 // exit code, or restarts them all (--max-restarts, with MIXTRAIN_RESTART_COUNT), or lets them go on
 // (--elastic: this launcher serves the job's store; --join adds ranks to a running one). Killed
 // outright, it takes its ranks with it (each rank has PR_SET_PDEATHSIG, and a guardian process
@@ -35,6 +35,7 @@
 #include "common/cli.h"
 #include "launch_guardian.h"
 #include "launch_ranks.h"
+#include "launch_supervisor.h"
 #include "memory_predict.h"
 
 extern char** environ;
@@ -43,12 +44,32 @@ namespace mixtrain::cli {
 
 namespace {
 
-int g_signal_pipe[2] = {-1, -1};
+// The launcher's temporary directory, removed however run_launch ends (an error included; a
+// launcher killed outright leaves that to its guardian).
+struct LaunchDir {
+  std::string path;
+  LaunchDir() {
+    const char* tmp = std::getenv("TMPDIR");
+    path = std::string(tmp && *tmp ? tmp : "/tmp") + "/mixtrain-launch-XXXXXX";
+    if (!mkdtemp(path.data()))
+      throw std::runtime_error("launch: cannot create a temporary directory " + path + ": " + std::strerror(errno));
+  }
+  ~LaunchDir() { remove(); }
+  void remove() const {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  LaunchDir(const LaunchDir&) = delete;
+  LaunchDir& operator=(const LaunchDir&) = delete;
+};
 
-void on_signal(int sig) {
-  const char c = static_cast<char>(sig);
-  [[maybe_unused]] const ssize_t n = write(g_signal_pipe[1], &c, 1);
-}
+// The launcher's signal handling for as long as it supervises.
+struct LauncherSignals {
+  LauncherSignals() { install_launcher_signals(); }
+  ~LauncherSignals() { remove_launcher_signals(); }
+  LauncherSignals(const LauncherSignals&) = delete;
+  LauncherSignals& operator=(const LauncherSignals&) = delete;
+};
 
 }  // namespace
 
@@ -174,12 +195,18 @@ int run_launch(const std::vector<std::string>& argv) {
     }
   }
 
-  const char* tmp = std::getenv("TMPDIR");
-  std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/mixtrain-launch-XXXXXX";
-  if (!mkdtemp(tmpl.data()))
-    throw std::runtime_error("launch: cannot create a temporary directory " + tmpl + ": " + std::strerror(errno));
-  const std::string dir = tmpl;
+  SupervisorOptions supervision;
+  supervision.elastic = elastic;
+  supervision.max_restarts = max_restarts;
+  supervision.ranks_per_host = nproc;
+  supervision.timeout = job_timeout();
+  // A write to a pipe or socket whose reader is gone (the guardian, a client of the store) is an
+  // error the launcher reports, not its end.
+  signal(SIGPIPE, SIG_IGN);
+  const LaunchDir launch_dir;
+  const std::string& dir = launch_dir.path;
   LaunchGuardian guardian(dir);
+  const LauncherSignals signals;  // after the guardian's fork: it keeps the default handlers
   // An elastic job's store outlives every rank: host 0's launcher serves it (a joiner's launcher
   // connects to it), at --master-port or, on one host without one, a free port it reports.
   std::unique_ptr<distributed::TcpStoreServer> store_server;
@@ -194,15 +221,6 @@ int run_launch(const std::vector<std::string>& argv) {
     std::cout << "mixtrain launch: elastic job; its store is tcp://" << master_addr << ":" << port
               << " (served by this launcher; `mixtrain launch --join --master-addr " << master_addr
               << " --master-port " << port << " --nproc N -- PROGRAM` adds ranks)" << std::endl;
-
-  if (pipe(g_signal_pipe) != 0) throw std::runtime_error("launch: pipe failed");
-  fcntl(g_signal_pipe[0], F_SETFL, O_NONBLOCK);
-  fcntl(g_signal_pipe[1], F_SETFL, O_NONBLOCK);
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
 
   // Rank r of this host: its launch contract and the job's settings, then the launcher's own
   // environment (what is set here wins).
@@ -245,71 +263,13 @@ int run_launch(const std::vector<std::string>& argv) {
     return env;
   };
   RankProcesses ranks(program, guardian);
-  auto start_all = [&](int restart) {
+  const int result = supervise(ranks, guardian, supervision, [&](int restart) {
     for (int r = 0; r < nproc; ++r) ranks.start(join ? r + 1 : node_rank * nproc + r, environment(r, restart));
-  };
-  start_all(0);
-
-  int result = 0, restarts = 0;
-  bool stopping = false, restart_next = false;
-  auto stop_deadline = std::chrono::steady_clock::time_point::max();
-  auto stop_all = [&] {
-    stopping = true;
-    ranks.signal_all(SIGTERM);
-    stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  };
-  for (;;) {
-    std::vector<RankProcesses::Exit> exits = ranks.poll(50, g_signal_pipe[0]);
-    // Exits seen in one poll: a rank killed by a signal first. Its peers fail when its connections
-    // close and may exit within the same poll, so the first exit named is the cause.
-    std::stable_partition(exits.begin(), exits.end(), [](const RankProcesses::Exit& x) { return x.code > 128; });
-    char sig = 0;
-    while (read(g_signal_pipe[0], &sig, 1) == 1) {
-      // Forwarded; the ranks decide how to stop. A second signal ends them.
-      ranks.signal_all(stopping ? SIGKILL : sig);
-      if (!stopping) stopping = true, stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      restart_next = false;
-      if (result == 0) result = 128 + sig;
-    }
-    for (const RankProcesses::Exit& x : exits) {
-      if (elastic) {
-        // The others go on without it; the job's code is that of the last rank to finish.
-        if (x.code != 0 && !stopping)
-          std::cerr << "mixtrain launch: rank " << x.rank << " exited with code " << x.code
-                    << "; the others go on without it (--elastic)\n";
-        if (!stopping) result = x.code;
-        continue;
-      }
-      if (x.code == 0 || stopping) continue;
-      if (restarts < max_restarts) {
-        std::cerr << "mixtrain launch: rank " << x.rank << " exited with code " << x.code << "; restarting all "
-                  << nproc << " ranks of this host from their last checkpoint (restart " << restarts + 1 << " of "
-                  << max_restarts << ")\n";
-        restart_next = true;
-      } else {
-        result = x.code;
-        std::cerr << "mixtrain launch: rank " << x.rank << " exited with code " << x.code << "; stopping the others"
-                  << (max_restarts > 0 ? " (all " + std::to_string(max_restarts) + " restarts used)" : std::string())
-                  << "\n";
-      }
-      stop_all();
-    }
-    if (stopping && std::chrono::steady_clock::now() > stop_deadline) ranks.signal_all(SIGKILL);
-    if (!ranks.done()) continue;
-    if (!restart_next) break;
-    ranks.clear();
-    ++restarts;
-    restart_next = stopping = false;
-    stop_deadline = std::chrono::steady_clock::time_point::max();
-    start_all(restarts);
-  }
+  });
   ranks.clear();
   store_server.reset();
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  launch_dir.remove();  // before the guardian is told the launcher finished
   guardian.finish();
-  close(g_signal_pipe[0]);
-  close(g_signal_pipe[1]);
   return result;
 }
 

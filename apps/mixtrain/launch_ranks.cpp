@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <stdexcept>
+#include <thread>
 
 extern char** environ;
 
@@ -75,8 +77,8 @@ void RankProcesses::start(int rank, std::vector<std::string> env) {
     // Killed with the launcher, however the launcher ends (the guardian gets its children).
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != launcher) _exit(1);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    // The launcher's handlers go with exec; what it ignores (SIGPIPE) would not.
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) signal(sig, SIG_DFL);
     dup2(fds[1], 1);
     dup2(fds[1], 2);
     close(fds[0]);
@@ -114,11 +116,10 @@ std::vector<RankProcesses::Exit> RankProcesses::poll(int timeout_ms, int wake_fd
     if (c.out >= 0) c.read_available();
   std::vector<Exit> exits;
   for (Child& c : children_) {
-    int status = 0;
-    if (c.running && waitpid(c.pid, &status, WNOHANG) == c.pid) {
-      c.running = false;
-      exits.push_back({c.rank, exit_code(status)});
-    }
+    siginfo_t info{};
+    if (c.running && waitid(P_PID, static_cast<id_t>(c.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        info.si_pid == c.pid)
+      exits.push_back({c.rank, reap(c)});
   }
   // A rank's child process may hold the pipe; stop reading once every rank has exited. What a
   // rank wrote between the read above and its exit is still in the pipe: read it first.
@@ -142,17 +143,47 @@ bool RankProcesses::running() const {
   return false;
 }
 
+std::vector<int> RankProcesses::running_ranks() const {
+  std::vector<int> ranks;
+  for (const Child& c : children_)
+    if (c.running) ranks.push_back(c.rank);
+  return ranks;
+}
+
 bool RankProcesses::done() const {
   for (const Child& c : children_)
     if (c.running || c.out >= 0) return false;
   return true;
 }
 
+int RankProcesses::reap(Child& c) {
+  // The rank has exited but is not reaped: its zombie keeps its pid, which is its process group's
+  // id, from going to another process. So now, and only now, is it safe to kill what the rank left
+  // in its group, and to tell the guardian to forget the group before the id is free again.
+  kill(-c.pid, SIGKILL);
+  guardian_.forget(c.pid);
+  int status = 0;
+  while (waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  c.running = false;
+  return exit_code(status);
+}
+
 void RankProcesses::clear() {
-  // Whatever a rank left in its process group goes with it.
+  // Whatever a rank left in its process group goes with it (a reaped rank's went when it was reaped).
   for (Child& c : children_) {
-    kill(-c.pid, SIGKILL);
-    if (c.running) waitpid(c.pid, nullptr, 0);
+    if (c.running) {
+      kill(-c.pid, SIGKILL);
+      // SIGKILL ends a stopped process too; a second bounds what the launcher waits for one that
+      // cannot die (stuck in the kernel), which the guardian then still watches.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      siginfo_t info{};
+      while (waitid(P_PID, static_cast<id_t>(c.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == 0 &&
+             std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (info.si_pid == c.pid) reap(c);
+      else std::cerr << "mixtrain launch: rank " << c.rank << " (pid " << c.pid << ") did not end 1 s after SIGKILL\n";
+    }
     if (c.out >= 0) close(c.out);
   }
   children_.clear();

@@ -1,7 +1,8 @@
 #pragma once
 // The rank processes of `mixtrain launch` on this host: each started in a process group of its
 // own with its environment (PR_SET_PDEATHSIG: it dies with the launcher), its output read and
-// printed line by line with a "[rank r] " prefix, its exit reaped and reported.
+// printed line by line with a "[rank r] " prefix, its exit reaped and reported; what it leaves in
+// its process group is killed when it exits.
 #include <sys/types.h>
 
 #include <string>
@@ -32,12 +33,14 @@ class RankProcesses {
   std::vector<Exit> poll(int timeout_ms, int wake_fd);
   void signal_all(int sig);  // to each running rank's process group
   bool running() const;      // some rank has not exited
+  std::vector<int> running_ranks() const;
   bool done() const;         // every rank exited and its output is drained
   // Kills every process group and forgets the ranks (before starting a new set).
   void clear();
 
  private:
   struct Child;
+  int reap(Child& c);  // its exit code
   std::vector<std::string> program_;
   LaunchGuardian& guardian_;
   std::vector<Child> children_;

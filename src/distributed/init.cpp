@@ -1,8 +1,10 @@
 // The launch contract (environment variables set by torchrun, mpirun, Slurm or `mixtrain
 // launch`), the rendezvous, and the default process group.
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <mutex>
-#include <unistd.h>
 
 #include "distributed/rendezvous.h"
 #include "distributed/tcp_store.h"
@@ -29,6 +31,20 @@ int env_int(const char* name, int fallback) {
 
 std::mutex g_mutex;
 std::shared_ptr<ProcessGroup> g_default;
+
+// A write to a peer that died (Gloo's pairs, a store's socket) must fail with EPIPE, which the
+// caller reports naming the peer, not end the writer: SIGPIPE's default kills the process, and
+// one killed rank would take the ranks writing to it along. Ignored once, where a process first
+// reaches its store or its peers (as PyTorch's c10d does for Gloo); a handler the program set is
+// kept.
+void ignore_sigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction now {};
+    if (sigaction(SIGPIPE, nullptr, &now) == 0 && !(now.sa_flags & SA_SIGINFO) && now.sa_handler == SIG_DFL)
+      signal(SIGPIPE, SIG_IGN);
+  });
+}
 
 }  // namespace
 
@@ -104,6 +120,7 @@ std::string default_store_spec(const LaunchEnv& e) {
 }
 
 std::shared_ptr<KeyValueStore> open_store(const std::string& spec, const LaunchEnv& e, const Deadline& deadline) {
+  ignore_sigpipe();
   std::shared_ptr<KeyValueStore> store;
   if (spec.rfind("tcp://", 0) == 0) {
     const std::string rest = spec.substr(6);
@@ -144,6 +161,7 @@ std::chrono::milliseconds group_timeout(const ProcessGroupOptions& options) {
 std::shared_ptr<ProcessGroup> connect_group(std::shared_ptr<KeyValueStore> store, const LaunchEnv& e,
                                             std::chrono::milliseconds timeout, bool check, const std::string& hostname,
                                             const Deadline& deadline) {
+  ignore_sigpipe();
   const GlooAddress address = advertised_address(e, hostname);
   const JoinResult joined = join(*store, e, address, check, deadline);
   std::unique_ptr<ProcessGroup::Backend> cpu = make_gloo_backend(*store, e.rank, e.world_size, address, deadline);
