@@ -5,8 +5,9 @@
 // once, to nearest even, after the bias; the switch and the size threshold; results that do not
 // depend on the governor or on being called inside a parallel region. Skipped, saying why, in a
 // library built without oneDNN. oneDNN 2.6 has bf16 only from AVX-512 up: on a CPU without it (or
-// under MIXTRAIN_CPU_ISA=avx2) the bf16 cases check that the calls stay on the own kernels and
-// that those meet the same bounds, and each test prints which path its bf16 cases took.
+// under MIXTRAIN_CPU_ISA=avx2) bf16 calls run its fp32 primitives on widened operands, rounded once
+// into the bf16 output, and must meet the same bounds; each test prints which way its bf16 cases
+// ran.
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -39,17 +40,19 @@ struct OneDnnOverride {
 
 const mt::DeviceType kCpu = mt::DeviceType::CPU;
 
-// Whether oneDNN is to run a call in dt here: fp32 wherever it is built, bf16 where oneDNN's own
-// ISA query says AVX-512 (cpu::onednn_runs_bf16). Printed once per test that asks.
+// Whether oneDNN is to run a call in dt: fp32 and bf16 wherever it is built, bf16 on its bf16
+// kernels where oneDNN's own ISA query says AVX-512 (cpu::onednn_runs_bf16), else widened to its
+// fp32 ones. Which of the two is printed once per test that asks.
 bool onednn_expected(mt::DType dt) {
   static bool said = false;
   if (!said && dt == mt::kBFloat16) {
     std::printf("bf16 here: %s\n", cpu::onednn_runs_bf16()
-                                        ? "oneDNN's kernels (its effective ISA has AVX-512)"
-                                        : "the own kernels (oneDNN 2.6 has no bf16 below AVX-512 on this CPU or cap)");
+                                        ? "oneDNN's bf16 kernels (its effective ISA has AVX-512)"
+                                        : "oneDNN's fp32 kernels on widened operands, rounded once (no bf16 below "
+                                          "AVX-512 in oneDNN 2.6, on this CPU or under its cap)");
     said = true;
   }
-  return dt == mt::kFloat32 || (dt == mt::kBFloat16 && cpu::onednn_runs_bf16());
+  return dt == mt::kFloat32 || dt == mt::kBFloat16;
 }
 
 // The count of oneDNN calls a run of `calls` calls in dt adds.

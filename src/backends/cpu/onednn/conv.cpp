@@ -1,6 +1,10 @@
 // Convolutions on oneDNN's primitives (onednn.h): forward, backward-data (also the forward of
 // conv_transpose2d) and backward-weights, fp32 and bf16 (fp32 accumulation, one rounding to
-// nearest even). oneDNN's fast convolutions work on blocked layouts (nChw16c and the like, its
+// nearest even). On a CPU where oneDNN has no bf16 (below AVX-512), bf16 calls run its fp32
+// primitives: each unit's bf16 inputs are widened (exactly) into fp32 copies in their own layout
+// with the vectorized bulk conversion, and each fp32 output is rounded to nearest even into the
+// bf16 tensor once: the same contract. (oneDNN 2.6's own bf16 <-> f32 reorders run on its generic
+// loops there, many times slower than the convolution.) oneDNN's fast convolutions work on blocked layouts (nChw16c and the like, its
 // "any" format): its plain-NCHW path is im2col + GEMM, 2-20x slower in our measurements. So the
 // activations are reordered into the primitive's layout and back around each call, a pass over
 // memory that the blocked kernel more than pays for. NCHW and channels-last tensors are both
@@ -23,6 +27,7 @@
 
 #include "backends/cpu/onednn/engine.h"
 #include "backends/cpu/verbose.h"
+#include "mixtrain/base/half.h"
 
 namespace mixtrain::backends::cpu {
 
@@ -67,8 +72,14 @@ std::string describe(const ConvArgs& a) { return conv_operands(a.x, a.w, a.y, a.
 
 memory::data_type dnnl_type(DType t) { return t == kBFloat16 ? memory::data_type::bf16 : memory::data_type::f32; }
 
+// What the primitives compute in: the tensors' dtype, or fp32 for bf16 where oneDNN has no bf16.
+memory::data_type compute_type(DType t) {
+  return t == kBFloat16 && !onednn_runs_bf16() ? memory::data_type::f32 : dnnl_type(t);
+}
+
+// Our tensors as the primitives see them: in place, or (widened) fp32 copies of the same layout.
 memory::desc activation(const Tensor& t, int64_t samples) {
-  return memory::desc({samples, t.size(1), t.size(2), t.size(3)}, dnnl_type(t.dtype()),
+  return memory::desc({samples, t.size(1), t.size(2), t.size(3)}, compute_type(t.dtype()),
                       {t.stride(0), t.stride(1), t.stride(2), t.stride(3)});
 }
 
@@ -78,8 +89,8 @@ memory::dims weight_dims(const Tensor& w, int64_t groups) {
 }
 
 memory::desc weights(const Tensor& w, int64_t groups) {
-  if (groups == 1) return memory::desc(weight_dims(w, 1), dnnl_type(w.dtype()), {w.stride(0), w.stride(1), w.stride(2), w.stride(3)});
-  return memory::desc(weight_dims(w, groups), dnnl_type(w.dtype()),
+  if (groups == 1) return memory::desc(weight_dims(w, 1), compute_type(w.dtype()), {w.stride(0), w.stride(1), w.stride(2), w.stride(3)});
+  return memory::desc(weight_dims(w, groups), compute_type(w.dtype()),
                       {w.size(0) / groups * w.stride(0), w.stride(0), w.stride(1), w.stride(2), w.stride(3)});
 }
 
@@ -106,9 +117,9 @@ Cut cut_of(const ConvArgs& a) {
 std::shared_ptr<const ConvPlan> plan_for(const ConvArgs& a, int64_t samples, const ConvPlan* anchor,
                                          int64_t anchor_samples, const std::function<std::string()>& operands) {
   const Conv2dParams& p = a.p;
-  const memory::data_type dt = dnnl_type(a.x.dtype());
+  const memory::data_type dt = compute_type(a.x.dtype());
   onednn::Key key;
-  key << static_cast<int64_t>(a.dir) << static_cast<int64_t>(dt) << samples << anchor_samples << a.bias.defined();
+  key << static_cast<int64_t>(a.dir) << static_cast<int64_t>(a.x.dtype()) << static_cast<int64_t>(dt) << samples << anchor_samples << a.bias.defined();
   for (const Tensor* t : {&a.x, &a.w, &a.y})
     for (int64_t d = 0; d < 4; ++d) key << t->size(d) << t->stride(d);
   key << p.stride_h << p.stride_w << p.pad_h << p.pad_w << p.dilation_h << p.dilation_w << p.groups;
@@ -176,6 +187,20 @@ std::shared_ptr<const ConvPlan> plan_for(const ConvArgs& a, int64_t samples, con
   });
 }
 
+// Widening for the fp32 primitives where oneDNN has no bf16: n bf16 values at `from` as fp32 in
+// this thread's `slot`, an fp32 buffer there, and n fp32 values rounded back into bf16 at `to`.
+const char* wide_buffer(int64_t n, onednn::Slot slot) {
+  return static_cast<const char*>(onednn::thread_buffer(slot, static_cast<size_t>(n) * sizeof(float)));
+}
+const char* widen(const void* from, int64_t n, onednn::Slot slot) {
+  const char* out = wide_buffer(n, slot);
+  bf16_to_float_array(static_cast<const BFloat16*>(from), reinterpret_cast<float*>(const_cast<char*>(out)), n);
+  return out;
+}
+void narrow(const char* from, char* to, int64_t n) {
+  float_to_bf16_array(reinterpret_cast<const float*>(from), reinterpret_cast<BFloat16*>(to), n);
+}
+
 // Adds n floats of `from` into `to`.
 void add_into(float* to, const float* from, size_t n) {
   for (size_t i = 0; i < n; ++i) to[i] += from[i];
@@ -185,7 +210,6 @@ bool run(const ConvArgs& a, std::string& impl) {
   const OneDnnMode mode = onednn_mode();
   const DType dt = a.x.dtype();
   if (mode == OneDnnMode::Off || (dt != kFloat32 && dt != kBFloat16) || a.w.dtype() != dt || a.y.dtype() != dt) return false;
-  if (dt == kBFloat16 && !onednn_runs_bf16()) return false;
   if (!a.x.is_dense() || !a.w.is_dense() || !a.y.is_dense() || a.x.numel() == 0 || a.y.numel() == 0 || a.w.numel() == 0)
     return false;
   if (a.bias.defined() && (a.bias.dtype() != dt || a.bias.stride(0) != 1)) return false;
@@ -195,6 +219,9 @@ bool run(const ConvArgs& a, std::string& impl) {
   if (mode == OneDnnMode::Sized &&
       (macs < kOneDnnConvMinMacs || (!depthwise && std::min(cg, cog) < kOneDnnConvMinChannels)))
     return false;
+  // Widened (no bf16 in oneDNN here): units are copied whole, so the batch must be outermost.
+  const bool wide = dt == kBFloat16 && compute_type(dt) == memory::data_type::f32;
+  if (wide && (a.x.stride(0) * a.x.size(0) != a.x.numel() || a.y.stride(0) * a.y.size(0) != a.y.numel())) return false;
   const std::function<std::string()> operands = [&] { return describe(a); };
   const Cut cut = cut_of(a);
   const int64_t n = a.x.size(0), tail = n - (cut.units - 1) * cut.unit;
@@ -208,11 +235,20 @@ bool run(const ConvArgs& a, std::string& impl) {
   const char* py = static_cast<const char*>(a.y.raw_data());
   const char* pw = static_cast<const char*>(a.w.raw_data());
   const bool weight_grad = a.dir == Dir::BackwardWeight;
+  if (wide) pw = weight_grad ? pw : widen(a.w.raw_data(), a.w.numel(), onednn::Slot::WideWeights);
   // The weights in the primitive's layout, once for the call, on this thread.
   if (!weight_grad && full->w_moves) {
     void* reordered = onednn::thread_buffer(onednn::Slot::Weights, full->w.get_size());
     onednn::run_here(dir_name(a.dir), operands, [&] { onednn::run_reorder(full->w_reorder, pw, reordered); });
     pw = static_cast<const char*>(reordered);
+  }
+  // A bf16 bias for fp32 primitives (no bf16 here): widened once for the call.
+  std::vector<float> bias_fp32;
+  const void* pbias = a.bias.defined() ? a.bias.raw_data() : nullptr;
+  if (pbias && wide) {
+    bias_fp32.resize(static_cast<size_t>(a.bias.numel()));
+    bf16_to_float_array(static_cast<const BFloat16*>(pbias), bias_fp32.data(), a.bias.numel());
+    pbias = bias_fp32.data();
   }
   std::vector<onednn::AlignedBuffer> sums;  // the weight gradient's per-run fp32 sums
   const size_t wbytes = full->w.get_size();
@@ -224,8 +260,18 @@ bool run(const ConvArgs& a, std::string& impl) {
     for (int64_t u = u0; u < u1; ++u) {
       const ConvPlan& plan = u + 1 == cut.units ? *last : *full;
       const int64_t s0 = u * cut.unit;
-      const char* xs = px + s0 * a.x.stride(0) * es;
-      const char* ys = py + s0 * a.y.stride(0) * es;
+      // Our unit (its fp32 copy when widened) and where the primitive reads or writes it.
+      const int64_t samples = u + 1 == cut.units ? n - s0 : cut.unit;
+      const int64_t x_count = samples * a.x.stride(0), y_count = samples * a.y.stride(0);
+      const bool x_in = a.dir != Dir::BackwardInput, y_in = a.dir != Dir::Forward;
+      char* const x_user = const_cast<char*>(px) + s0 * a.x.stride(0) * es;
+      char* const y_user = const_cast<char*>(py) + s0 * a.y.stride(0) * es;
+      const char* xs = x_user;
+      const char* ys = y_user;
+      if (wide) {
+        xs = x_in ? widen(x_user, x_count, onednn::Slot::WideX) : wide_buffer(x_count, onednn::Slot::WideX);
+        ys = y_in ? widen(y_user, y_count, onednn::Slot::WideY) : wide_buffer(y_count, onednn::Slot::WideY);
+      }
       void* xb = plan.x_moves ? onednn::thread_buffer(onednn::Slot::Source, plan.x.get_size()) : const_cast<char*>(xs);
       void* yb = plan.y_moves ? onednn::thread_buffer(onednn::Slot::Destination, plan.y.get_size()) : const_cast<char*>(ys);
       std::unordered_map<int, memory> args;
@@ -233,15 +279,17 @@ bool run(const ConvArgs& a, std::string& impl) {
         if (plan.x_moves) onednn::run_reorder(plan.x_reorder, xs, xb);
         args = {{DNNL_ARG_SRC, onednn::wrap(plan.x, xb)}, {DNNL_ARG_WEIGHTS, onednn::wrap(plan.w, pw)},
                 {DNNL_ARG_DST, onednn::wrap(plan.y, yb)}};
-        if (a.bias.defined()) args.emplace(DNNL_ARG_BIAS, onednn::wrap(plan.bias, a.bias.raw_data()));
+        if (pbias) args.emplace(DNNL_ARG_BIAS, onednn::wrap(plan.bias, pbias));
         onednn::execute(plan.prim, plan.scratchpad, std::move(args));
         if (plan.y_moves) onednn::run_reorder(plan.y_reorder, yb, const_cast<char*>(ys));
+        if (wide) narrow(ys, y_user, y_count);
       } else if (a.dir == Dir::BackwardInput) {
         if (plan.y_moves) onednn::run_reorder(plan.y_reorder, ys, yb);
         args = {{DNNL_ARG_DIFF_DST, onednn::wrap(plan.y, yb)}, {DNNL_ARG_WEIGHTS, onednn::wrap(plan.w, pw)},
                 {DNNL_ARG_DIFF_SRC, onednn::wrap(plan.x, xb)}};
         onednn::execute(plan.prim, plan.scratchpad, std::move(args));
         if (plan.x_moves) onednn::run_reorder(plan.x_reorder, xb, const_cast<char*>(xs));
+        if (wide) narrow(xs, x_user, x_count);
       } else {
         if (plan.x_moves) onednn::run_reorder(plan.x_reorder, xs, xb);
         if (plan.y_moves) onednn::run_reorder(plan.y_reorder, ys, yb);
@@ -257,7 +305,12 @@ bool run(const ConvArgs& a, std::string& impl) {
   if (weight_grad) {
     float* total = static_cast<float*>(sums[0].data());
     for (size_t r = 1; r < sums.size(); ++r) add_into(total, static_cast<const float*>(sums[r].data()), wbytes / sizeof(float));
-    onednn::run_here(dir_name(a.dir), operands, [&] { onednn::run_reorder(full->w_reorder, total, a.w.raw_data()); });
+    onednn::run_here(dir_name(a.dir), operands, [&] {
+      if (!wide) return onednn::run_reorder(full->w_reorder, total, a.w.raw_data());
+      const char* sum = wide_buffer(a.w.numel(), onednn::Slot::WideWeights);
+      onednn::run_reorder(full->w_reorder, total, const_cast<char*>(sum));
+      narrow(sum, static_cast<char*>(a.w.raw_data()), a.w.numel());
+    });
   }
   onednn::calls.fetch_add(1, std::memory_order_relaxed);
   impl = "onednn:" + full->impl;

@@ -48,7 +48,9 @@ class OneThread {
 // 64-byte aligned memory kept per thread between calls, grown on demand: allocated fresh for
 // every call, large buffers would come from mmap and cost their page faults each time (as the
 // bf16 GEMM's packing buffers did, docs/CPU.md). One slot per use, so uses never overlap.
-enum class Slot { Weights, Source, Destination, Scratchpad, DiffWeights, Count };
+// The Wide* slots hold bf16 tensors widened to fp32 for the fp32 primitives where oneDNN has no
+// bf16 (matmul.cpp, conv.cpp).
+enum class Slot { Weights, Source, Destination, Scratchpad, DiffWeights, WideWeights, WideX, WideY, Count };
 void* thread_buffer(Slot slot, size_t bytes);
 
 // A 64-byte aligned heap block owned by one call.

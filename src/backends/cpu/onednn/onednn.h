@@ -27,8 +27,9 @@ bool onednn_built();
 
 // Whether oneDNN computes bf16 GEMMs and convolutions on this CPU: oneDNN 2.6 does from AVX-512
 // (avx512_core) up, under any cap of MIXTRAIN_CPU_ISA or ONEDNN_MAX_CPU_ISA; below, its bf16 is the
-// reference implementation, which the kernels here decline, so bf16 stays on the own kernels.
-// fp32 runs wherever oneDNN is built. From oneDNN's own ISA query; false without oneDNN.
+// reference implementation, so the kernels here run bf16 calls on its fp32 primitives instead
+// (operands widened exactly, the result rounded once: matmul.cpp, conv.cpp). From oneDNN's own
+// ISA query; false without oneDNN.
 bool onednn_runs_bf16();
 
 // Calls oneDNN has run in this process (tests check which path a call took).
