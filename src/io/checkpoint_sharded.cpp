@@ -15,6 +15,7 @@ nlohmann::json write_optimizer_shard(const std::string& dir, int rank, int world
   MT_CHECK(fs::is_directory(staged), "save_checkpoint: rank ", rank, " does not see the staging directory ",
            staged.string(), " that rank 0 created: a sharded checkpoint needs a directory every rank shares (one ",
            "host, or a shared filesystem); save the gathered checkpoint instead");
+  check_state_finite(dir, shard.tensors);
   const std::string name = shard_file_name(rank, world);
   fs::path part = staged / name;
   part += ".part";

@@ -196,7 +196,28 @@ void OptimizerFiles::verify(const std::vector<StatePiece>* needs) const {
           break;
         }
       }
-    if (needed) files_[f]->verify();
+    if (!needed) continue;
+    files_[f]->verify();
+    check_moments(f);
+  }
+}
+
+void OptimizerFiles::check_moments(size_t f) const {
+  for (const SafetensorsEntry& e : files_[f]->index().entries) {
+    size_t k = 0;
+    std::string name;
+    const bool split = split_state_name(e.name, &k, &name);
+    // Second moments are squares: a negative one has no square root (the update turns NaN).
+    const bool non_negative = split && (name == "exp_avg_sq" || name == "max_exp_avg_sq");
+    std::string what = split ? name : std::string("optimizer state");
+    if (split && sharded_ && k < file_pieces_[f].size()) {
+      const StatePiece& p = file_pieces_[f][k];
+      what += " of elements " + std::to_string(p.offset) + " to " + std::to_string(p.offset + p.numel) +
+              " of parameter " + std::to_string(p.param);
+    } else if (split) {
+      what += " of parameter " + std::to_string(k);
+    }
+    files_[f]->check_values(e, non_negative, what);
   }
 }
 

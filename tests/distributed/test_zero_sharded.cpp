@@ -2,10 +2,11 @@
 // holding only its rank's shard; resumed at two ranks bit for bit as the run that went on, and at
 // three and one rank bit for bit as from the gathered checkpoint of the same state (and a whole
 // AdamW in one process loads it too); a corrupt, truncated, mismatched or missing shard, or a
-// missing index, refused by every rank with nothing changed; a save that fails on one rank
-// leaving the previous checkpoint.
+// missing index, or moments that are not finite (or negative second moments), refused by every
+// rank with nothing changed; a save that fails on one rank leaving the previous checkpoint.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "compare.h"
 #include "io/checkpoint_dir.h"
 #include "io/checkpoint_internal.h"
+#include "io/file_util.h"
 #include "mixtrain/distributed/zero.h"
 #include "mixtrain/io/optimizer_state.h"
 #include "mixtrain/mixtrain.h"
@@ -243,6 +245,46 @@ void flip_byte(const fs::path& file, uint64_t from_end) {
   f.write(&c, 1);
 }
 
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+void edit_trainer_json(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = nlohmann::json::parse(read_file(dir / "trainer.json"));
+  edit(j);
+  std::ofstream(dir / "trainer.json", std::ios::binary) << j.dump();
+}
+
+// The manifest entry of `name` (its size and CRC-32) made to match the file as it now is.
+void refresh_manifest(const fs::path& dir, const std::string& name) {
+  const std::string bytes = read_file(dir / name);
+  edit_trainer_json(dir, [&](nlohmann::json& j) {
+    j["files"][name] = {{"bytes", bytes.size()},
+                        {"crc32", mt::io::detail::crc_hex(mt::io::detail::crc32(bytes.data(), bytes.size()))}};
+  });
+}
+
+// Shard `name` rewritten by `edit` (its tensors and metadata), its manifest entry refreshed.
+void rewrite_shard(const fs::path& dir, const std::string& name, const std::function<void(mt::io::SafetensorsFile&)>& edit) {
+  mt::io::SafetensorsFile f = mt::io::load_safetensors((dir / name).string());
+  edit(f);
+  mt::io::save_safetensors((dir / name).string(), f.tensors, f.metadata);
+  refresh_manifest(dir, name);
+}
+
+// Element 0 of the first "<...>.exp_avg_sq" tensor of the file set to `value`.
+std::function<void(mt::io::SafetensorsFile&)> set_exp_avg_sq(float value) {
+  return [value](mt::io::SafetensorsFile& f) {
+    for (auto& [n, t] : f.tensors)
+      if (n.size() > 11 && n.compare(n.size() - 11, 11, ".exp_avg_sq") == 0) {
+        t.data_ptr<float>()[0] = value;
+        return;
+      }
+    ADD_FAILURE() << "no exp_avg_sq";
+  };
+}
+
 }  // namespace
 
 TEST(ZeroSharded, EachRankSavesItsShardAndResumesBitExactAtTwoThreeAndOneRanks) {
@@ -302,6 +344,11 @@ TEST(ZeroSharded, ADamagedShardOrAMissingIndexIsRefusedByEveryRankWithNothingCha
       {"shard 1 replaced by shard 0",
        [&](const fs::path& c) { fs::copy_file(c / s0, c / s1, fs::copy_options::overwrite_existing); }, s1, ""},
       {"the index missing", [&](const fs::path& c) { fs::remove(c / "trainer.json"); }, "trainer.json", ""},
+      // Values that only a look at them tells, the checksums refreshed.
+      {"a NaN exp_avg_sq in shard 1", [&](const fs::path& c) { rewrite_shard(c, s1, set_exp_avg_sq(NAN)); },
+       s1 + ": tensor \"state.", "refused by rank 1:"},
+      {"a negative exp_avg_sq in shard 0", [&](const fs::path& c) { rewrite_shard(c, s0, set_exp_avg_sq(-0.5f)); },
+       "must be finite and >= 0", ""},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
