@@ -50,9 +50,12 @@ class OptimizerFiles {
   void index_single();
   void index_shards(const nlohmann::json& index, const std::string& where);
   void check_moments(size_t file) const;
+  // Throws unless shard `file`'s metadata says it is this save's shard `rank` with the index's pieces.
+  void check_place(const CheckpointTensorFile& file, size_t rank, const nlohmann::json& index) const;
   bool read_whole_in_file_order(const std::vector<StateDestination>& dsts) const;
 
   bool sharded_ = false;
+  std::string save_id_;
   std::vector<std::unique_ptr<CheckpointTensorFile>> files_;
   std::map<std::string, std::vector<Stored>> stored_;  // by whole tensor name, sorted by offset
   std::vector<std::vector<StatePiece>> file_pieces_;   // per file: the pieces it holds (sharded)

@@ -2,8 +2,10 @@
 // holding only its rank's shard; resumed at two ranks bit for bit as the run that went on, and at
 // three and one rank bit for bit as from the gathered checkpoint of the same state (and a whole
 // AdamW in one process loads it too); a corrupt, truncated, mismatched or missing shard, or a
-// missing index, or moments that are not finite (or negative second moments), refused by every
-// rank with nothing changed; a save that fails on one rank leaving the previous checkpoint.
+// missing index, moments that are not finite (or negative second moments), an index edited (its
+// CRC) or lying about a shard's place, a shard of another save or saying it is another rank,
+// refused by every rank with nothing changed; a save that fails on one rank leaving the previous
+// checkpoint.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +18,7 @@
 #include "compare.h"
 #include "io/checkpoint_dir.h"
 #include "io/checkpoint_internal.h"
+#include "io/checkpoint_sharded.h"
 #include "io/file_util.h"
 #include "mixtrain/distributed/zero.h"
 #include "mixtrain/io/optimizer_state.h"
@@ -213,10 +216,13 @@ MT_SCENARIO(zero_sharded_save_fails) {
 namespace {
 
 struct Dirs {
-  fs::path root = fs::path(::testing::TempDir()) / ("mt_zero_sharded_" + std::to_string(::getpid()));
-  std::string sharded = (root / "sharded").string(), gathered = (root / "gathered").string(),
-              continued = (root / "continued.safetensors").string();
-  Dirs() {
+  fs::path root;
+  std::string sharded, gathered, continued;
+  explicit Dirs(const std::string& name = "")
+      : root(fs::path(::testing::TempDir()) / ("mt_zero_sharded_" + std::to_string(::getpid()) + name)),
+        sharded((root / "sharded").string()),
+        gathered((root / "gathered").string()),
+        continued((root / "continued.safetensors").string()) {
     fs::remove_all(root);
     fs::create_directories(root);
   }
@@ -285,6 +291,22 @@ std::function<void(mt::io::SafetensorsFile&)> set_exp_avg_sq(float value) {
   };
 }
 
+// Two pieces of equal length, of different shards, swapped in the index: the shards' moments
+// would land on each other's elements. `refresh`: the index's CRC made to match.
+void swap_equal_pieces(const fs::path& dir, bool refresh) {
+  edit_trainer_json(dir, [&](nlohmann::json& j) {
+    nlohmann::json& shards = j["sharded"]["shards"];
+    for (auto& a : shards[0]["pieces"])
+      for (auto& b : shards[1]["pieces"])
+        if (a[2] == b[2]) {
+          std::swap(a, b);
+          if (refresh) j["sharded"]["crc32"] = mt::io::detail::index_crc(j["sharded"]);
+          return;
+        }
+    ADD_FAILURE() << "no two pieces of one length in " << shards.dump();
+  });
+}
+
 }  // namespace
 
 TEST(ZeroSharded, EachRankSavesItsShardAndResumesBitExactAtTwoThreeAndOneRanks) {
@@ -329,6 +351,8 @@ TEST(ZeroSharded, ADamagedShardOrAMissingIndexIsRefusedByEveryRankWithNothingCha
   if (!dist::gloo_available()) GTEST_SKIP() << dist::unavailable_reason();
   const Dirs d;
   ASSERT_NO_FATAL_FAILURE(save_at_two(d));
+  const Dirs another("_another");  // another save of the same run, byte for byte but for its id
+  ASSERT_NO_FATAL_FAILURE(save_at_two(another));
   const std::string s0 = "optimizer-rank-00000-of-00002.safetensors", s1 = "optimizer-rank-00001-of-00002.safetensors";
   struct Case {
     const char* what;
@@ -349,6 +373,19 @@ TEST(ZeroSharded, ADamagedShardOrAMissingIndexIsRefusedByEveryRankWithNothingCha
        s1 + ": tensor \"state.", "refused by rank 1:"},
       {"a negative exp_avg_sq in shard 0", [&](const fs::path& c) { rewrite_shard(c, s0, set_exp_avg_sq(-0.5f)); },
        "must be finite and >= 0", ""},
+      // An index or a shard that lies about where the state belongs.
+      {"two pieces swapped in the index", [&](const fs::path& c) { swap_equal_pieces(c, false); }, ".crc32", ""},
+      {"two pieces swapped in the index, its CRC refreshed", [&](const fs::path& c) { swap_equal_pieces(c, true); },
+       "but the index gives it", ""},
+      {"shard 1 of another save with its manifest entry",
+       [&](const fs::path& c) {
+         fs::copy_file(fs::path(another.sharded) / s1, c / s1, fs::copy_options::overwrite_existing);
+         refresh_manifest(c, s1);
+       },
+       s1 + " belongs to save", ""},
+      {"shard 1 saying it is rank 0",
+       [&](const fs::path& c) { rewrite_shard(c, s1, [](mt::io::SafetensorsFile& f) { f.metadata["rank"] = "0"; }); },
+       "says it is rank 0 of 2", ""},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
