@@ -31,6 +31,8 @@ void Fp8Recipe::validate() const {
 
 namespace {
 
+constexpr int64_t kMaxUpdates = int64_t{1} << 62;
+
 nlohmann::json recipe_json(const Fp8Recipe& r) {
   return {{"scaling", fp8_scaling_name(r.scaling())}, {"format", fp8_format_name(r.format())},
           {"history_len", r.history_len()},           {"amax_algorithm", fp8_amax_algorithm_name(r.amax_algorithm())},
@@ -87,6 +89,7 @@ std::vector<std::string> Fp8Scaling::tensor_names() const {
 }
 
 void Fp8Scaling::update() {
+  MT_CHECK(updates_ < kMaxUpdates, "Fp8Scaling.update: ", updates_, " updates, the most the counter takes (2^62)");
   NoGradGuard no_grad;
   if (reduce_hook_ && !layers_.empty()) {
     std::vector<Tensor> rows;
@@ -150,7 +153,8 @@ void Fp8Scaling::validate_state_dict(const nlohmann::json& state, const std::map
   const nlohmann::json& names = state["layers"];
   MT_CHECK(names.is_array() && names == nlohmann::json(layer_names()), where, ".layers ", names.dump(),
            " are not this model's FP8 layers ", nlohmann::json(layer_names()).dump());
-  json_io::json_integer(state, "updates", where, 0, std::numeric_limits<int64_t>::max());
+  // The counter goes up once a step: one near 2^63 would wrap within the run it resumes.
+  json_io::json_integer(state, "updates", where, 0, kMaxUpdates);
   for (const auto& entry : layers_) {
     // Not a structured binding: lambdas capture those only from C++20 (clang refuses it in C++17).
     const std::string& layer = entry.first;
@@ -170,13 +174,17 @@ void Fp8Scaling::validate_state_dict(const nlohmann::json& state, const std::map
       MT_CHECK(std::isfinite(scale[j]) && scale[j] > 0, where, ": \"", joined(layer, "fp8_scale"), "\"[", j, "] is ",
                scale[j], "; a scale must be finite and positive");
     for (int j = 0; j < 3; ++j) {
-      MT_CHECK(inv[j] == static_cast<double>(1.0f / static_cast<float>(scale[j])), where, ": \"",
-               joined(layer, "fp8_scale_inv"), "\"[", j, "] is ", inv[j], " but 1 / scale is ",
+      // A scale whose inverse overflows (1e-40: inverse inf) turns the next GEMM's output to NaN.
+      MT_CHECK(std::isfinite(inv[j]) && inv[j] > 0, where, ": \"", joined(layer, "fp8_scale_inv"), "\"[", j,
+               "] is ", inv[j], " (for a scale of ", scale[j], "); an inverse scale must be finite and positive");
+      MT_CHECK(inv[j] == static_cast<double>(1.0f / static_cast<float>(scale[j])) &&
+                   std::abs(scale[j] * inv[j] - 1.0) < 1e-3,
+               where, ": \"", joined(layer, "fp8_scale_inv"), "\"[", j, "] is ", inv[j], " but 1 / scale is ",
                1.0f / static_cast<float>(scale[j]), " (scale and inverse scale disagree)");
     }
     for (size_t k = 0; k < history.size(); ++k)
-      MT_CHECK(history[k] >= 0, where, ": \"", joined(layer, "fp8_amax_history"), "\" element ", k, " is ",
-               history[k], "; an amax is >= 0 and not NaN");
+      MT_CHECK(std::isfinite(history[k]) && history[k] >= 0, where, ": \"", joined(layer, "fp8_amax_history"),
+               "\" element ", k, " is ", history[k], "; an amax is finite, >= 0 and not NaN");
   }
 }
 

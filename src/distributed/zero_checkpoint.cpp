@@ -2,6 +2,7 @@
 // optimizer state, either gathered into rank 0 or sharded (each rank writes its own shard, rank 0
 // the index); loaded by every rank as the pieces of its shard. The ranks agree on each step's
 // outcome, so a failure on one makes every rank throw, and a load is applied everywhere or nowhere.
+#include <cstdio>
 #include <exception>
 #include <memory>
 
@@ -75,6 +76,26 @@ void agree(ProcessGroup& g, const Outcome& mine, Device device, const std::strin
   MT_CHECK(first.empty(), refused, " ", first);
 }
 
+// Rank 0's new save id, on every rank (four 32-bit words in an int64 tensor).
+std::string shared_save_id(ProcessGroup& g, Device device) {
+  Tensor words = zeros({4}, TensorOptions(kInt64));
+  if (g.rank() == 0) {
+    const std::string id = io::detail::new_save_id();
+    for (int i = 0; i < 4; ++i)
+      words.data_ptr<int64_t>()[i] = static_cast<int64_t>(std::stoul(id.substr(static_cast<size_t>(i) * 8, 8), nullptr, 16));
+  }
+  Tensor on_device = words.to(device);
+  g.broadcast(on_device, 0);
+  const std::vector<int64_t> v = on_device.to(Device::cpu()).to_vector<int64_t>();
+  std::string id;
+  for (int64_t w : v) {
+    char part[9];
+    std::snprintf(part, sizeof part, "%08x", static_cast<unsigned>(w));
+    id += part;
+  }
+  return id;
+}
+
 Device device_of(ZeroRedundancyOptimizer& zero) {
   return zero.optimizer().param_groups().at(0).params().at(0).device();
 }
@@ -107,13 +128,19 @@ void save_sharded_checkpoint(const std::string& dir, const nn::Module& model, Ze
             writer = std::make_unique<io::detail::ShardedCheckpointWriter>(dir, tensors, &scaler, extra, parts);
         }),
         device, refused);
-  // 2. Every rank writes its shard, checked as load_checkpoint will check it.
+  // 2. Every rank writes its shard, checked as load_checkpoint will check it, with its place:
+  // this save's id (rank 0's), its rank and its pieces.
+  io::detail::ShardPlace place;
+  place.save_id = shared_save_id(g, device);
+  place.rank = rank;
+  place.world = world;
+  place.pieces = zero.shard_layout().ranks.at(static_cast<size_t>(rank));
   const optim::Optimizer& opt = zero.optimizer();
   const io::OptimizerState shard{opt.name(), opt.state_dict(), opt.state_tensors()};
   nlohmann::json entry;
   agree(g, attempt([&] {
           opt.validate_state_dict(shard.state, shard.tensors);
-          entry = io::detail::write_optimizer_shard(dir, rank, world, shard);
+          entry = io::detail::write_optimizer_shard(dir, place, shard);
         }),
         device, refused);
   // 3. Rank 0 writes the model and the index, with every shard's size and CRC-32, and swaps.
@@ -130,7 +157,8 @@ void save_sharded_checkpoint(const std::string& dir, const nn::Module& model, Ze
           }
           std::map<std::string, DType> dtypes;  // "state.<k>.<name>": every piece has the same
           for (const auto& [n, t] : shard.tensors) dtypes.emplace(n.substr(n.find('.', 6) + 1), t.dtype());
-          writer->commit(tensors, step, zero.consolidated_state_dict(), zero.shard_layout(), dtypes, shards);
+          writer->commit(tensors, step, zero.consolidated_state_dict(), zero.shard_layout(), dtypes, shards,
+                         place.save_id);
         }),
         device, refused);
 }

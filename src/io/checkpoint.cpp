@@ -65,6 +65,7 @@ namespace {
 void save_impl(const std::string& dir, const NamedTensors& model, const OptimizerState& optimizer,
                const amp::GradScaler* scaler, int64_t step, const nlohmann::json& extra, const CheckpointParts& parts) {
   MT_CHECK(step >= 0, "save_checkpoint: step must be >= 0, got ", step);
+  detail::check_state_finite(dir, optimizer.tensors);
   detail::CheckpointStaging staging(dir, model, scaler, extra, parts);
   nlohmann::json files = nlohmann::json::object();
   files[kModelFile] = detail::write_tensor_file(staging.staged() / kModelFile, model, {{"format", "pt"}});

@@ -15,6 +15,7 @@
 #include "io/safetensors_internal.h"
 #include "mixtrain/base/error.h"
 #include "mixtrain/base/rng.h"
+#include "optim/finite_check.h"
 
 namespace mixtrain::io::detail {
 
@@ -62,6 +63,17 @@ fs::path sibling(const fs::path& dir, const char* suffix) {
   fs::path p = dir;
   p += suffix;
   return p;
+}
+
+void check_state_finite(const std::string& dir, const NamedTensors& tensors) {
+  std::vector<Tensor> list;
+  for (const auto& [n, t] : tensors) list.push_back(t);
+  const Tensor flag = optim::detail::scan_non_finite(list);
+  if (!flag.defined() || flag.item<float>() == 0.0f) return;
+  std::string value;
+  const std::string name = optim::detail::first_non_finite(tensors, &value);
+  MT_ERROR("save_checkpoint: refusing to write ", checkpoint_path(dir).string(), ": optimizer tensor \"", name,
+           "\" holds ", value, ", which load_checkpoint would reject (the previous checkpoint is left as it was)");
 }
 
 std::string crc_hex(uint32_t crc) {

@@ -39,6 +39,10 @@ void remove_stale_staging(const std::filesystem::path& dir);
 // The test hook of checkpoint_internal.h, at `stage`.
 void run_save_hook(const std::string& stage);
 
+// Throws, naming `dir` and the tensor, unless the optimizer state to save is finite (a load
+// refuses non-finite moments; the previous checkpoint is left as it was).
+void check_state_finite(const std::string& dir, const NamedTensors& tensors);
+
 // A durable safetensors file; returns its manifest entry {"bytes", "crc32"}.
 nlohmann::json write_tensor_file(const std::filesystem::path& path, const NamedTensors& tensors,
                                  const Metadata& metadata);

@@ -1,5 +1,7 @@
 #include "io/checkpoint_files.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -8,6 +10,7 @@
 #include "io/file_util.h"
 #include "mixtrain/base/error.h"
 #include "mixtrain/base/grad_mode.h"
+#include "mixtrain/base/half.h"
 
 namespace mixtrain::io::detail {
 
@@ -62,6 +65,43 @@ void CheckpointTensorFile::verify() const {
     std::string bytes(static_cast<size_t>(e.end - e.begin), '\0');
     file_.read_at(e.begin, bytes.data(), bytes.size());
     check_bool_bytes(e, bytes.data(), "checkpoint " + file_.path());
+  }
+}
+
+namespace {
+// Element i of a little-endian floating buffer, as a double.
+double element_at(DType d, const char* p, size_t i) {
+  if (d == kFloat64) {
+    double v;
+    std::memcpy(&v, p + i * 8, 8);
+    return v;
+  }
+  if (d == kFloat32) {
+    float v;
+    std::memcpy(&v, p + i * 4, 4);
+    return v;
+  }
+  uint16_t h;
+  std::memcpy(&h, p + i * 2, 2);
+  return d == kBFloat16 ? bf16_bits_to_float(h) : half_bits_to_float(h);
+}
+}  // namespace
+
+void CheckpointTensorFile::check_values(const SafetensorsEntry& e, bool non_negative, const std::string& what) const {
+  if (!(e.dtype == kFloat64 || e.dtype == kFloat32 || e.dtype == kFloat16 || e.dtype == kBFloat16)) return;
+  const size_t esize = element_size(e.dtype);
+  std::vector<char> buf(kChunk / esize * esize);
+  for (uint64_t off = e.begin; off < e.end;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), e.end - off));
+    file_.read_at(off, buf.data(), n);
+    for (size_t i = 0; i < n / esize; ++i) {
+      const double v = element_at(e.dtype, buf.data(), i);
+      if (std::isfinite(v) && (!non_negative || v >= 0.0)) continue;
+      MT_ERROR("load_checkpoint: ", file_.path(), ": tensor \"", e.name, "\" (", what, ") holds ", v,
+               " at element ", (off - e.begin) / esize + i, "; ", non_negative ? "it must be finite and >= 0" : "it must be finite",
+               " (the optimizer state was corrupted, or saved by a run that diverged); nothing was loaded");
+    }
+    off += n;
   }
 }
 

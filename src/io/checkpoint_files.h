@@ -24,6 +24,9 @@ class CheckpointTensorFile {
   const std::string& path() const { return file_.path(); }
   // Reads the whole file once to check its CRC-32 (and the BOOL tensors' bytes).
   void verify() const;
+  // Reads floating tensor `e` (after verify()) and throws, naming this file, `what` and the first
+  // bad element, unless every value is finite and, with `non_negative`, >= 0.
+  void check_values(const SafetensorsEntry& e, bool non_negative, const std::string& what) const;
   // Reads each tensor into dst[i] (same order as index().entries; shapes and dtypes checked by
   // the caller), the CRC checked again on the way.
   void read_into(const std::vector<Tensor>& dst) const;

@@ -6,6 +6,7 @@
 
 #include "core/json_fields.h"
 #include "io/checkpoint_dir.h"
+#include "io/checkpoint_sharded.h"
 #include "mixtrain/base/grad_mode.h"
 #include "mixtrain/base/error.h"
 #include "mixtrain/core/factories.h"
@@ -61,6 +62,7 @@ OptimizerFiles::OptimizerFiles(const std::string& dir, const nlohmann::json& tra
   for (const auto& s : index["shards"]) {
     const std::string name = s["file"].get<std::string>();
     files_.push_back(std::make_unique<CheckpointTensorFile>(dir, name.c_str(), files, manifest));
+    check_place(*files_.back(), files_.size() - 1, index);
   }
   // Each shard holds exactly the pieces the index gives it, every piece's tensors as the index's
   // dtypes say, and each whole tensor is held by every piece of its parameter or by none.
@@ -107,6 +109,23 @@ OptimizerFiles::OptimizerFiles(const std::string& dir, const nlohmann::json& tra
 
 OptimizerFiles::~OptimizerFiles() = default;
 
+void OptimizerFiles::check_place(const CheckpointTensorFile& file, size_t rank, const nlohmann::json& index) const {
+  const Metadata& m = file.index().metadata;
+  auto said = [&](const char* key) {
+    auto it = m.find(key);
+    return it == m.end() ? std::string("(none)") : it->second;
+  };
+  const std::string world = std::to_string(index["world_size"].get<int64_t>());
+  const std::string pieces = pieces_json(file_pieces_[rank]).dump();
+  const std::string what = "load_checkpoint: " + file.path() + " ";
+  MT_CHECK(said("save_id") == save_id_, what, "belongs to save \"", said("save_id"), "\", not to this checkpoint's \"",
+           save_id_, "\" (a shard of another run or another save); nothing was loaded");
+  MT_CHECK(said("rank") == std::to_string(rank) && said("world_size") == world, what, "says it is rank ", said("rank"),
+           " of ", said("world_size"), ", but the index has it as rank ", rank, " of ", world, "; nothing was loaded");
+  MT_CHECK(said("pieces") == pieces, what, "holds the pieces ", said("pieces"), " but the index gives it ", pieces,
+           " (the index or the shard was edited: its moments would land on other elements); nothing was loaded");
+}
+
 void OptimizerFiles::index_single() {
   for (const SafetensorsEntry& e : files_[0]->index().entries) {
     stored_[e.name].push_back({0, &e, 0, shape_numel(e.shape)});
@@ -115,7 +134,12 @@ void OptimizerFiles::index_single() {
 }
 
 void OptimizerFiles::index_shards(const nlohmann::json& index, const std::string& where) {
-  json_io::check_object_keys(index, {"world_size", "params", "state_dtypes", "shards"}, {}, where);
+  json_io::check_object_keys(index, {"save_id", "world_size", "params", "state_dtypes", "shards", "crc32"}, {}, where);
+  // trainer.json has no checksum of its own among the files: the index carries one.
+  const std::string crc = json_io::json_string(index, "crc32", where);
+  MT_CHECK(crc == index_crc(index), where, ".crc32 is \"", crc, "\" but the index's CRC-32 is \"", index_crc(index),
+           "\": the index was edited after it was written; nothing was loaded");
+  save_id_ = json_io::json_string(index, "save_id", where);
   const int64_t world = json_io::json_integer(index, "world_size", where, 1, kMaxWorld);
   const nlohmann::json& params = index["params"];
   MT_CHECK(params.is_array(), where, ".params must be an array");
@@ -196,7 +220,28 @@ void OptimizerFiles::verify(const std::vector<StatePiece>* needs) const {
           break;
         }
       }
-    if (needed) files_[f]->verify();
+    if (!needed) continue;
+    files_[f]->verify();
+    check_moments(f);
+  }
+}
+
+void OptimizerFiles::check_moments(size_t f) const {
+  for (const SafetensorsEntry& e : files_[f]->index().entries) {
+    size_t k = 0;
+    std::string name;
+    const bool split = split_state_name(e.name, &k, &name);
+    // Second moments are squares: a negative one has no square root (the update turns NaN).
+    const bool non_negative = split && (name == "exp_avg_sq" || name == "max_exp_avg_sq");
+    std::string what = split ? name : std::string("optimizer state");
+    if (split && sharded_ && k < file_pieces_[f].size()) {
+      const StatePiece& p = file_pieces_[f][k];
+      what += " of elements " + std::to_string(p.offset) + " to " + std::to_string(p.offset + p.numel) +
+              " of parameter " + std::to_string(p.param);
+    } else if (split) {
+      what += " of parameter " + std::to_string(k);
+    }
+    files_[f]->check_values(e, non_negative, what);
   }
 }
 

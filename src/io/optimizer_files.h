@@ -35,7 +35,8 @@ class OptimizerFiles {
   bool sharded() const { return sharded_; }
   // Zero-stride stand-ins of the whole tensors (shapes and dtypes), for the optimizer's checks.
   const NamedTensors& stand_ins() const { return stand_ins_; }
-  // Checks the CRC of every file holding some element of `needs` (null: every file).
+  // Checks the CRC of every file holding some element of `needs` (null: every file), and that
+  // their state is finite, second moments (exp_avg_sq, max_exp_avg_sq) >= 0.
   void verify(const std::vector<StatePiece>* needs) const;
   // Fills every destination (verify() has passed for the files it reads).
   void read(const std::vector<StateDestination>& dsts) const;
@@ -48,9 +49,13 @@ class OptimizerFiles {
   };
   void index_single();
   void index_shards(const nlohmann::json& index, const std::string& where);
+  void check_moments(size_t file) const;
+  // Throws unless shard `file`'s metadata says it is this save's shard `rank` with the index's pieces.
+  void check_place(const CheckpointTensorFile& file, size_t rank, const nlohmann::json& index) const;
   bool read_whole_in_file_order(const std::vector<StateDestination>& dsts) const;
 
   bool sharded_ = false;
+  std::string save_id_;
   std::vector<std::unique_ptr<CheckpointTensorFile>> files_;
   std::map<std::string, std::vector<Stored>> stored_;  // by whole tensor name, sorted by offset
   std::vector<std::vector<StatePiece>> file_pieces_;   // per file: the pieces it holds (sharded)

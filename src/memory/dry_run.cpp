@@ -44,7 +44,13 @@ struct MetaRegistry {
   std::mutex mutex;
   std::unordered_map<const void*, MetaEntry> live;
   uint64_t next_seq = 0;
+  int64_t live_bytes = 0;  // rounded as the allocator would: what a real device would hold
 };
+
+int64_t rounded_bytes(size_t nbytes) {
+  const uint64_t block = CachingAllocator::kMinBlockSize;
+  return static_cast<int64_t>((static_cast<uint64_t>(nbytes) + block - 1) / block * block);
+}
 MetaRegistry& meta_registry() {
   static MetaRegistry* r = new MetaRegistry();
   return *r;
@@ -256,6 +262,14 @@ void on_storage_created(const void* storage, size_t nbytes, Device device) {
   {
     MetaRegistry& r = meta_registry();
     std::lock_guard<std::mutex> lock(r.mutex);
+    // As a real allocation is refused past the device's memory, a meta one is past what the
+    // byte counts can hold: every meta storage alive together is counted in int64.
+    int64_t total = 0;
+    if (__builtin_add_overflow(r.live_bytes, rounded_bytes(nbytes), &total))
+      MT_ERROR("a meta tensor's storage of ", nbytes, " bytes: with the ", r.live.size(), " meta storages alive (",
+               r.live_bytes, " bytes) it would take the meta device past 2^63 - 1 bytes, the most mixtrain counts; ",
+               "refusing it (as an allocation past a device's memory is refused)");
+    r.live_bytes = total;
     MetaEntry e;
     e.nbytes = nbytes;
     e.seq = r.next_seq++;
@@ -272,7 +286,10 @@ void on_storage_destroyed(const void* storage, Device device) {
   {
     MetaRegistry& r = meta_registry();
     std::lock_guard<std::mutex> lock(r.mutex);
-    r.live.erase(storage);
+    if (auto it = r.live.find(storage); it != r.live.end()) {
+      r.live_bytes -= rounded_bytes(it->second.nbytes);
+      r.live.erase(it);
+    }
   }
   if (Recorder* rec = g_recorder.load(std::memory_order_acquire); rec && rec->records(device)) rec->free(storage);
 }

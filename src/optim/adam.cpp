@@ -50,6 +50,16 @@ void adam_validate(const O& o, const std::string& who) {
            o.weight_decay(), " (expected >= 0)");
 }
 
+// The largest step size is the first step's, lr / (1 - beta1) (the bias correction grows to 1).
+template <class O>
+std::vector<std::pair<std::string, double>> adam_step_scalars(const O& o, bool decoupled) {
+  std::vector<std::pair<std::string, double>> out = {{"lr", o.lr()},
+                                                     {"lr / (1 - beta1), the first step's size",
+                                                      o.lr() / (1.0 - o.betas().first)}};
+  if (decoupled) out.emplace_back("1 - lr * weight_decay", 1.0 - o.lr() * o.weight_decay());
+  return out;
+}
+
 template <class O>
 void adam_update(const O& o, const Tensor& weight, const Tensor& grad, const Tensor& half_out, NamedTensors& buffers,
                  int64_t& step, const detail::StepGate& gate, bool decoupled) {
@@ -84,12 +94,18 @@ void AdamOptions::from_json(const nlohmann::json& j, const std::string& where) {
   *this = adam_from_json<AdamOptions>(j, where);
 }
 void AdamOptions::validate(const std::string& who) const { adam_validate(*this, who); }
+std::vector<std::pair<std::string, double>> AdamOptions::step_scalars() const {
+  return adam_step_scalars(*this, false);
+}
 
 nlohmann::json AdamWOptions::to_json() const { return adam_to_json(*this); }
 void AdamWOptions::from_json(const nlohmann::json& j, const std::string& where) {
   *this = adam_from_json<AdamWOptions>(j, where);
 }
 void AdamWOptions::validate(const std::string& who) const { adam_validate(*this, who); }
+std::vector<std::pair<std::string, double>> AdamWOptions::step_scalars() const {
+  return adam_step_scalars(*this, true);
+}
 
 Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& defaults)
     : Optimizer(std::move(groups), std::make_unique<AdamOptions>(defaults)) {

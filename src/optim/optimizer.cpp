@@ -1,5 +1,6 @@
 #include "mixtrain/optim/optimizer.h"
 
+#include <cmath>
 #include <limits>
 #include <map>
 #include <set>
@@ -195,7 +196,24 @@ std::vector<Optimizer::UnscaleTarget> Optimizer::unscale_targets() {
   return out;
 }
 
+void Optimizer::check_step_scalars() const {
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    bool single = false;  // some weight of the group updates in float32 (all but float64 ones)
+    for (size_t i = 0; i < groups_[g].params().size(); ++i) {
+      const Tensor& w = state_[g][i].master.defined() ? state_[g][i].master : groups_[g].params()[i];
+      single = single || (groups_[g].params()[i].grad().defined() && w.dtype() != kFloat64);
+    }
+    for (const auto& [what, v] : groups_[g].options().step_scalars()) {
+      const bool ok = std::isfinite(v) && (!single || std::fabs(v) <= std::numeric_limits<float>::max());
+      MT_CHECK(ok, name(), ".step: ", what, " of parameter group ", g, " is ", v, ", not a finite ",
+               single ? "float32 value (the update computes in float32)" : "number",
+               "; refusing the step before any weight or state is written (lower the learning rate)");
+    }
+  }
+}
+
 void Optimizer::update_all(const Tensor& found_inf) {
+  check_step_scalars();
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const OptimizerOptions& options = groups_[g].options();

@@ -23,6 +23,7 @@
 #include "mixtrain/io/checkpoint.h"
 #include "mixtrain/memory/plan_cache.h"
 #include "mixtrain/nn/linear.h"
+#include "train/finite_params.h"
 #include "train/trainer_state.h"
 
 namespace mixtrain::train {
@@ -290,11 +291,14 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     }
   }
 
+  FiniteParams finite_params(model);
+  int64_t current_step = 0;
   // One step, from zero_grad to the scheduler, returning values only: with a plan, nothing the
   // step allocates outlives it but optimizer and scaler state.
   struct StepValues {
     double loss = 0, grad_norm = 0;
     bool skipped = false;
+    bool params_finite = true;
     std::vector<int64_t> rank_rows;
   };
   auto run_step = [&]() -> StepValues {
@@ -337,10 +341,16 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     scaler.unscale_(state.optimizer());
     Tensor grad_norm;
     if (options.clip_norm > 0) grad_norm = state.clip_grad_norm_(options.clip_norm);
+    try {  // the optimizer refuses rates it cannot apply before it writes anything; say which step
+      state.optimizer().check_step_scalars();
+    } catch (const Error& e) {
+      MT_ERROR("step ", current_step, ": ", e.what());
+    }
     const amp::StepOutcome stepped = state.step();
     scaler.update();
     if (fp8) fp8->update();  // once per optimizer step (a skipped one too: its amaxes were seen)
     if (state.scheduler()) state.scheduler()->step(stepped);  // a skipped step leaves the schedule where it was
+    finite_params.scan();  // queued after the update, read after the loss
     if (ddp) {
       global_loss_work.wait();
       v.loss = global_loss.item<double>();
@@ -349,6 +359,7 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     }
     if (grad_norm.defined()) v.grad_norm = grad_norm.item<double>();
     v.skipped = !stepped;          // decided on the device; known by now
+    v.params_finite = finite_params.all_finite();
     // Planned: the gradients die inside the step, so they come from the arena too. The next
     // step's zero_grad would drop them anyway; nothing reads them in between.
     if (options.memory_plan) state.zero_grad();
@@ -377,6 +388,7 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
       continue;
     }
     distributed::kill_if_asked(step);  // the failure tests' kill -9 at a chosen step
+    current_step = step;
     const auto t0 = clock::now();
     StepRecord rec;
     rec.step = step;
@@ -424,6 +436,9 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     // A non-finite loss that loss scaling cannot recover from (fp32/bf16, or fp16 with the scale
     // at its floor) ends the run with an Error naming the step, instead of training on NaN.
     scaler.check_loss(rec.loss, step);
+    // Parameters the update made inf or NaN end the run here, before any checkpoint holds them
+    // (fp16's scaler would otherwise skip every later step on their NaN loss).
+    if (completed && !v.params_finite) finite_params.refuse(step);
     const bool last = step >= options.steps;
     if (!options.save_dir.empty() && (last || (options.save_every > 0 && step % options.save_every == 0))) {
       // Data parallel: the replicas are identical; rank 0 writes once every rank is done with

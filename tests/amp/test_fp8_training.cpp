@@ -2,6 +2,8 @@
 // Fp8AutocastGuard and what in bf16, the per-scope cache of the weights' fp8 copies, the
 // once-per-step update of delayed scaling (history, algorithm, margin, MAX reduction across ranks),
 // the statistics, and the state dict's validation.
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 #include "amp/amp_test_util.h"
@@ -316,6 +318,39 @@ TEST_F(Fp8Training, StateDictIsValidatedWhole) {
   amp::Fp8Scaling again(model, recipe);
   again.load_state_dict(state);
   EXPECT_EQ(again.updates(), 1);
+}
+
+// Edits that passed the checks before: a subnormal scale whose inverse is inf (the next loss
+// NaN), a counter at INT64_MAX (wrapped by the next update, so the final save failed), an amax
+// history of +inf. Each is refused naming the field, and nothing is loaded.
+TEST_F(Fp8Training, StateWithAnOverflowingInverseCounterOrAmaxIsRefused) {
+  nn::Sequential model = make_model(8);
+  amp::Fp8Scaling fp8(model, amp::Fp8Recipe().history_len(2));
+  optim::AdamW opt(model->parameters(), optim::AdamWOptions(1e-3));
+  train_step(model, opt, fp8, 0);
+  const nlohmann::json state = fp8.state_dict();
+  std::map<std::string, Tensor> tensors;
+  for (const auto& [n, t] : model->state_dict()) tensors.emplace(n, t.clone());
+  auto with = [&](const std::string& name, Tensor value) {
+    std::map<std::string, Tensor> t = tensors;
+    t[name] = value;
+    return t;
+  };
+  std::map<std::string, Tensor> tiny = with("0.fp8_scale", from_vector<float>({1e-40f, 1, 1}, {3}));
+  tiny["0.fp8_scale_inv"] = from_vector<float>({std::numeric_limits<float>::infinity(), 1, 1}, {3});
+  expect_error([&] { fp8.validate_state_dict(state, tiny); }, {"0.fp8_scale_inv", "[0]", "inf", "finite and positive"});
+  nlohmann::json bad = state;
+  bad["updates"] = std::numeric_limits<int64_t>::max();
+  expect_error([&] { fp8.validate_state_dict(bad, tensors); }, {"fp8", "updates"});
+  Tensor inf_history = tensors.at("0.fp8_amax_history").clone();
+  inf_history.fill_(std::numeric_limits<double>::infinity());
+  expect_error([&] { fp8.validate_state_dict(state, with("0.fp8_amax_history", inf_history)); },
+               {"0.fp8_amax_history", "inf", "finite"});
+  // load_state_dict runs the same checks first: the scales in the model stay as they were.
+  const std::vector<float> before = tensors.at("0.fp8_scale").to_vector<float>();
+  expect_error([&] { fp8.load_state_dict(bad); }, "updates");
+  EXPECT_EQ(model->state_dict().at("0.fp8_scale").to_vector<float>(), before);
+  EXPECT_EQ(fp8.updates(), 1);
 }
 
 }  // namespace

@@ -2,10 +2,13 @@
 // holding only its rank's shard; resumed at two ranks bit for bit as the run that went on, and at
 // three and one rank bit for bit as from the gathered checkpoint of the same state (and a whole
 // AdamW in one process loads it too); a corrupt, truncated, mismatched or missing shard, or a
-// missing index, refused by every rank with nothing changed; a save that fails on one rank
-// leaving the previous checkpoint.
+// missing index, moments that are not finite (or negative second moments), an index edited (its
+// CRC) or lying about a shard's place, a shard of another save or saying it is another rank,
+// refused by every rank with nothing changed; a save that fails on one rank leaving the previous
+// checkpoint.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +18,8 @@
 #include "compare.h"
 #include "io/checkpoint_dir.h"
 #include "io/checkpoint_internal.h"
+#include "io/checkpoint_sharded.h"
+#include "io/file_util.h"
 #include "mixtrain/distributed/zero.h"
 #include "mixtrain/io/optimizer_state.h"
 #include "mixtrain/mixtrain.h"
@@ -211,10 +216,13 @@ MT_SCENARIO(zero_sharded_save_fails) {
 namespace {
 
 struct Dirs {
-  fs::path root = fs::path(::testing::TempDir()) / ("mt_zero_sharded_" + std::to_string(::getpid()));
-  std::string sharded = (root / "sharded").string(), gathered = (root / "gathered").string(),
-              continued = (root / "continued.safetensors").string();
-  Dirs() {
+  fs::path root;
+  std::string sharded, gathered, continued;
+  explicit Dirs(const std::string& name = "")
+      : root(fs::path(::testing::TempDir()) / ("mt_zero_sharded_" + std::to_string(::getpid()) + name)),
+        sharded((root / "sharded").string()),
+        gathered((root / "gathered").string()),
+        continued((root / "continued.safetensors").string()) {
     fs::remove_all(root);
     fs::create_directories(root);
   }
@@ -241,6 +249,62 @@ void flip_byte(const fs::path& file, uint64_t from_end) {
   c = static_cast<char>(c ^ 0x5a);
   f.seekp(-static_cast<std::streamoff>(from_end), std::ios::end);
   f.write(&c, 1);
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+void edit_trainer_json(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = nlohmann::json::parse(read_file(dir / "trainer.json"));
+  edit(j);
+  std::ofstream(dir / "trainer.json", std::ios::binary) << j.dump();
+}
+
+// The manifest entry of `name` (its size and CRC-32) made to match the file as it now is.
+void refresh_manifest(const fs::path& dir, const std::string& name) {
+  const std::string bytes = read_file(dir / name);
+  edit_trainer_json(dir, [&](nlohmann::json& j) {
+    j["files"][name] = {{"bytes", bytes.size()},
+                        {"crc32", mt::io::detail::crc_hex(mt::io::detail::crc32(bytes.data(), bytes.size()))}};
+  });
+}
+
+// Shard `name` rewritten by `edit` (its tensors and metadata), its manifest entry refreshed.
+void rewrite_shard(const fs::path& dir, const std::string& name, const std::function<void(mt::io::SafetensorsFile&)>& edit) {
+  mt::io::SafetensorsFile f = mt::io::load_safetensors((dir / name).string());
+  edit(f);
+  mt::io::save_safetensors((dir / name).string(), f.tensors, f.metadata);
+  refresh_manifest(dir, name);
+}
+
+// Element 0 of the first "<...>.exp_avg_sq" tensor of the file set to `value`.
+std::function<void(mt::io::SafetensorsFile&)> set_exp_avg_sq(float value) {
+  return [value](mt::io::SafetensorsFile& f) {
+    for (auto& [n, t] : f.tensors)
+      if (n.size() > 11 && n.compare(n.size() - 11, 11, ".exp_avg_sq") == 0) {
+        t.data_ptr<float>()[0] = value;
+        return;
+      }
+    ADD_FAILURE() << "no exp_avg_sq";
+  };
+}
+
+// Two pieces of equal length, of different shards, swapped in the index: the shards' moments
+// would land on each other's elements. `refresh`: the index's CRC made to match.
+void swap_equal_pieces(const fs::path& dir, bool refresh) {
+  edit_trainer_json(dir, [&](nlohmann::json& j) {
+    nlohmann::json& shards = j["sharded"]["shards"];
+    for (auto& a : shards[0]["pieces"])
+      for (auto& b : shards[1]["pieces"])
+        if (a[2] == b[2]) {
+          std::swap(a, b);
+          if (refresh) j["sharded"]["crc32"] = mt::io::detail::index_crc(j["sharded"]);
+          return;
+        }
+    ADD_FAILURE() << "no two pieces of one length in " << shards.dump();
+  });
 }
 
 }  // namespace
@@ -287,6 +351,8 @@ TEST(ZeroSharded, ADamagedShardOrAMissingIndexIsRefusedByEveryRankWithNothingCha
   if (!dist::gloo_available()) GTEST_SKIP() << dist::unavailable_reason();
   const Dirs d;
   ASSERT_NO_FATAL_FAILURE(save_at_two(d));
+  const Dirs another("_another");  // another save of the same run, byte for byte but for its id
+  ASSERT_NO_FATAL_FAILURE(save_at_two(another));
   const std::string s0 = "optimizer-rank-00000-of-00002.safetensors", s1 = "optimizer-rank-00001-of-00002.safetensors";
   struct Case {
     const char* what;
@@ -302,6 +368,24 @@ TEST(ZeroSharded, ADamagedShardOrAMissingIndexIsRefusedByEveryRankWithNothingCha
       {"shard 1 replaced by shard 0",
        [&](const fs::path& c) { fs::copy_file(c / s0, c / s1, fs::copy_options::overwrite_existing); }, s1, ""},
       {"the index missing", [&](const fs::path& c) { fs::remove(c / "trainer.json"); }, "trainer.json", ""},
+      // Values that only a look at them tells, the checksums refreshed.
+      {"a NaN exp_avg_sq in shard 1", [&](const fs::path& c) { rewrite_shard(c, s1, set_exp_avg_sq(NAN)); },
+       s1 + ": tensor \"state.", "refused by rank 1:"},
+      {"a negative exp_avg_sq in shard 0", [&](const fs::path& c) { rewrite_shard(c, s0, set_exp_avg_sq(-0.5f)); },
+       "must be finite and >= 0", ""},
+      // An index or a shard that lies about where the state belongs.
+      {"two pieces swapped in the index", [&](const fs::path& c) { swap_equal_pieces(c, false); }, ".crc32", ""},
+      {"two pieces swapped in the index, its CRC refreshed", [&](const fs::path& c) { swap_equal_pieces(c, true); },
+       "but the index gives it", ""},
+      {"shard 1 of another save with its manifest entry",
+       [&](const fs::path& c) {
+         fs::copy_file(fs::path(another.sharded) / s1, c / s1, fs::copy_options::overwrite_existing);
+         refresh_manifest(c, s1);
+       },
+       s1 + " belongs to save", ""},
+      {"shard 1 saying it is rank 0",
+       [&](const fs::path& c) { rewrite_shard(c, s1, [](mt::io::SafetensorsFile& f) { f.metadata["rank"] = "0"; }); },
+       "says it is rank 0 of 2", ""},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);

@@ -4,6 +4,7 @@
 // MIXTRAIN_RANK_BATCHES is an error without a launcher too.
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
@@ -58,14 +59,30 @@ TEST(CliLimits, BatchOneWorksAndHugeBatchesAreErrors) {
 }
 
 TEST(CliLimits, TrainingThatCannotRecoverStopsNamingTheStep) {
-  // fp16 (the default): the scale backs off to its floor over ~142 skipped steps, then stops.
-  const CliRun r = run_mixtrain("train mlp --synthetic --lr 1e308");
+  // 1e30 is a rate the update applies; the next forward overflows. fp16 (the default): the scale
+  // backs off to its floor over ~142 skipped steps, then stops.
+  const CliRun r = run_mixtrain("train mlp --synthetic --lr 1e30");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.err.find("step "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("floor"), std::string::npos) << r.err;
-  const CliRun fp32 = run_mixtrain("train mlp --synthetic --precision fp32 --lr 1e308");
+  const CliRun fp32 = run_mixtrain("train mlp --synthetic --precision fp32 --lr 1e30");
   EXPECT_EQ(fp32.code, 1) << fp32.out;
-  EXPECT_NE(fp32.err.find("step 2: the training loss is NaN"), std::string::npos) << fp32.err;
+  EXPECT_NE(fp32.err.find("step 2: the training loss is"), std::string::npos) << fp32.err;
+}
+
+TEST(CliLimits, ARateTheUpdateCannotHoldStopsAtStepOneAndSavesNothing) {
+  // 1e308 and 1e305 are inf in float32: the weights once became NaN at step 1 and the run ended
+  // with exit 0 (fp16 skipping every later step; all weights NaN in the checkpoint).
+  const mixtrain::testing::TempDir tmp;
+  for (const char* run : {"--lr 1e308 --steps 100", "--lr 1e305 --precision fp16 --steps 20",
+                          "--lr 3e38 --precision bf16 --steps 3", "--lr 3e38 --precision fp32 --steps 3"}) {
+    SCOPED_TRACE(run);
+    const CliRun r = run_mixtrain(std::string("train mlp --synthetic ") + run + " --save " + tmp.path + "/ckpt");
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.err.find("step 1: AdamW.step: lr"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("final loss"), std::string::npos) << r.out;
+    EXPECT_FALSE(std::filesystem::exists(tmp.path + "/ckpt"));
+  }
 }
 
 TEST(CliLimits, ABadRankBatchesValueIsAnErrorWithoutALauncher) {

@@ -164,7 +164,7 @@ TEST(TrainLoop, ANonFiniteLossThatScalingCannotHelpStopsTheRun) {
   o.device = mixtrain::Device::cpu();
   o.precision = tr::Precision::Fp32;
   o.steps = 20;
-  o.lr = 1e308;
+  o.lr = 1e30;  // finite in float32: the update applies it, and the next forward overflows
   std::vector<double> losses;
   const std::string msg =
       mixtrain::testing::error_of([&] { tr::train(*task, o, [&](const tr::StepRecord& r) { losses.push_back(r.loss); }); });
@@ -172,4 +172,82 @@ TEST(TrainLoop, ANonFiniteLossThatScalingCannotHelpStopsTheRun) {
   EXPECT_FALSE(std::isfinite(losses.back()));
   for (size_t i = 0; i + 1 < losses.size(); ++i) EXPECT_TRUE(std::isfinite(losses[i])) << i;
   EXPECT_TRUE(mixtrain::testing::error_contains(msg, {"step " + std::to_string(losses.size()), "loss"}));
+}
+
+// A rate the update cannot hold in float32 (1e308 is inf there): refused at step 1 before any
+// weight is written, the error naming the step; no checkpoint is written.
+TEST(TrainLoop, ARateTheOptimizerCannotApplyStopsTheRunBeforeTheUpdate) {
+  const mixtrain::testing::TempDir tmp;
+  for (const tr::Precision p : {tr::Precision::Fp32, tr::Precision::Fp16, tr::Precision::Bf16}) {
+    SCOPED_TRACE(tr::precision_name(p));
+    const auto task = ex::make_mlp_task(tiny_mlp());
+    std::vector<std::vector<float>> before;
+    for (const auto& t : task->model().parameters()) before.push_back(t.to_vector<float>());
+    tr::TrainOptions o;
+    o.device = mixtrain::Device::cpu();
+    o.precision = p;
+    o.steps = 5;
+    o.lr = 1e308;
+    o.save_dir = tmp.path + "/ckpt";
+    int steps = 0;
+    mixtrain::testing::expect_error([&] { tr::train(*task, o, [&](const tr::StepRecord&) { ++steps; }); },
+                                    {"step 1: ", "AdamW.step", "lr", "before any weight"});
+    EXPECT_EQ(steps, 0);
+    std::vector<std::vector<float>> after;
+    for (const auto& t : task->model().parameters()) after.push_back(t.to_vector<float>());
+    EXPECT_EQ(after, before);
+    EXPECT_FALSE(fs::exists(o.save_dir));
+  }
+}
+
+namespace {
+
+// One Linear layer fed inputs of 1e-30: the loss stays finite while AdamW moves the bias by lr
+// each step, so at lr 3e37 the update itself overflows it (after about 11 steps), loss still finite.
+class RunawayBiasTask : public tr::TrainTask {
+ public:
+  RunawayBiasTask() {
+    mixtrain::manual_seed(5);
+    model_ = mixtrain::nn::Sequential(mixtrain::nn::Linear(4, 1));
+  }
+  mixtrain::nn::Module& model() override { return *model_; }
+  mixtrain::Tensor next_loss() override { return model_->forward(mixtrain::full({1, 4}, 1e-30)).sum(); }
+  void skip_batches(int64_t) override {}
+
+ private:
+  mixtrain::nn::Sequential model_{nullptr};
+};
+
+}  // namespace
+
+// The loss before an update says nothing about the weights after it: the loop checks those
+// (one fused scan a step) and stops naming the step and the parameter, and the last checkpoint is
+// the step before, with finite weights.
+TEST(TrainLoop, ParametersTheUpdateMakesNonFiniteStopTheRunNamingTheStepAndParameter) {
+  const mixtrain::testing::TempDir tmp;
+  for (const bool planned : {false, true}) {
+    SCOPED_TRACE(planned ? "memory plan" : "plain");
+    RunawayBiasTask task;
+    tr::TrainOptions o;
+    o.device = mixtrain::Device::cpu();
+    o.precision = tr::Precision::Fp32;
+    o.steps = 40;
+    o.lr = 3e37;
+    o.clip_norm = 0;
+    o.constant_lr = true;
+    o.memory_plan = planned;
+    o.save_dir = tmp.path + (planned ? "/planned" : "/plain");
+    o.save_every = 1;
+    std::vector<double> losses;
+    const std::string msg = mixtrain::testing::error_of(
+        [&] { tr::train(task, o, [&](const tr::StepRecord& r) { losses.push_back(r.loss); }); });
+    ASSERT_GE(losses.size(), 5u) << msg;
+    ASSERT_LT(losses.size(), 40u) << msg;
+    for (double l : losses) EXPECT_TRUE(std::isfinite(l));
+    const int64_t failed = static_cast<int64_t>(losses.size());
+    EXPECT_TRUE(mixtrain::testing::error_contains(
+        msg, {"step " + std::to_string(failed) + ": ", "parameter \"0.bias\"", "-inf", "non-finite"}))
+        << msg;
+    EXPECT_EQ(saved_step(o.save_dir), failed - 1);
+  }
 }

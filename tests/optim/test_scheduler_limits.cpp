@@ -89,3 +89,44 @@ TEST(SchedulerLimits, OneCycleRatesMustBeFiniteAtConstruction) {
                {"OneCycleLR", "momentum"});
   EXPECT_EQ(opt.param_groups()[0].options().get_lr(), 0.1);
 }
+
+TEST(SchedulerLimits, ARateTheUpdateCannotHoldIsRefusedBeforeAnyWeightIsWritten) {
+  Rig s;
+  optim::StepLR sched(s.opt, 1, 1e300);
+  sched.step(true);  // 1e-3 * 1e300: finite as a double, inf as the float32 the update computes in
+  s.opt.zero_grad();
+  s.w.sum().backward();
+  // The optimizer once wrote -inf into the weights here, and only the schedule's next step failed.
+  expect_error([&] { s.opt.step(); }, {"AdamW.step", "lr", "1e+297", "float32", "before any weight"});
+  EXPECT_EQ(s.w.to_vector<float>(), std::vector<float>(4, 1.0f));
+  EXPECT_EQ(s.opt.steps_taken(), 0);
+  EXPECT_TRUE(s.opt.state_tensors().empty()) << "no moment was created";
+  // Gated (GradScaler's path) the same.
+  expect_error([&] { s.opt.step(mt::zeros({})); }, {"AdamW.step", "lr"});
+  EXPECT_EQ(s.w.to_vector<float>(), std::vector<float>(4, 1.0f));
+  // A rate finite in float32 whose first step size lr / (1 - beta1) is not: refused too.
+  s.opt.param_groups()[0].options().set_lr(3e38);
+  expect_error([&] { s.opt.step(); }, {"AdamW.step", "1 - beta1", "3e+39"});
+  EXPECT_EQ(s.w.to_vector<float>(), std::vector<float>(4, 1.0f));
+  // An inf rate set by hand.
+  s.opt.param_groups()[0].options().set_lr(INFINITY);
+  expect_error([&] { s.opt.step(); }, {"AdamW.step", "lr", "inf"});
+  // Back to a rate it can apply: the step is taken, the weights stay finite.
+  s.opt.param_groups()[0].options().set_lr(1e-3);
+  s.opt.step();
+  for (float v : s.w.to_vector<float>()) EXPECT_TRUE(std::isfinite(v) && v < 1.0f);
+}
+
+TEST(SchedulerLimits, Float64WeightsTakeRatesPastFloat32) {
+  // SGD on float64 weights computes in float64: 1e39 is a rate it can apply.
+  mt::Tensor w = mt::ones({2}, mt::TensorOptions(mt::kFloat64)).requires_grad_(true);
+  optim::SGD opt({w}, optim::SGDOptions(1e39));
+  w.sum().backward();
+  opt.step();
+  EXPECT_EQ(w.to_vector<double>(), (std::vector<double>{1.0 - 1e39, 1.0 - 1e39}));
+  mt::Tensor f = mt::ones({2}).requires_grad_(true);
+  optim::SGD single({f}, optim::SGDOptions(1e39));
+  f.sum().backward();
+  expect_error([&] { single.step(); }, {"SGD.step", "lr", "float32"});
+  EXPECT_EQ(f.to_vector<float>(), (std::vector<float>{1.0f, 1.0f}));
+}

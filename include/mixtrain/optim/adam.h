@@ -34,6 +34,7 @@ class AdamOptions : public OptimizerOptions {
   nlohmann::json to_json() const override;
   void from_json(const nlohmann::json& j, const std::string& where) override;
   void validate(const std::string& who) const override;
+  std::vector<std::pair<std::string, double>> step_scalars() const override;
 };
 
 class Adam : public Optimizer {

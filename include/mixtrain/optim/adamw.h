@@ -26,6 +26,7 @@ class AdamWOptions : public OptimizerOptions {
   nlohmann::json to_json() const override;
   void from_json(const nlohmann::json& j, const std::string& where) override;
   void validate(const std::string& who) const override;
+  std::vector<std::pair<std::string, double>> step_scalars() const override;
 };
 
 class AdamW : public Optimizer {

@@ -50,6 +50,9 @@ class OptimizerOptions {
   virtual void from_json(const nlohmann::json& j, const std::string& where) = 0;
   // Throws Error naming `who` and the field when a value is out of range.
   virtual void validate(const std::string& who) const = 0;
+  // The rates the update multiplies by (computed in double, applied in the weight's compute
+  // type), named as in the message of a step that refuses them: each must be finite there.
+  virtual std::vector<std::pair<std::string, double>> step_scalars() const { return {{"lr", get_lr()}}; }
 };
 
 // A list of parameters and, optionally, options of its own (else the optimizer's defaults).
@@ -93,6 +96,10 @@ class Optimizer {
   // when it is nonzero. No host synchronisation: amp::GradScaler::step uses this. The step
   // counts below then read the device back when asked.
   void step(const Tensor& found_inf);
+  // Throws unless every group's rates (OptimizerOptions::step_scalars) are finite in the
+  // precision its update computes in (float32; float64 for float64 weights): both step()s check
+  // this before any weight or state is written.
+  void check_step_scalars() const;
   // Sets every gradient to undefined (PyTorch's set_to_none=True), master grads included.
   void zero_grad();
 
