@@ -152,18 +152,13 @@ std::vector<Tensor> GradScaler::unscale_grads(optim::Optimizer& opt) {
     if (it == found_by_device.end())
       it = found_by_device.emplace(dk, zeros({}, TensorOptions(kFloat32).device(d))).first;
     Tensor stats;
-    const bool on_meta = scale_.device().is_meta();
-  if (on_meta && (options_.track_stats() || options_.min_scale() > kScaleFloor || options_.error_at_min_scale()))
-    memory::note_assumption("GradScaler.update: the scale is on meta; statistics and the min_scale check, which "
-                            "read values, were skipped (found_inf assumed 0)");
-  if (options_.track_stats() && !on_meta) {
+    if (options_.track_stats() && !scale_.device().is_meta()) {
       auto s = stats_parts_.find(dk);
       if (s == stats_parts_.end())
         s = stats_parts_.emplace(dk, zeros({backends::kAmpStatsSize}, TensorOptions(kFloat64).device(d))).first;
       stats = s->second;
     }
-    backends::non_finite_check_and_unscale(d.type, lists.first, lists.second, inv.to(d), it->second,
-                                                               stats);
+    backends::non_finite_check_and_unscale(d.type, lists.first, lists.second, inv.to(d), it->second, stats);
     for (const Tensor& out : lists.second) out.bump_version();  // written in place by the kernel
   }
   std::vector<Tensor> found;
