@@ -353,6 +353,9 @@ void ElasticAgent::Impl::admit(ElasticAgent& a) {
   why.what = "rank 0 to name the joiners of generation " + std::to_string(g);
   why.owners = {"rank 0"};
   const Record r{parse(store->get(decided, d, why))};
+  // The requests this generation names are consumed whether or not it forms: a joiner that dies
+  // before its admission completes (or a request nobody stands behind) is not asked in again.
+  next_join = std::max(next_join, r.j.value("next_join", next_join));
   const int world_before = a.world_size();
   a.group_->abort("replaced by generation " + std::to_string(g));
   if (r.index_of(id) < 0) {
@@ -362,7 +365,9 @@ void ElasticAgent::Impl::admit(ElasticAgent& a) {
   try {
     form(a, r.j, g);
   } catch (const std::exception& e) {
-    // A joiner (or member) failed while the generation formed: recover as from any failure.
+    // A joiner (or member) failed while the generation formed: the members recover as from any
+    // failure, in the generation after this one (which is decided and must not be formed again).
+    a.generation_ = g;
     recover(a, e.what(), start, false);
     return;
   }
