@@ -182,8 +182,12 @@ int run_launch(const std::vector<std::string>& argv) {
   LaunchGuardian guardian(dir);
   // An elastic job's store outlives every rank: host 0's launcher serves it (a joiner's launcher
   // connects to it), at --master-port or, on one host without one, a free port it reports.
+  // The job's store token (one host: made here unless set; several: the user's, the same on each).
+  const std::string token_file = !join && nnodes == 1 ? distributed::make_job_store_token(dir) : "";
   std::unique_ptr<distributed::TcpStoreServer> store_server;
-  if (elastic && !join && node_rank == 0) store_server = std::make_unique<distributed::TcpStoreServer>(master_port);
+  if (elastic && !join && node_rank == 0)
+    store_server = std::make_unique<distributed::TcpStoreServer>(
+        master_port, distributed::StoreServerOptions::for_job(master_addr, nnodes == 1));
   const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
   const bool user_threads = std::getenv("OMP_NUM_THREADS") != nullptr;
   const std::string threads = std::to_string(std::max(1L, cores / nproc));
@@ -192,8 +196,10 @@ int run_launch(const std::vector<std::string>& argv) {
                    : (tcp_store ? (master_port ? master_port : 29500) : 20000 + (getpid() % 20000)));
   if (store_server)
     std::cout << "mixtrain launch: elastic job; its store is tcp://" << master_addr << ":" << port
-              << " (served by this launcher; `mixtrain launch --join --master-addr " << master_addr
-              << " --master-port " << port << " --nproc N -- PROGRAM` adds ranks)" << std::endl;
+              << " (served by this launcher; `"
+              << (token_file.empty() ? "" : "MIXTRAIN_STORE_TOKEN_FILE=" + token_file + " ")
+              << "mixtrain launch --join --master-addr " << master_addr << " --master-port " << port
+              << " --nproc N -- PROGRAM` adds ranks)" << std::endl;
 
   if (pipe(g_signal_pipe) != 0) throw std::runtime_error("launch: pipe failed");
   fcntl(g_signal_pipe[0], F_SETFL, O_NONBLOCK);

@@ -115,7 +115,9 @@ std::shared_ptr<KeyValueStore> open_store(const std::string& spec, const LaunchE
     MT_CHECK(!host.empty() && port > 0 && port < 65536 && end && *end == '\0', "distributed: store \"", spec,
              "\" is not tcp://host:port");
     const bool serve = e.rank == 0 && !e.elastic_join && !store_served_by_launcher();
-    store = make_tcp_store(host, static_cast<int>(port), serve, deadline, e.rank, e.world_size);
+    StoreServerOptions server;
+    if (serve) server = StoreServerOptions::for_job(e.master_addr, e.local_world_size == e.world_size);
+    store = make_tcp_store(host, static_cast<int>(port), serve ? &server : nullptr, deadline, e.rank, e.world_size);
   } else if (spec.empty()) {
     store = make_private_store();
   } else {

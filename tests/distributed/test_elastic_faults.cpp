@@ -78,3 +78,13 @@ TEST(ElasticFaults, AJoinRequestNobodyStandsBehindCostsOneAdmissionOnly) {
   const auto res = run_ranks("elastic_phantom_joiner", 3, std::chrono::seconds(40), {{-1, {"MT_JOIN_RECORDS=dead"}}});
   for (const auto& r : res) ASSERT_EQ(r.exit_code, 0) << mt_dist_test::describe(res);
 }
+
+TEST(ElasticFaults, MalformedJoinRequestsAreIgnoredWithAWarning) {
+  if (!dist::gloo_available()) GTEST_SKIP() << dist::unavailable_reason();
+  const auto res = run_ranks("elastic_phantom_joiner", 3, std::chrono::seconds(40), {{-1, {"MT_JOIN_RECORDS=bad"}}});
+  for (const auto& r : res) ASSERT_EQ(r.exit_code, 0) << mt_dist_test::describe(res);
+  for (const char* why :
+       {"ignoring join request 0 in the store: not a JSON object", "join request 1 in the store: no id",
+        "join request 2 in the store: no positive weight", "join request 3 in the store: not a JSON"})
+    EXPECT_NE(res[0].log.find(why), std::string::npos) << why << "\n" << res[0].log;
+}
