@@ -284,7 +284,7 @@ void ElasticAgent::Impl::join(ElasticAgent& a) {
 
 ElasticAgent::Impl::Outcome ElasticAgent::Impl::recover(ElasticAgent& a, const std::string& reason,
                                                         Clock::time_point started, bool in_step) {
-  a.group_->abort(reason);  // its connections close: members still waiting on this rank fail now
+  if (a.group_) a.group_->abort(reason);  // its connections close: members still waiting on this rank fail now
   std::vector<std::string> old = a.members_, old_who = member_who;
   std::vector<double> old_weights = a.weights_;
   const int world_before = a.world_size();
@@ -418,7 +418,26 @@ void ElasticAgent::start() {
         {{"id", "r" + std::to_string(r)},
          {"weight", m.options.rank_weights().empty() ? 1.0 : m.options.rank_weights()[static_cast<size_t>(r)]},
          {"who", "launch rank " + std::to_string(r)}});
-  m.form(*this, {{"members", members}, {"cause", "start"}, {"next_join", 0}}, 0);
+  const nlohmann::json first = {{"members", members}, {"cause", "start"}, {"next_join", 0}};
+  const auto started = Clock::now();
+  try {
+    m.form(*this, first, 0);
+  } catch (const std::exception& e) {
+    if (group_ && group_->healthy()) throw;  // not a peer's failure: this rank's own error
+    // A rank lost before the first generation formed: the others go on as after any later loss,
+    // from the launch's membership.
+    const Record r{first};
+    members_ = r.ids();
+    weights_.clear();
+    m.member_who.clear();
+    for (const auto& mem : members) {
+      weights_.push_back(mem.at("weight").get<double>());
+      m.member_who.push_back(mem.at("who").get<std::string>());
+    }
+    rank_ = m.launch.rank;
+    generation_ = 0;
+    m.recover(*this, e.what(), started, false);
+  }
 }
 
 bool ElasticAgent::run_step(const std::function<void(int)>& fn) { return run(fn, true); }

@@ -88,3 +88,37 @@ TEST(ElasticFaults, MalformedJoinRequestsAreIgnoredWithAWarning) {
         "join request 2 in the store: no positive weight", "join request 3 in the store: not a JSON"})
     EXPECT_NE(res[0].log.find(why), std::string::npos) << why << "\n" << res[0].log;
 }
+
+// Rank 2 of 3 dies before the first rendezvous completes (MT_DIE=before: it never publishes;
+// MT_DIE=gloo: after its rendezvous key, before Gloo connects): ranks 0 and 1 form the next
+// generation after the timeout and train on.
+MT_SCENARIO(elastic_lost_at_start) {
+  const std::string when = std::getenv("MT_DIE");
+  const int launch_rank = dist::read_launch_env().rank;
+  if (launch_rank == 2 && when == "before") ::kill(::getpid(), SIGKILL);
+  if (launch_rank == 2 && when == "gloo") {
+    // Publishes its rendezvous record as the agent would, then dies before Gloo's mesh.
+    const dist::LaunchEnv e = dist::read_launch_env();
+    const dist::Deadline d(std::chrono::seconds(5));
+    auto store = dist::open_store(dist::default_store_spec(e), e, d);
+    const std::string mine = "world=3 rank=2 host=x pid=1 addr=127.0.0.1 check=1 run=-";
+    store->set("mixtrain/elastic/g0/pg/mixtrain/join/2", std::vector<char>(mine.begin(), mine.end()), d);
+    ::kill(::getpid(), SIGKILL);
+  }
+  dist::ElasticAgent agent(dist::ElasticOptions().timeout(std::chrono::seconds(2)));
+  agent.start();
+  SC_CHECK(agent.world_size() == 2 && agent.generation() == 1);
+  SC_CHECK(agent.changes().size() == 1 && agent.changes()[0].cause == "failure");
+  SC_CHECK(agent.changes()[0].lost.size() == 1 && agent.changes()[0].lost[0].find("rank 2") == 0);
+  return run_steps(agent, 4);
+}
+
+TEST(ElasticFaults, ARankLostInTheFirstRendezvousLeavesTheOthersToGoOn) {
+  if (!dist::gloo_available()) GTEST_SKIP() << dist::unavailable_reason();
+  for (const char* when : {"MT_DIE=before", "MT_DIE=gloo"}) {
+    const auto res = run_ranks("elastic_lost_at_start", 3, std::chrono::seconds(40), {{-1, {when}}});
+    EXPECT_EQ(res[0].exit_code, 0) << when << "\n" << mt_dist_test::describe(res);
+    EXPECT_EQ(res[1].exit_code, 0) << when << "\n" << mt_dist_test::describe(res);
+    EXPECT_EQ(res[2].exit_code, -1) << when << "\n" << mt_dist_test::describe(res);
+  }
+}

@@ -218,6 +218,22 @@ TEST(MixtrainLaunchFailures, ElasticZeroGoesBackToItsLastCheckpoint) {
   }
 }
 
+// Rank 2 of 3 is killed before DDP's construction (MIXTRAIN_TEST_KILL=2:0), while ranks 0 and 1
+// all-gather the model's signature: they form the next generation and train every step as one
+// process would, on two ranks.
+TEST(MixtrainLaunchFailures, ElasticSurvivesARankLostInDdpsConstruction) {
+  TempDir dir("mt_elastic_ddp");
+  const std::string common = "--steps 6 --batch-size 48 --log ";
+  ASSERT_EQ(run(kTrainArgs + common + (dir / "one.jsonl"), "", dir / "one.out").code, 0);
+  const LaunchResult r = run("launch --nproc 3 --elastic -- " + kTrain + common + (dir / "elastic.jsonl"),
+                             "MIXTRAIN_TIMEOUT_S=3 MIXTRAIN_TEST_KILL=2:0", dir / "elastic.out");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("generation 1 at step 0: lost rank 2"), std::string::npos) << r.out;
+  const auto got = steps_of(dir / "elastic.jsonl");
+  expect_same_curve(got, steps_of(dir / "one.jsonl"), 6);
+  for (const auto& [step, j] : got) EXPECT_EQ(j.at("rank_rows").size(), 2u) << "step " << step;
+}
+
 // The launcher gives its ranks a store token of its own making, in their environment, and a
 // joiner without it is refused by the elastic job's store at once.
 TEST(MixtrainLaunchFailures, TheLauncherGivesItsRanksAStoreTokenAndTheStoreRefusesOthers) {
