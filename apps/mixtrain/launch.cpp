@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include <mixtrain/distributed/process_group.h>
 #include <mixtrain/distributed/store_server.h>
 
 #include "commands.h"
@@ -120,8 +121,9 @@ int run_launch(const std::vector<std::string>& argv) {
   if (nnodes > 1 && master_addr.empty())
     throw flags::UsageError("launch: --nnodes " + std::to_string(nnodes) + " needs --master-addr, the address of "
                             "host 0 (--node-rank 0) that every host reaches");
-  if (static_cast<int64_t>(nnodes) * nproc > (1 << 20))
-    throw flags::UsageError("launch: --nnodes x --nproc is more than 2^20 ranks");
+  if (static_cast<int64_t>(nnodes) * nproc > distributed::kMaxWorldSize)
+    throw flags::UsageError("launch: --nnodes x --nproc is more than " + std::to_string(distributed::kMaxWorldSize) +
+                            " ranks (mixtrain's limit)");
   if (join) elastic = true;
   if (elastic && max_restarts > 0)
     throw flags::UsageError("launch: --max-restarts restarts every rank after a failure, --elastic goes on with "

@@ -211,3 +211,37 @@ TEST(StoreServer, AOneHostJobsStoreListensOnLoopbackOnly) {
   ::close(fd);
 }
 
+// One limit on the world size, checked where the launch variables are read; the largest world
+// allowed ends its rendezvous within the timeout plus a second, naming a few of the missing.
+TEST(LaunchLimits, TheWorldSizeHasOneLimitAndTheLargestWorldsWaitEndsInTime) {
+  ScopedEnv rank("RANK", "0"), local("LOCAL_WORLD_SIZE", nullptr), store("MIXTRAIN_STORE", nullptr);
+  ScopedEnv token("MIXTRAIN_STORE_TOKEN", nullptr), server("MIXTRAIN_STORE_SERVER", nullptr);
+  for (const char* too_many : {"65537", "1073741823"}) {
+    ScopedEnv world("WORLD_SIZE", too_many);
+    try {
+      dist::read_launch_env();
+      ADD_FAILURE() << "WORLD_SIZE=" << too_many << " was accepted";
+    } catch (const mt::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is above mixtrain's limit of 65536 ranks"), std::string::npos) << e.what();
+    }
+  }
+  if (!dist::gloo_available()) GTEST_SKIP() << "the rendezvous part: " << dist::unavailable_reason();
+  int port = 0;
+  {
+    dist::TcpStoreServer probe(0, with_token(""));  // a free port, given back at once
+    port = probe.port();
+  }
+  ScopedEnv world("WORLD_SIZE", "65536"), addr("MASTER_ADDR", "127.0.0.1"),
+      master_port("MASTER_PORT", std::to_string(port).c_str()), timeout("MIXTRAIN_TIMEOUT_S", "2");
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    dist::new_process_group(dist::ProcessGroupOptions());
+    ADD_FAILURE() << "a rendezvous of one rank of 65536 completed";
+  } catch (const mt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing: rank 1, rank 2,"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(" and 65527 more"), std::string::npos) << e.what();
+    EXPECT_LT(std::string(e.what()).size(), 2000u);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 3.0);
+}
