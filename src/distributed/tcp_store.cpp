@@ -204,10 +204,10 @@ class TcpStore : public KeyValueStore {
       uint8_t code = 0;
       std::vector<std::string> out;
       const int64_t used = parse_frame(in, code, out);
-      if (used < 0) lost("it sent a malformed answer");
+      if (used < 0) lost("it sent a malformed answer", false);
       if (used > 0) return {code, std::move(out)};
       const auto now = std::chrono::steady_clock::now();
-      if (now >= until) lost("it did not answer within " + std::to_string(limit.count()) + " ms");
+      if (now >= until) lost("it did not answer within " + std::to_string(limit.count()) + " ms", false);
       pollfd p{fd_, POLLIN, 0};
       const int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count()) + 1;
       if (::poll(&p, 1, ms) < 0 && errno != EINTR) lost(std::string("poll: ") + std::strerror(errno));
@@ -220,13 +220,18 @@ class TcpStore : public KeyValueStore {
     }
   }
 
-  [[noreturn]] void lost(const std::string& why) {
+  // gone: the connection broke, so whoever serves the store ended; else it is there but stuck.
+  [[noreturn]] void lost(const std::string& why, bool gone = true) {
     ::close(fd_);
     fd_ = -1;
+    const char* server = store_served_by_launcher() ? "the launcher" : "rank 0";
     MT_ERROR("distributed rendezvous: ", who, " lost the store at ", describe(), ": ", why,
-             serving_                     ? ""
-             : store_served_by_launcher() ? ". The launcher serves it: the launcher ended"
-                                          : ". Rank 0 serves it: rank 0 ended (it failed, or finished before this rank)");
+             serving_ ? ""
+             : !gone  ? std::string(". ") + server +
+                           " serves it and keeps the connection open, but stopped answering (stopped or overloaded)"
+             : store_served_by_launcher()
+                 ? std::string(". The launcher serves it: the launcher ended")
+                 : std::string(". Rank 0 serves it: rank 0 ended (it failed, or finished before this rank)"));
   }
 
   std::string host_, connect_host_;

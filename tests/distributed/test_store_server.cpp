@@ -245,3 +245,38 @@ TEST(LaunchLimits, TheWorldSizeHasOneLimitAndTheLargestWorldsWaitEndsInTime) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(seconds, 3.0);
 }
+
+// A store that greets and then never answers (its server stopped, not ended): the client's wait
+// ends at its deadline plus a second, saying the server stopped answering, not that it ended.
+TEST(StoreServer, AServerThatStopsAnsweringIsNotSaidToHaveEnded) {
+  ScopedEnv none("MIXTRAIN_STORE_TOKEN", nullptr), server_kind("MIXTRAIN_STORE_SERVER", "launcher");
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  socklen_t len = sizeof(a);
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+  std::thread mute([&] {
+    const int fd = ::accept(listener, nullptr, nullptr);
+    char buf[4096];
+    (void)::recv(fd, buf, sizeof(buf), 0);  // HELLO
+    const std::string ok = wire::frame(wire::kOk, {"gen"});
+    (void)::send(fd, ok.data(), ok.size(), MSG_NOSIGNAL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(3500));  // then silence
+    ::close(fd);
+  });
+  auto store = client(ntohs(a.sin_port));
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    store->present({"k"}, dist::Deadline(std::chrono::seconds(1)));
+    ADD_FAILURE() << "a store that never answers answered";
+  } catch (const mt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("stopped answering"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("the launcher ended"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.5);
+  mute.join();
+  ::close(listener);
+}
