@@ -54,7 +54,10 @@ bool RankBalancer::imbalanced() const {
   }
   const size_t slow = static_cast<size_t>(std::max_element(center.begin(), center.end()) - center.begin());
   const size_t fast = static_cast<size_t>(std::min_element(center.begin(), center.end()) - center.begin());
-  const double noise = 4 * std::sqrt(error[slow] * error[slow] + error[fast] * error[fast]);
+  // The evidence asked for grows with each change (2, 3, then 4 standard errors): the first moves
+  // follow a clear imbalance quickly, and noise cannot keep re-splitting a settled batch.
+  const double sigmas = static_cast<double>(std::min<int64_t>(2 + changes_, 4));
+  const double noise = sigmas * std::sqrt(error[slow] * error[slow] + error[fast] * error[fast]);
   return center[slow] - center[fast] > std::log1p(options_.tolerance()) + noise;
 }
 
@@ -124,9 +127,10 @@ bool RankBalancer::observe(const std::vector<int64_t>& rows, const std::vector<d
   }
   const double threshold = std::max(1.0, options_.min_change() * static_cast<double>(global));
   if (static_cast<double>(moved) < threshold) return false;
-  // Part of the way (at least the threshold's worth), or all of it when what would be left is
-  // under the threshold (it could never be moved alone).
-  double part = std::max(options_.damping(), threshold / static_cast<double>(moved));
+  // The first change corrects the initial shares all the way; later ones go part of the way (at
+  // least the threshold's worth), or all of it when what would be left is under the threshold
+  // (it could never be moved alone).
+  double part = changes_ == 0 ? 1.0 : std::max(options_.damping(), threshold / static_cast<double>(moved));
   if (static_cast<double>(moved) * (1 - part) < threshold) part = 1;
   const double total = std::accumulate(weights_.begin(), weights_.end(), 0.0);
   for (size_t r = 0; r < world; ++r) target[r] = weights_[r] / total + part * (target[r] - weights_[r] / total);

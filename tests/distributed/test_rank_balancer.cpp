@@ -103,7 +103,7 @@ TEST(RankBalancer, NoRankFallsBelowItsFloorOrLosesItsLastRow) {
   EXPECT_NEAR(w[2], 0.25 / 3, 1e-9);
   EXPECT_NEAR(w[0], 1 - 0.5 / 3, 1e-9);
   // A batch with one row per rank cannot move.
-  dist::RankBalancer tiny({1, 1}, dist::RankBalancerOptions().warmup_steps(0).window(1).damping(1));
+  dist::RankBalancer tiny({1, 1}, dist::RankBalancerOptions().warmup_steps(0).window(1));
   EXPECT_FALSE(tiny.observe({1, 1}, {1e-3, 1.0}));
   EXPECT_EQ(tiny.weights(), (std::vector<double>{1, 1}));
   // With room to move, the same observation moves the slow rank to its floor.
@@ -112,7 +112,7 @@ TEST(RankBalancer, NoRankFallsBelowItsFloorOrLosesItsLastRow) {
 }
 
 TEST(RankBalancer, StepsWithoutATimeAreNotCounted) {
-  dist::RankBalancer balancer({1, 1}, dist::RankBalancerOptions().warmup_steps(2).window(1).min_change(0).damping(1));
+  dist::RankBalancer balancer({1, 1}, dist::RankBalancerOptions().warmup_steps(2).window(1).min_change(0));
   EXPECT_FALSE(balancer.observe({500, 500}, {0.0, 0.0}));  // the first step: nothing measured yet
   EXPECT_TRUE(balancer.speeds().empty());
   EXPECT_FALSE(balancer.observe({500, 500}, {0.01, 0.02}));  // warm-up

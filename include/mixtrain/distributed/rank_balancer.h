@@ -25,12 +25,14 @@ class RankBalancerOptions {
   // No rank's share falls below this fraction of an even share.
   MT_ARG(double, min_share) = 0.25;
   // The dead band: the shares stay while the slowest rank's median time over the window is
-  // within this fraction of the fastest's, or within what the steps' own scatter explains (four
-  // standard errors of the two medians). The window holds steps at the current shares only.
+  // within this fraction of the fastest's, or within what the steps' own scatter explains (2
+  // standard errors of the two medians before the first change, 3 before the second, then 4).
+  // The window holds steps at the current shares only.
   MT_ARG(double, tolerance) = 0.1;
-  // Each change goes this fraction of the way to the measured split (at least min_change of the
-  // batch, and all of it when less than that would be left), so that noise in one window's
-  // timings moves the shares only part of the way.
+  // After the first change (which corrects the initial shares all the way), each goes this
+  // fraction of the way to the measured split (at least min_change of the batch, and all of it
+  // when less than that would be left), so that noise in one window's timings moves the shares
+  // only part of the way.
   MT_ARG(double, damping) = 0.5;
 };
 
