@@ -245,14 +245,16 @@ TEST(MixtrainLaunchFailures, TheLauncherGivesItsRanksAStoreTokenAndTheStoreRefus
   const int port = 20000 + (::getpid() + 13) % 20000;
   std::thread job([&] {
     const LaunchResult j = run("launch --nproc 2 --elastic --master-port " + std::to_string(port) + " -- " + kTrain +
-                                   "--steps 1500 --batch-size 48",
+                                   "--steps 600 --batch-size 48",
                                "MIXTRAIN_STORE_TOKEN=job-secret MIXTRAIN_TIMEOUT_S=5", dir / "job.out");
     std::ofstream(dir / "job.code") << j.code;
   });
-  std::this_thread::sleep_for(std::chrono::seconds(2));
+  // The stranger comes once the job's store is up (its banner) and the ranks train.
+  for (int i = 0; i < 400 && slurp(dir / "job.out").find("step 1/") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const auto start = std::chrono::steady_clock::now();
   const LaunchResult stranger = run("launch --join --master-port " + std::to_string(port) + " --nproc 1 -- " + kTrain +
-                                        "--steps 1500 --batch-size 48",
+                                        "--steps 600 --batch-size 48",
                                     "MIXTRAIN_STORE_TOKEN=guess MIXTRAIN_TIMEOUT_S=5", dir / "stranger.out");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   job.join();
