@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include <mixtrain/distributed/process_group.h>
 #include <mixtrain/distributed/store_server.h>
 
 #include "commands.h"
@@ -141,8 +142,9 @@ int run_launch(const std::vector<std::string>& argv) {
   if (nnodes > 1 && master_addr.empty())
     throw flags::UsageError("launch: --nnodes " + std::to_string(nnodes) + " needs --master-addr, the address of "
                             "host 0 (--node-rank 0) that every host reaches");
-  if (static_cast<int64_t>(nnodes) * nproc > (1 << 20))
-    throw flags::UsageError("launch: --nnodes x --nproc is more than 2^20 ranks");
+  if (static_cast<int64_t>(nnodes) * nproc > distributed::kMaxWorldSize)
+    throw flags::UsageError("launch: --nnodes x --nproc is more than " + std::to_string(distributed::kMaxWorldSize) +
+                            " ranks (mixtrain's limit)");
   if (join) elastic = true;
   if (elastic && max_restarts > 0)
     throw flags::UsageError("launch: --max-restarts restarts every rank after a failure, --elastic goes on with "
@@ -209,8 +211,12 @@ int run_launch(const std::vector<std::string>& argv) {
   const LauncherSignals signals;  // after the guardian's fork: it keeps the default handlers
   // An elastic job's store outlives every rank: host 0's launcher serves it (a joiner's launcher
   // connects to it), at --master-port or, on one host without one, a free port it reports.
+  // The job's store token (one host: made here unless set; several: the user's, the same on each).
+  const std::string token_file = !join && nnodes == 1 ? distributed::make_job_store_token(dir) : "";
   std::unique_ptr<distributed::TcpStoreServer> store_server;
-  if (elastic && !join && node_rank == 0) store_server = std::make_unique<distributed::TcpStoreServer>(master_port);
+  if (elastic && !join && node_rank == 0)
+    store_server = std::make_unique<distributed::TcpStoreServer>(
+        master_port, distributed::StoreServerOptions::for_job(master_addr, nnodes == 1));
   const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
   const bool user_threads = std::getenv("OMP_NUM_THREADS") != nullptr;
   const std::string threads = std::to_string(std::max(1L, cores / nproc));
@@ -219,8 +225,10 @@ int run_launch(const std::vector<std::string>& argv) {
                    : (tcp_store ? (master_port ? master_port : 29500) : 20000 + (getpid() % 20000)));
   if (store_server)
     std::cout << "mixtrain launch: elastic job; its store is tcp://" << master_addr << ":" << port
-              << " (served by this launcher; `mixtrain launch --join --master-addr " << master_addr
-              << " --master-port " << port << " --nproc N -- PROGRAM` adds ranks)" << std::endl;
+              << " (served by this launcher; `"
+              << (token_file.empty() ? "" : "MIXTRAIN_STORE_TOKEN_FILE=" + token_file + " ")
+              << "mixtrain launch --join --master-addr " << master_addr << " --master-port " << port
+              << " --nproc N -- PROGRAM` adds ranks)" << std::endl;
 
   // Rank r of this host: its launch contract and the job's settings, then the launcher's own
   // environment (what is set here wins).

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -74,6 +75,30 @@ struct Record {
     return it == v.end() ? -1 : static_cast<int>(it - v.begin());
   }
 };
+
+// Join request k as a joiner writes it ({"id", "weight", "who"}), or null when it is not one: a
+// malformed record is its writer's error, so rank 0 warns and passes over it (once per process).
+nlohmann::json read_join_request(const std::vector<char>& v, int64_t k, const std::vector<std::string>& taken) {
+  const nlohmann::json j = nlohmann::json::parse(v.begin(), v.end(), nullptr, false);
+  std::string why;
+  if (j.is_discarded() || !j.is_object()) {
+    why = "not a JSON object";
+  } else if (!j.contains("id") || !j["id"].is_string() || j["id"].get<std::string>().empty()) {
+    why = "no id";
+  } else if (!j.contains("weight") || !j["weight"].is_number() || !(j["weight"].get<double>() > 0) ||
+             !std::isfinite(j["weight"].get<double>())) {
+    why = "no positive weight";
+  } else if (!j.contains("who") || !j["who"].is_string()) {
+    why = "no who";
+  } else if (std::find(taken.begin(), taken.end(), j["id"].get<std::string>()) != taken.end()) {
+    why = "its id is a member's already";
+  }
+  if (why.empty()) return {{"id", j["id"]}, {"weight", j["weight"]}, {"who", j["who"]}};
+  std::fprintf(stderr, "mixtrain elastic: ignoring join request %lld in the store: %s (%zu bytes)\n",
+               static_cast<long long>(k), why.c_str(), v.size());
+  std::fflush(stderr);
+  return nullptr;
+}
 
 }  // namespace
 
@@ -259,7 +284,7 @@ void ElasticAgent::Impl::join(ElasticAgent& a) {
 
 ElasticAgent::Impl::Outcome ElasticAgent::Impl::recover(ElasticAgent& a, const std::string& reason,
                                                         Clock::time_point started, bool in_step) {
-  a.group_->abort(reason);  // its connections close: members still waiting on this rank fail now
+  if (a.group_) a.group_->abort(reason);  // its connections close: members still waiting on this rank fail now
   std::vector<std::string> old = a.members_, old_who = member_who;
   std::vector<double> old_weights = a.weights_;
   const int world_before = a.world_size();
@@ -339,12 +364,14 @@ void ElasticAgent::Impl::admit(ElasticAgent& a) {
     nlohmann::json members = nlohmann::json::array(), joined = nlohmann::json::array();
     for (size_t i = 0; i < a.members_.size(); ++i)
       members.push_back({{"id", a.members_[i]}, {"weight", a.weights_[i]}, {"who", member_who[i]}});
+    std::vector<std::string> taken = a.members_;
     int64_t k = next_join;
-    while (store->present({"join/" + std::to_string(k)}, d)[0]) {
-      const nlohmann::json request = parse(store->get_now("join/" + std::to_string(k), d));
+    for (; store->present({"join/" + std::to_string(k)}, d)[0]; ++k) {
+      const nlohmann::json request = read_join_request(store->get_now("join/" + std::to_string(k), d), k, taken);
+      if (request.is_null()) continue;
+      taken.push_back(request.at("id").get<std::string>());
       members.push_back(request);
       joined.push_back(request.at("who"));
-      ++k;
     }
     store->set_if_absent(decided, bytes({{"members", members}, {"cause", "join"}, {"joined", joined},
                                          {"next_join", k}}), d);
@@ -353,6 +380,9 @@ void ElasticAgent::Impl::admit(ElasticAgent& a) {
   why.what = "rank 0 to name the joiners of generation " + std::to_string(g);
   why.owners = {"rank 0"};
   const Record r{parse(store->get(decided, d, why))};
+  // The requests this generation names are consumed whether or not it forms: a joiner that dies
+  // before its admission completes (or a request nobody stands behind) is not asked in again.
+  next_join = std::max(next_join, r.j.value("next_join", next_join));
   const int world_before = a.world_size();
   a.group_->abort("replaced by generation " + std::to_string(g));
   if (r.index_of(id) < 0) {
@@ -362,7 +392,9 @@ void ElasticAgent::Impl::admit(ElasticAgent& a) {
   try {
     form(a, r.j, g);
   } catch (const std::exception& e) {
-    // A joiner (or member) failed while the generation formed: recover as from any failure.
+    // A joiner (or member) failed while the generation formed: the members recover as from any
+    // failure, in the generation after this one (which is decided and must not be formed again).
+    a.generation_ = g;
     recover(a, e.what(), start, false);
     return;
   }
@@ -386,7 +418,26 @@ void ElasticAgent::start() {
         {{"id", "r" + std::to_string(r)},
          {"weight", m.options.rank_weights().empty() ? 1.0 : m.options.rank_weights()[static_cast<size_t>(r)]},
          {"who", "launch rank " + std::to_string(r)}});
-  m.form(*this, {{"members", members}, {"cause", "start"}, {"next_join", 0}}, 0);
+  const nlohmann::json first = {{"members", members}, {"cause", "start"}, {"next_join", 0}};
+  const auto started = Clock::now();
+  try {
+    m.form(*this, first, 0);
+  } catch (const std::exception& e) {
+    if (group_ && group_->healthy()) throw;  // not a peer's failure: this rank's own error
+    // A rank lost before the first generation formed: the others go on as after any later loss,
+    // from the launch's membership.
+    const Record r{first};
+    members_ = r.ids();
+    weights_.clear();
+    m.member_who.clear();
+    for (const auto& mem : members) {
+      weights_.push_back(mem.at("weight").get<double>());
+      m.member_who.push_back(mem.at("who").get<std::string>());
+    }
+    rank_ = m.launch.rank;
+    generation_ = 0;
+    m.recover(*this, e.what(), started, false);
+  }
 }
 
 bool ElasticAgent::run_step(const std::function<void(int)>& fn) { return run(fn, true); }
@@ -446,7 +497,15 @@ void ElasticAgent::step_boundary() {
       why.owners = {"a joiner"};
       m.store->wait({next}, m.deadline(), why);
     }
-    const bool waiting = rank_ == 0 && m.store->present({next}, m.deadline())[0];
+    bool waiting = false;
+    if (rank_ == 0) {
+      // Malformed requests are passed over here, so they never cost the others a generation.
+      for (;; ++m.next_join) {
+        const std::string key = "join/" + std::to_string(m.next_join);
+        waiting = m.store->present({key}, m.deadline())[0];
+        if (!waiting || !read_join_request(m.store->get_now(key, m.deadline()), m.next_join, members_).is_null()) break;
+      }
+    }
     m.join_flag = full({1}, waiting ? 1.0 : 0.0, TensorOptions(kInt64));
     m.join_work = UncheckedCollectives::all_reduce_async(*group_, m.join_flag, ReduceOp::Max);
   } catch (const std::exception& e) {

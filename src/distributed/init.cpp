@@ -72,6 +72,8 @@ LaunchEnv read_launch_env() {
     e.local_rank = env_int(n.local_rank, e.rank);
     e.local_world_size = env_int(n.local_size, e.world_size);
     MT_CHECK(e.world_size >= 1, "distributed: ", n.size, "=", e.world_size, " must be at least 1");
+    MT_CHECK(e.world_size <= kMaxWorldSize, "distributed: ", n.size, "=", e.world_size,
+             " is above mixtrain's limit of ", kMaxWorldSize, " ranks");
     MT_CHECK(e.rank < e.world_size, "distributed: ", n.rank, "=", e.rank, " is not below ", n.size, "=",
              e.world_size);
     break;
@@ -132,7 +134,9 @@ std::shared_ptr<KeyValueStore> open_store(const std::string& spec, const LaunchE
     MT_CHECK(!host.empty() && port > 0 && port < 65536 && end && *end == '\0', "distributed: store \"", spec,
              "\" is not tcp://host:port");
     const bool serve = e.rank == 0 && !e.elastic_join && !store_served_by_launcher();
-    store = make_tcp_store(host, static_cast<int>(port), serve, deadline, e.rank, e.world_size);
+    StoreServerOptions server;
+    if (serve) server = StoreServerOptions::for_job(e.master_addr, e.local_world_size == e.world_size);
+    store = make_tcp_store(host, static_cast<int>(port), serve ? &server : nullptr, deadline, e.rank, e.world_size);
   } else if (spec.empty()) {
     store = make_private_store();
   } else {
@@ -182,6 +186,8 @@ std::shared_ptr<ProcessGroup> new_process_group(const ProcessGroupOptions& optio
   }
   MT_CHECK(e.world_size >= 1 && e.rank >= 0 && e.rank < e.world_size, "init_process_group: rank ", e.rank,
            " is not in a group of ", e.world_size);
+  MT_CHECK(e.world_size <= kMaxWorldSize, "init_process_group: world_size ", e.world_size,
+           " is above mixtrain's limit of ", kMaxWorldSize, " ranks");
   const std::chrono::milliseconds timeout = group_timeout(options);
   if (!gloo_available()) {
     MT_CHECK(nccl_available(), "init_process_group: ", unavailable_reason());

@@ -1,6 +1,8 @@
 // RankBalancer: shares in proportion to each rank's median rows per second. Its fixed point is
 // the split where every rank's compute time is the same: weights w_r ~ rows_r / seconds_r stay
-// put exactly when all seconds_r are equal, whatever the fixed cost of a step.
+// put exactly when all seconds_r are equal, whatever the fixed cost of a step. Near it (a step's
+// fixed cost dominating, or noisy timings) the measured speeds only follow the noise, so the
+// shares move only on an imbalance that the window's scatter does not explain, and partly.
 #include "mixtrain/distributed/rank_balancer.h"
 
 #include <algorithm>
@@ -23,6 +25,40 @@ RankBalancer::RankBalancer(std::vector<double> initial_weights, RankBalancerOpti
   MT_CHECK(options_.min_share() > 0 && options_.min_share() <= 1, "RankBalancer: min_share must be in (0, 1], got ",
            options_.min_share());
   MT_CHECK(options_.warmup_steps() >= 0, "RankBalancer: warmup_steps must be >= 0, got ", options_.warmup_steps());
+  MT_CHECK(options_.tolerance() >= 0 && std::isfinite(options_.tolerance()),
+           "RankBalancer: tolerance must be a finite number >= 0, got ", options_.tolerance());
+  MT_CHECK(options_.damping() > 0 && options_.damping() <= 1, "RankBalancer: damping must be in (0, 1], got ",
+           options_.damping());
+}
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+bool RankBalancer::imbalanced() const {
+  // Per rank: the median log time and its standard error (from the median absolute deviation:
+  // 1.4826 MAD estimates sigma, and a median's error is 1.25 sigma / sqrt(n)).
+  const size_t world = weights_.size();
+  std::vector<double> center(world), error(world);
+  for (size_t r = 0; r < world; ++r) {
+    std::vector<double> logs;
+    for (const auto& step : seconds_) logs.push_back(std::log(step[r]));
+    center[r] = median(logs);
+    for (double& l : logs) l = std::abs(l - center[r]);
+    error[r] = 1.25 * 1.4826 * median(logs) / std::sqrt(static_cast<double>(logs.size()));
+  }
+  const size_t slow = static_cast<size_t>(std::max_element(center.begin(), center.end()) - center.begin());
+  const size_t fast = static_cast<size_t>(std::min_element(center.begin(), center.end()) - center.begin());
+  // The evidence asked for grows with each change (2, 3, then 4 standard errors): the first moves
+  // follow a clear imbalance quickly, and noise cannot keep re-splitting a settled batch.
+  const double sigmas = static_cast<double>(std::min<int64_t>(2 + changes_, 4));
+  const double noise = sigmas * std::sqrt(error[slow] * error[slow] + error[fast] * error[fast]);
+  return center[slow] - center[fast] > std::log1p(options_.tolerance()) + noise;
 }
 
 std::vector<double> RankBalancer::speeds() const {
@@ -46,9 +82,16 @@ bool RankBalancer::observe(const std::vector<int64_t>& rows, const std::vector<d
   std::vector<double> speed(world);
   for (size_t r = 0; r < world; ++r) speed[r] = static_cast<double>(rows[r]) / seconds[r];
   recent_.push_back(std::move(speed));
-  if (static_cast<int64_t>(recent_.size()) > options_.window()) recent_.erase(recent_.begin());
+  seconds_.push_back(seconds);
+  if (static_cast<int64_t>(recent_.size()) > options_.window()) {
+    recent_.erase(recent_.begin());
+    seconds_.erase(seconds_.begin());
+  }
   ++observed_;
+  ++since_change_;
   if (observed_ <= options_.warmup_steps() || static_cast<int64_t>(recent_.size()) < options_.window()) return false;
+  if (changes_ > 0 && since_change_ < options_.window()) return false;  // the window is not all at these shares
+  if (!imbalanced()) return false;
   const std::vector<double> speed_of = speeds();
 
   // Shares in proportion to speed, none below its floor: ranks under it are held at it and the
@@ -84,8 +127,16 @@ bool RankBalancer::observe(const std::vector<int64_t>& rows, const std::vector<d
   }
   const double threshold = std::max(1.0, options_.min_change() * static_cast<double>(global));
   if (static_cast<double>(moved) < threshold) return false;
+  // The first change corrects the initial shares all the way; later ones go part of the way (at
+  // least the threshold's worth), or all of it when what would be left is under the threshold
+  // (it could never be moved alone).
+  double part = changes_ == 0 ? 1.0 : std::max(options_.damping(), threshold / static_cast<double>(moved));
+  if (static_cast<double>(moved) * (1 - part) < threshold) part = 1;
+  const double total = std::accumulate(weights_.begin(), weights_.end(), 0.0);
+  for (size_t r = 0; r < world; ++r) target[r] = weights_[r] / total + part * (target[r] - weights_[r] / total);
   weights_ = target;
   ++changes_;
+  since_change_ = 0;
   return true;
 }
 

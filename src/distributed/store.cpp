@@ -44,11 +44,18 @@ double wait_report_seconds() {
 }
 
 namespace {
+// The owners of the keys present (want) or missing, the first few by name and the rest counted: a
+// wait for 65,536 ranks says so in a line.
 std::string join_missing(const std::vector<bool>& have, const std::vector<std::string>& owners, bool want) {
+  constexpr int kNamed = 8;
   std::ostringstream os;
   int n = 0;
-  for (size_t i = 0; i < have.size(); ++i)
-    if (have[i] == want) os << (n++ ? ", " : "") << (i < owners.size() ? owners[i] : "key " + std::to_string(i));
+  for (size_t i = 0; i < have.size(); ++i) {
+    if (have[i] != want) continue;
+    if (n < kNamed) os << (n ? ", " : "") << (i < owners.size() ? owners[i] : "key " + std::to_string(i));
+    ++n;
+  }
+  if (n > kNamed) os << " and " << n - kNamed << " more";
   return n ? os.str() : "none";
 }
 }  // namespace

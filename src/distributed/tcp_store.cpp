@@ -1,8 +1,6 @@
-// The TCP rendezvous store (tcp_store.h). Frames, both ways: u8 op-or-status, u32 count, then
-// count x (u32 length, bytes), lengths in network order. A connection starts with HELLO, which
-// checks that the server is ours (a torchrun agent's store on the same port is not) and gives its
-// generation: a random id per server, so keys can never be those of an earlier job's server.
-// The server never blocks on a client: waiting is the client's polling (store.cpp).
+// The TCP rendezvous store's client (tcp_store.h); its frames are store_wire.h's, its server is
+// store_server.cpp. The server never blocks on a client: waiting is the client's polling
+// (store.cpp).
 #include "distributed/tcp_store.h"
 
 #include <arpa/inet.h>
@@ -22,58 +20,14 @@
 #include <thread>
 #include <unordered_map>
 
+#include "distributed/store_wire.h"
 #include "mixtrain/base/error.h"
 
 namespace mixtrain::distributed {
 
 namespace {
 
-enum Op : uint8_t { kHello = 1, kSet = 2, kGet = 3, kCheck = 4, kSetIfAbsent = 5 };
-enum Status : uint8_t { kOk = 0, kMissing = 1, kBad = 2 };
-constexpr char kMagic[] = "mixtrain-store-1";
-constexpr uint32_t kMaxItems = 1u << 16;
-constexpr uint32_t kMaxItemBytes = 64u << 20;
-
-void put_u32(std::string& out, uint32_t v) {
-  const uint32_t n = htonl(v);
-  out.append(reinterpret_cast<const char*>(&n), 4);
-}
-
-uint32_t get_u32(const char* p) {
-  uint32_t n;
-  std::memcpy(&n, p, 4);
-  return ntohl(n);
-}
-
-std::string frame(uint8_t code, const std::vector<std::string>& items) {
-  std::string out(1, static_cast<char>(code));
-  put_u32(out, static_cast<uint32_t>(items.size()));
-  for (const auto& it : items) {
-    put_u32(out, static_cast<uint32_t>(it.size()));
-    out += it;
-  }
-  return out;
-}
-
-// A complete frame at the front of `buf`: its size, 0 while incomplete, -1 when malformed.
-int64_t parse_frame(const std::string& buf, uint8_t& code, std::vector<std::string>& items) {
-  if (buf.size() < 5) return 0;
-  code = static_cast<uint8_t>(buf[0]);
-  const uint32_t n = get_u32(buf.data() + 1);
-  if (n > kMaxItems) return -1;
-  size_t at = 5;
-  items.clear();
-  for (uint32_t i = 0; i < n; ++i) {
-    if (buf.size() < at + 4) return 0;
-    const uint32_t len = get_u32(buf.data() + at);
-    if (len > kMaxItemBytes) return -1;
-    at += 4;
-    if (buf.size() < at + len) return 0;
-    items.emplace_back(buf.data() + at, len);
-    at += len;
-  }
-  return static_cast<int64_t>(at);
-}
+using namespace wire;
 
 bool send_all(int fd, const std::string& data) {
   size_t sent = 0;
@@ -91,163 +45,17 @@ void no_delay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-}  // namespace
-
-struct TcpStoreServer::Impl {
-  struct Client {
-    int fd;
-    std::string in;
-  };
-  int listen_fd = -1;
-  int port = 0;
-  int stop[2] = {-1, -1};
-  std::string generation;
-  std::unordered_map<std::string, std::string> data;
-  std::vector<Client> clients;
-  std::thread thread;
-
-  // false: drop the client (it closed, or sent something that is not our protocol).
-  bool answer(Client& c) {
-    for (;;) {
-      uint8_t op = 0;
-      std::vector<std::string> items;
-      const int64_t used = parse_frame(c.in, op, items);
-      if (used < 0) return false;
-      if (used == 0) return c.in.size() <= (size_t{kMaxItemBytes} * 2);  // incomplete: wait for more
-      c.in.erase(0, static_cast<size_t>(used));
-      std::string reply;
-      if (op == kHello && items.size() == 1 && items[0] == kMagic) {
-        reply = frame(kOk, {generation});
-      } else if (op == kSet && items.size() == 2) {
-        data[items[0]] = std::move(items[1]);
-        reply = frame(kOk, {});
-      } else if (op == kSetIfAbsent && items.size() == 2) {
-        // One thread answers every client, so the check and the write are one step.
-        const bool fresh = data.emplace(std::move(items[0]), std::move(items[1])).second;
-        reply = frame(kOk, {fresh ? "1" : "0"});
-      } else if (op == kGet && items.size() == 1) {
-        auto it = data.find(items[0]);
-        reply = it == data.end() ? frame(kMissing, {}) : frame(kOk, {it->second});
-      } else if (op == kCheck) {
-        std::string bits;
-        for (const auto& k : items) bits += data.count(k) ? '1' : '0';
-        reply = frame(kOk, {bits});
-      } else {
-        send_all(c.fd, frame(kBad, {}));
-        return false;
-      }
-      if (!send_all(c.fd, reply)) return false;
-    }
-  }
-
-  void run() {
-    for (;;) {
-      std::vector<pollfd> fds = {{listen_fd, POLLIN, 0}, {stop[0], POLLIN, 0}};
-      for (const auto& c : clients) fds.push_back({c.fd, POLLIN, 0});
-      if (::poll(fds.data(), fds.size(), -1) < 0) {
-        if (errno == EINTR) continue;
-        return;
-      }
-      if (fds[1].revents) return;
-      for (size_t i = clients.size(); i-- > 0;) {
-        if (!fds[i + 2].revents) continue;
-        char buf[65536];
-        const ssize_t n = ::recv(clients[i].fd, buf, sizeof(buf), MSG_DONTWAIT);
-        bool keep = n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR));
-        if (n > 0) {
-          clients[i].in.append(buf, static_cast<size_t>(n));
-          keep = answer(clients[i]);
-        }
-        if (!keep) {
-          ::close(clients[i].fd);
-          clients.erase(clients.begin() + static_cast<std::ptrdiff_t>(i));
-        }
-      }
-      if (fds[0].revents & POLLIN) {
-        const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd >= 0) {
-          no_delay(fd);
-          timeval tv{5, 0};  // a client that stops reading its answers cannot stall the store
-          setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-          clients.push_back({fd, ""});
-        }
-      }
-    }
-  }
-};
-
-TcpStoreServer::TcpStoreServer(int port) : impl_(std::make_unique<Impl>()) {
-  MT_CHECK(port >= 0 && port < 65536, "distributed rendezvous: MASTER_PORT ", port, " is not a TCP port (1-65535)");
-  // IPv6 and IPv4 on one socket where the host has IPv6, else IPv4 alone.
-  int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int one = 1, zero = 0;
-  int err = 0;
-  if (fd >= 0) {
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-    sockaddr_in6 a{};
-    a.sin6_family = AF_INET6;
-    a.sin6_addr = in6addr_any;
-    a.sin6_port = htons(static_cast<uint16_t>(port));
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) err = errno, ::close(fd), fd = -1;
-  }
-  if (fd < 0 && err != EADDRINUSE) {
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    MT_CHECK(fd >= 0, "distributed rendezvous: socket() failed: ", std::strerror(errno));
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    err = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 ? 0 : errno;
-    if (err) ::close(fd), fd = -1;
-  }
-  if (fd < 0)
-    MT_ERROR("distributed rendezvous: rank 0 cannot serve the store on port ", port, ": ", std::strerror(err),
-             err == EADDRINUSE ? ". Another process listens there: a job still running on this MASTER_PORT, or "
-                                 "torchrun's own agent store (mixtrain's store is not torchrun's; under torchrun "
-                                 "set MIXTRAIN_STORE=tcp://MASTER_ADDR:ANOTHER_PORT), or another program; choose "
-                                 "another MASTER_PORT"
-                               : "");
-  if (::listen(fd, 1024) != 0) {
-    err = errno;
-    ::close(fd);
-    MT_ERROR("distributed rendezvous: listen on port ", port, " failed: ", std::strerror(err));
-  }
-  impl_->listen_fd = fd;
-  sockaddr_storage bound{};
-  socklen_t len = sizeof(bound);
-  MT_CHECK(::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) == 0, "distributed rendezvous: getsockname ",
-           "failed: ", std::strerror(errno));
-  impl_->port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                                  : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  MT_CHECK(::pipe2(impl_->stop, O_CLOEXEC) == 0, "distributed rendezvous: pipe failed: ", std::strerror(errno));
-  std::random_device rd;
-  impl_->generation = std::to_string((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid()));
-  impl_->thread = std::thread([this] { impl_->run(); });
-}
-
-int TcpStoreServer::port() const { return impl_->port; }
-
-TcpStoreServer::~TcpStoreServer() {
-  const char c = 0;
-  [[maybe_unused]] const ssize_t n = ::write(impl_->stop[1], &c, 1);
-  impl_->thread.join();
-  for (auto& cl : impl_->clients) ::close(cl.fd);
-  ::close(impl_->listen_fd);
-  ::close(impl_->stop[0]);
-  ::close(impl_->stop[1]);
-}
-
-namespace {
-
 class TcpStore : public KeyValueStore {
  public:
   // host: MASTER_ADDR, for messages; rank 0 reaches its own server over loopback.
-  TcpStore(std::string host, int port, bool serve, const Deadline& deadline, std::string rank_name)
-      : host_(std::move(host)), connect_host_(serve ? "127.0.0.1" : host_), port_(port), serving_(serve) {
+  // server: this process serves the store with these options (rank 0), reaching it where it
+  // listens; null: a client only.
+  TcpStore(std::string host, int port, const StoreServerOptions* server, const Deadline& deadline,
+           std::string rank_name)
+      : host_(std::move(host)), port_(port), serving_(server != nullptr), token_(store_token()) {
     who = std::move(rank_name);
-    if (serve) server_ = std::make_unique<TcpStoreServer>(port);
+    connect_host_ = !server ? host_ : server->bind_address.empty() ? "127.0.0.1" : server->bind_address;
+    if (server) server_ = std::make_unique<TcpStoreServer>(port, *server);
     connect(deadline);
   }
   ~TcpStore() override {
@@ -264,11 +72,12 @@ class TcpStore : public KeyValueStore {
   }
 
   void set(const std::string& key, const std::vector<char>& value, const Deadline& deadline) override {
-    request(kSet, {key, std::string(value.begin(), value.end())}, deadline);
+    check_stored(key, request(kSet, {key, std::string(value.begin(), value.end())}, deadline));
   }
 
   bool set_if_absent(const std::string& key, const std::vector<char>& value, const Deadline& deadline) override {
     const auto r = request(kSetIfAbsent, {key, std::string(value.begin(), value.end())}, deadline);
+    check_stored(key, r);
     MT_CHECK(r.first == kOk && r.second.size() == 1, "distributed rendezvous: the store at ", describe(),
              " answered a conditional set of ", key, " with something else");
     return r.second[0] == "1";
@@ -291,6 +100,13 @@ class TcpStore : public KeyValueStore {
   }
 
  private:
+  using Reply = std::pair<uint8_t, std::vector<std::string>>;
+
+  void check_stored(const std::string& key, const Reply& r) const {
+    MT_CHECK(r.first != kFull, "distributed rendezvous: the store at ", describe(), " refused key ", key, ": ",
+             r.second.empty() ? std::string("over its quota") : r.second[0]);
+  }
+
   // Connects, retrying while nobody listens yet (rank 0 may start after this rank).
   void connect(const Deadline& deadline) {
     addrinfo hints{};
@@ -351,10 +167,19 @@ class TcpStore : public KeyValueStore {
 
   bool hello(const Deadline& deadline, std::string& last) {
     try {
-      const auto r = request(kHello, {kMagic}, deadline);
+      const auto r = request(kHello, {kMagic, token_}, deadline);
       if (r.first == kOk && r.second.size() == 1) return true;
+      if (r.first == kDenied) {
+        ::close(fd_);
+        fd_ = -1;
+        MT_ERROR("distributed rendezvous: ", who, ": the store at ", describe(),
+                 " refused this process: ", token_.empty() ? "it presented no token" : "its token is not the job's",
+                 ". Give every process of the job the token the job's launcher made (MIXTRAIN_STORE_TOKEN, or "
+                 "MIXTRAIN_STORE_TOKEN_FILE naming its file; `mixtrain launch` says where it is)");
+      }
       last = "the server answered HELLO with status " + std::to_string(r.first);
     } catch (const Error& e) {
+      if (fd_ < 0) throw;  // refused: no server to wait for
       last = e.what();
     }
     // Something listens that is not our store (or it is going away): not a rank 0 to wait for.
@@ -379,10 +204,10 @@ class TcpStore : public KeyValueStore {
       uint8_t code = 0;
       std::vector<std::string> out;
       const int64_t used = parse_frame(in, code, out);
-      if (used < 0) lost("it sent a malformed answer");
+      if (used < 0) lost("it sent a malformed answer", false);
       if (used > 0) return {code, std::move(out)};
       const auto now = std::chrono::steady_clock::now();
-      if (now >= until) lost("it did not answer within " + std::to_string(limit.count()) + " ms");
+      if (now >= until) lost("it did not answer within " + std::to_string(limit.count()) + " ms", false);
       pollfd p{fd_, POLLIN, 0};
       const int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count()) + 1;
       if (::poll(&p, 1, ms) < 0 && errno != EINTR) lost(std::string("poll: ") + std::strerror(errno));
@@ -395,18 +220,24 @@ class TcpStore : public KeyValueStore {
     }
   }
 
-  [[noreturn]] void lost(const std::string& why) {
+  // gone: the connection broke, so whoever serves the store ended; else it is there but stuck.
+  [[noreturn]] void lost(const std::string& why, bool gone = true) {
     ::close(fd_);
     fd_ = -1;
+    const char* server = store_served_by_launcher() ? "the launcher" : "rank 0";
     MT_ERROR("distributed rendezvous: ", who, " lost the store at ", describe(), ": ", why,
-             serving_                     ? ""
-             : store_served_by_launcher() ? ". The launcher serves it: the launcher ended"
-                                          : ". Rank 0 serves it: rank 0 ended (it failed, or finished before this rank)");
+             serving_ ? ""
+             : !gone  ? std::string(". ") + server +
+                           " serves it and keeps the connection open, but stopped answering (stopped or overloaded)"
+             : store_served_by_launcher()
+                 ? std::string(". The launcher serves it: the launcher ended")
+                 : std::string(". Rank 0 serves it: rank 0 ended (it failed, or finished before this rank)"));
   }
 
   std::string host_, connect_host_;
   int port_;
   bool serving_;
+  std::string token_;
   std::unique_ptr<TcpStoreServer> server_;
   std::mutex mutex_;
   int fd_ = -1;
@@ -414,11 +245,11 @@ class TcpStore : public KeyValueStore {
 
 }  // namespace
 
-std::shared_ptr<KeyValueStore> make_tcp_store(const std::string& host, int port, bool serve, const Deadline& deadline,
-                                              int rank, int world_size) {
+std::shared_ptr<KeyValueStore> make_tcp_store(const std::string& host, int port, const StoreServerOptions* server,
+                                              const Deadline& deadline, int rank, int world_size) {
   MT_CHECK(!host.empty(), "distributed rendezvous: no MASTER_ADDR for the store on port ", port);
   MT_CHECK(port > 0 && port < 65536, "distributed rendezvous: MASTER_PORT ", port, " is not a TCP port (1-65535)");
-  return std::make_shared<TcpStore>(host, port, serve, deadline,
+  return std::make_shared<TcpStore>(host, port, server, deadline,
                                     "rank " + std::to_string(rank) + " of " + std::to_string(world_size));
 }
 

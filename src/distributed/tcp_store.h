@@ -13,9 +13,11 @@
 
 namespace mixtrain::distributed {
 
-// A client of the store at host:port. `server`: this process serves it (rank 0). Connecting
-// retries until the deadline (the server's rank may start later), reporting progress.
-std::shared_ptr<KeyValueStore> make_tcp_store(const std::string& host, int port, bool serve, const Deadline& deadline,
-                                              int rank, int world_size);
+// A client of the store at host:port, presenting store_token(). `server`: this process serves
+// the store with these options (rank 0); null: it is a client only. Connecting retries until the
+// deadline (the server's rank may start later), reporting progress; a server that refuses the
+// token is an Error at once.
+std::shared_ptr<KeyValueStore> make_tcp_store(const std::string& host, int port, const StoreServerOptions* server,
+                                              const Deadline& deadline, int rank, int world_size);
 
 }  // namespace mixtrain::distributed

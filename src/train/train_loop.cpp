@@ -275,14 +275,26 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     } else {
       distributed::default_group().set_rank_shares(shares);
     }
-    distributed::ProcessGroup& g = group ? *group : distributed::default_group();
-    shares = g.rank_shares();
-    task.set_data_shard(g.rank(), shares.weights_for(g.world_size()));
-    ddp = std::make_unique<nn::DistributedDataParallel>(
-        model.shared_from_this(), group,
-        nn::DistributedDataParallelOptions().init_sync(!agent || !agent->joined_late()));
-    ddp->sync_grad_scaler(scaler);
-    if (fp8) ddp->sync_fp8(*fp8);
+    // DDP's construction (the model's signature all-gathered, rank 0's parameters broadcast) runs
+    // through the elastic agent like a step: a rank lost in it leaves the others to go on.
+    distributed::kill_if_asked(0);  // the failure tests' kill -9 before DDP's construction
+    auto make_ddp = [&](bool init_sync) {
+      const std::shared_ptr<distributed::ProcessGroup> pg = agent ? agent->group() : group;
+      distributed::ProcessGroup& g = pg ? *pg : distributed::default_group();
+      shares = g.rank_shares();
+      task.set_data_shard(g.rank(), shares.weights_for(g.world_size()));
+      ddp = std::make_unique<nn::DistributedDataParallel>(model.shared_from_this(), pg,
+                                                          nn::DistributedDataParallelOptions().init_sync(init_sync));
+      ddp->sync_grad_scaler(scaler);
+      if (fp8) ddp->sync_fp8(*fp8);
+    };
+    if (agent) {
+      agent->run_collectives([&](int) { make_ddp(!agent->joined_late()); });
+      // A rank that joined again or took the state in a recovery holds the job's parameters.
+      if (!ddp) make_ddp(false);
+    } else {
+      make_ddp(true);
+    }
     if (sharded) {
       state.shard(*ddp);
       if (!result.resumed_from.empty() && !launch.elastic_join)

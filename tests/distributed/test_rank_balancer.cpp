@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <random>
 #include <thread>
 
 #include "mixtrain/mixtrain.h"
@@ -120,6 +121,47 @@ TEST(RankBalancer, StepsWithoutATimeAreNotCounted) {
   EXPECT_NEAR(balancer.weights()[0], 2.0 / 3, 1e-12);
 }
 
+// Ranks whose steps' times scatter (each step's time times e^N(0, 0.3), as on a shared machine),
+// over 300 steps: equal ranks whose step is mostly a fixed cost, where the measured speeds follow
+// only the noise, and two ranks 1.5x apart. The shares settle after a few changes, near the
+// split that equalises the mean times.
+TEST(RankBalancer, NoisyTimingsSettleAfterAFewChanges) {
+  struct Case {
+    std::vector<SimRank> ranks;
+    std::vector<int64_t> low, high;  // the bounds of each rank's rows over the run
+  };
+  const std::vector<Case> cases = {
+      {{{10e-3, 2e-5}, {10e-3, 2e-5}}, {96, 96}, {160, 160}},
+      {{{10e-3, 2e-5}, {10e-3, 2e-5}, {10e-3, 2e-5}}, {50, 50, 50}, {120, 120, 120}},
+      {{{2e-3, 1e-4}, {2e-3, 1.5e-4}}, {128, 80}, {176, 128}},
+  };
+  for (size_t c = 0; c < cases.size(); ++c) {
+    for (uint32_t seed = 1; seed <= 3; ++seed) {
+      SCOPED_TRACE("case " + std::to_string(c) + ", seed " + std::to_string(seed));
+      const auto& ranks = cases[c].ranks;
+      dist::RankBalancer balancer(std::vector<double>(ranks.size(), 1.0));
+      std::mt19937 gen(seed);
+      std::normal_distribution<double> noise(0.0, 0.3);
+      std::vector<int64_t> low(ranks.size(), 256), high(ranks.size(), 0);
+      for (int s = 0; s < 300; ++s) {
+        const std::vector<int64_t> rows = dist::DistributedSampler::split(256, balancer.weights());
+        std::vector<double> seconds;
+        for (size_t r = 0; r < ranks.size(); ++r) {
+          seconds.push_back((ranks[r].fixed + ranks[r].per_row * static_cast<double>(rows[r])) * std::exp(noise(gen)));
+          low[r] = std::min(low[r], rows[r]);
+          high[r] = std::max(high[r], rows[r]);
+        }
+        balancer.observe(rows, seconds);
+      }
+      EXPECT_LE(balancer.changes(), 4);
+      for (size_t r = 0; r < ranks.size(); ++r) {
+        EXPECT_GE(low[r], cases[c].low[r]) << "rank " << r;
+        EXPECT_LE(high[r], cases[c].high[r]) << "rank " << r;
+      }
+    }
+  }
+}
+
 TEST(RankBalancer, BadInputIsAnError) {
   auto refused = [](auto&& make, const std::string& words) {
     try {
@@ -141,6 +183,8 @@ TEST(RankBalancer, BadInputIsAnError) {
   refused([] { dist::RankBalancer({1, 1}, dist::RankBalancerOptions().min_change(1)); }, "min_change");
   refused([] { dist::RankBalancer({1, 1}, dist::RankBalancerOptions().min_share(0)); }, "min_share");
   refused([] { dist::RankBalancer({1, 1}, dist::RankBalancerOptions().warmup_steps(-1)); }, "warmup_steps");
+  refused([] { dist::RankBalancer({1, 1}, dist::RankBalancerOptions().tolerance(-0.1)); }, "tolerance");
+  refused([] { dist::RankBalancer({1, 1}, dist::RankBalancerOptions().damping(0)); }, "damping");
   dist::RankBalancer balancer({1, 1});
   refused([&] { balancer.observe({1, 2, 3}, {1, 1}); }, "3 row counts and 2 times for 2 ranks");
 }

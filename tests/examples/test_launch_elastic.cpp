@@ -116,7 +116,8 @@ TEST(MixtrainLaunchFailures, ElasticSurvivorsAndAJoinerFollowOneProcessCurve) {
   const std::string common = "--steps 20 --batch-size 48 --log ";
   ASSERT_EQ(run(kTrainArgs + common + (dir / "one.jsonl"), "", dir / "one.out").code, 0);
   const int port = 20000 + ::getpid() % 20000;
-  const std::string env = "MIXTRAIN_TIMEOUT_S=3 MIXTRAIN_TEST_KILL=2:5 MIXTRAIN_TEST_JOIN_AT=10";
+  const std::string token = "MIXTRAIN_STORE_TOKEN=t" + std::to_string(port) + " ";
+  const std::string env = token + "MIXTRAIN_TIMEOUT_S=3 MIXTRAIN_TEST_KILL=2:5 MIXTRAIN_TEST_JOIN_AT=10";
   std::thread job([&] {
     const LaunchResult r = run("launch --nproc 3 --elastic --master-port " + std::to_string(port) + " -- " + kTrain + common +
                           (dir / "elastic.jsonl"),
@@ -125,7 +126,7 @@ TEST(MixtrainLaunchFailures, ElasticSurvivorsAndAJoinerFollowOneProcessCurve) {
   });
   const LaunchResult joiner = run("launch --join --master-port " + std::to_string(port) + " --nproc 1 -- " + kTrain + common +
                              (dir / "joiner.jsonl"),
-                         "MIXTRAIN_TIMEOUT_S=15", dir / "joiner.out");
+                         token + "MIXTRAIN_TIMEOUT_S=15", dir / "joiner.out");
   job.join();
   const std::string out = slurp(dir / "elastic.out");
   EXPECT_EQ(slurp(dir / "elastic.code"), "0") << out;
@@ -159,16 +160,18 @@ TEST(MixtrainLaunchFailures, AJoinerFollowsTheJobsAdaptiveShares) {
   const std::string common = "--steps 24 --batch-size 256 --log ";
   ASSERT_EQ(run(kTrainArgs + common + (dir / "one.jsonl"), "", dir / "one.out").code, 0);
   const int port = 20000 + (::getpid() + 7) % 20000;
+  const std::string token = "MIXTRAIN_STORE_TOKEN=t" + std::to_string(port) + " ";
   const std::string on_core0 = "taskset -c 0 ";
   std::thread job([&] {
     const LaunchResult r = run("launch --nproc 2 --elastic --rank-weights adaptive --master-port " +
                                    std::to_string(port) + " -- " + on_core0 + kTrain + common + (dir / "elastic.jsonl"),
-                               "OMP_NUM_THREADS=1 MIXTRAIN_TIMEOUT_S=15 MIXTRAIN_TEST_JOIN_AT=3", dir / "elastic.out");
+                               token + "OMP_NUM_THREADS=1 MIXTRAIN_TIMEOUT_S=15 MIXTRAIN_TEST_JOIN_AT=3",
+                               dir / "elastic.out");
     std::ofstream(dir / "elastic.code") << r.code;
   });
   const LaunchResult joiner = run("launch --join --master-port " + std::to_string(port) + " --nproc 1 -- " + on_core0 +
                                       "nice -n 10 " + kTrain + common + (dir / "joiner.jsonl"),
-                                  "OMP_NUM_THREADS=1 MIXTRAIN_TIMEOUT_S=15", dir / "joiner.out");
+                                  token + "OMP_NUM_THREADS=1 MIXTRAIN_TIMEOUT_S=15", dir / "joiner.out");
   job.join();
   const std::string out = slurp(dir / "elastic.out");
   EXPECT_EQ(slurp(dir / "elastic.code"), "0") << out;
@@ -213,6 +216,52 @@ TEST(MixtrainLaunchFailures, ElasticZeroGoesBackToItsLastCheckpoint) {
     EXPECT_EQ(fs::exists(dir / "ckpt/optimizer-rank-00001-of-00002.safetensors"), !layout.empty());
     EXPECT_EQ(fs::exists(dir / "ckpt/optimizer.safetensors"), layout.empty());
   }
+}
+
+// Rank 2 of 3 is killed before DDP's construction (MIXTRAIN_TEST_KILL=2:0), while ranks 0 and 1
+// all-gather the model's signature: they form the next generation and train every step as one
+// process would, on two ranks.
+TEST(MixtrainLaunchFailures, ElasticSurvivesARankLostInDdpsConstruction) {
+  TempDir dir("mt_elastic_ddp");
+  const std::string common = "--steps 6 --batch-size 48 --log ";
+  ASSERT_EQ(run(kTrainArgs + common + (dir / "one.jsonl"), "", dir / "one.out").code, 0);
+  const LaunchResult r = run("launch --nproc 3 --elastic -- " + kTrain + common + (dir / "elastic.jsonl"),
+                             "MIXTRAIN_TIMEOUT_S=3 MIXTRAIN_TEST_KILL=2:0", dir / "elastic.out");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("generation 1 at step 0: lost rank 2"), std::string::npos) << r.out;
+  const auto got = steps_of(dir / "elastic.jsonl");
+  expect_same_curve(got, steps_of(dir / "one.jsonl"), 6);
+  for (const auto& [step, j] : got) EXPECT_EQ(j.at("rank_rows").size(), 2u) << "step " << step;
+}
+
+// The launcher gives its ranks a store token of its own making, in their environment, and a
+// joiner without it is refused by the elastic job's store at once.
+TEST(MixtrainLaunchFailures, TheLauncherGivesItsRanksAStoreTokenAndTheStoreRefusesOthers) {
+  TempDir dir("mt_store_token");
+  const LaunchResult r = run("launch --nproc 1 -- sh -c 'echo token of ${#MIXTRAIN_STORE_TOKEN} characters'",
+                             "MIXTRAIN_STORE_TOKEN= MIXTRAIN_STORE_TOKEN_FILE=", dir / "token.out");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("token of 32 characters"), std::string::npos) << r.out;
+  const int port = 20000 + (::getpid() + 13) % 20000;
+  std::thread job([&] {
+    const LaunchResult j = run("launch --nproc 2 --elastic --master-port " + std::to_string(port) + " -- " + kTrain +
+                                   "--steps 600 --batch-size 48",
+                               "MIXTRAIN_STORE_TOKEN=job-secret MIXTRAIN_TIMEOUT_S=5", dir / "job.out");
+    std::ofstream(dir / "job.code") << j.code;
+  });
+  // The stranger comes once the job's store is up (its banner) and the ranks train.
+  for (int i = 0; i < 400 && slurp(dir / "job.out").find("step 1/") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto start = std::chrono::steady_clock::now();
+  const LaunchResult stranger = run("launch --join --master-port " + std::to_string(port) + " --nproc 1 -- " + kTrain +
+                                        "--steps 600 --batch-size 48",
+                                    "MIXTRAIN_STORE_TOKEN=guess MIXTRAIN_TIMEOUT_S=5", dir / "stranger.out");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  job.join();
+  EXPECT_NE(stranger.code, 0) << stranger.out;
+  EXPECT_NE(stranger.out.find("refused this process: its token is not the job's"), std::string::npos) << stranger.out;
+  EXPECT_LT(seconds, 5.0) << stranger.out;
+  EXPECT_EQ(slurp(dir / "job.code"), "0") << slurp(dir / "job.out");
 }
 
 TEST(MixtrainLaunchFailures, BadUsageIsAnError) {

@@ -13,8 +13,10 @@
 //     ddp->set_process_group(agent.group());     // and re-split: c.rank, c.weights
 //   });
 //   agent.start();                               // the first rendezvous, or a joiner's admission
-//   nn::DistributedDataParallel ddp(model, agent.group(),
-//       nn::DistributedDataParallelOptions().init_sync(!agent.joined_late()));
+//   agent.run_collectives([&](int) {             // DDP's construction is collectives too
+//     ddp = std::make_unique<nn::DistributedDataParallel>(model, agent.group(),
+//         nn::DistributedDataParallelOptions().init_sync(!agent.joined_late()));
+//   });
 //   for (int64_t step = agent.steps() + 1; step <= steps; ++step) {
 //     agent.run_step([&](int attempt) { /* seek the data back when attempt > 0; one step */ });
 //     agent.step_boundary();                     // admits waiting joiners
@@ -114,6 +116,8 @@ class ElasticAgent {
 
   // The first generation's rendezvous (every rank of the launch), or, for a joiner
   // ($MIXTRAIN_ELASTIC_JOIN=1), its admission at a step boundary of the running job and the state.
+  // A rank lost in the first rendezvous is dropped as in a step: the others form the next
+  // generation (on_change runs) and go on.
   void start();
   bool joined_late() const { return joined_late_; }
 
@@ -156,7 +160,8 @@ class ElasticAgent {
 // A test hook for failures at a chosen point: $MIXTRAIN_TEST_KILL = "RANK:STEP[:RESTART],..."
 // kills this process with SIGKILL (as kill -9 would) at the start of STEP when its launch RANK and
 // restart count ($MIXTRAIN_RESTART_COUNT, 0 when not given) match one entry. The example
-// trainers call it before each step. Its twin for joins: with $MIXTRAIN_TEST_JOIN_AT = STEP, an
+// trainers call it before each step, and mixtrain's train loop with STEP 0 before DDP's
+// construction. Its twin for joins: with $MIXTRAIN_TEST_JOIN_AT = STEP, an
 // elastic job looks for joiners only from the boundary after STEP on, where its rank 0 waits (up
 // to the timeout) for the first one, so that one is admitted at the boundary after STEP + 1,
 // whatever the machine's speed.

@@ -39,9 +39,13 @@ struct LaunchEnv {
   bool elastic = false;
   bool elastic_join = false;
 };
+// The most ranks a job may have: the rendezvous store answers a check of every rank's key in one
+// frame of at most this many keys, and a rendezvous of this size ends within its timeout.
+constexpr int kMaxWorldSize = 1 << 16;
 // Reads RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT, else Open MPI's
 // OMPI_COMM_WORLD_*, else Slurm's SLURM_PROCID/NTASKS/LOCALID; none set: rank 0 of 1. Malformed
-// or inconsistent values (rank outside [0, world size)) are an Error naming the variable.
+// or inconsistent values (rank outside [0, world size), a world size above kMaxWorldSize) are an
+// Error naming the variable.
 LaunchEnv read_launch_env();
 
 class ProcessGroupOptions {

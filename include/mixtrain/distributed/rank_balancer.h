@@ -24,6 +24,16 @@ class RankBalancerOptions {
   MT_ARG(int64_t, warmup_steps) = 3;
   // No rank's share falls below this fraction of an even share.
   MT_ARG(double, min_share) = 0.25;
+  // The dead band: the shares stay while the slowest rank's median time over the window is
+  // within this fraction of the fastest's, or within what the steps' own scatter explains (2
+  // standard errors of the two medians before the first change, 3 before the second, then 4).
+  // The window holds steps at the current shares only.
+  MT_ARG(double, tolerance) = 0.1;
+  // After the first change (which corrects the initial shares all the way), each goes this
+  // fraction of the way to the measured split (at least min_change of the batch, and all of it
+  // when less than that would be left), so that noise in one window's timings moves the shares
+  // only part of the way.
+  MT_ARG(double, damping) = 0.5;
 };
 
 class RankBalancer {
@@ -45,9 +55,12 @@ class RankBalancer {
 
  private:
   std::vector<double> weights_;
+  // Whether the window's times show an imbalance beyond the dead band.
+  bool imbalanced() const;
   std::vector<std::vector<double>> recent_;  // per step observed (the last `window`): each rank's rows/s
+  std::vector<std::vector<double>> seconds_;  // the same steps' times
   RankBalancerOptions options_;
-  int64_t observed_ = 0, changes_ = 0;
+  int64_t observed_ = 0, changes_ = 0, since_change_ = 0;
 };
 
 }  // namespace mixtrain::distributed
