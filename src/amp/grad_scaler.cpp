@@ -361,7 +361,7 @@ nlohmann::json GradScaler::state_dict() const {
 
 GradScaler::Loaded GradScaler::parse_state(const nlohmann::json& state) const {
   const std::string where = "GradScaler.load_state_dict";
-  detail::check_json_depth(state, where);
+  mixtrain::detail::check_json_depth(state, where);
   MT_CHECK(state.is_object(), where, ": expected a JSON object, got ", state.type_name());
   MT_CHECK(!state.empty(), where, ": The source state dict is empty, possibly because it was saved from a disabled ",
            "instance of GradScaler.");

@@ -100,7 +100,7 @@ nlohmann::json policy_table_to_json() {
 }
 
 void load_policy_table(const nlohmann::json& doc) {
-  detail::check_json_depth(doc, "load_policy_table");
+  mixtrain::detail::check_json_depth(doc, "load_policy_table");
   MT_CHECK(doc.is_object(), "load_policy_table: expected a JSON object {\"op\": \"policy\", ...}, got ", doc.type_name(),
            "; nothing was applied");
   // Check everything first, apply after: a bad file must not leave the table half-changed.

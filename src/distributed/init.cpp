@@ -8,19 +8,15 @@
 
 #include "distributed/rendezvous.h"
 #include "distributed/tcp_store.h"
+#include "distributed/env.h"
 #include "mixtrain/base/error.h"
 
 namespace mixtrain::distributed {
 
 namespace {
 
-const char* env(const char* name) {
-  const char* v = std::getenv(name);
-  return (v && *v) ? v : nullptr;
-}
-
 int env_int(const char* name, int fallback) {
-  const char* v = env(name);
+  const char* v = env_value(name);
   if (!v) return fallback;
   char* end = nullptr;
   const long x = std::strtol(v, &end, 10);
@@ -63,9 +59,9 @@ LaunchEnv read_launch_env() {
   };
   e.source = "none";
   for (const Names& n : launchers) {
-    if (!env(n.rank) && !env(n.size)) continue;
-    MT_CHECK(env(n.rank) && env(n.size), "distributed: ", env(n.rank) ? n.size : n.rank, " is not set but ",
-             env(n.rank) ? n.rank : n.size, " is (", n.source, "'s launch contract needs both)");
+    if (!env_value(n.rank) && !env_value(n.size)) continue;
+    MT_CHECK(env_value(n.rank) && env_value(n.size), "distributed: ", env_value(n.rank) ? n.size : n.rank, " is not set but ",
+             env_value(n.rank) ? n.rank : n.size, " is (", n.source, "'s launch contract needs both)");
     e.source = n.source;
     e.rank = env_int(n.rank, 0);
     e.world_size = env_int(n.size, 1);
@@ -78,11 +74,11 @@ LaunchEnv read_launch_env() {
              e.world_size);
     break;
   }
-  if (const char* a = env("MASTER_ADDR")) e.master_addr = a;
+  if (const char* a = env_value("MASTER_ADDR")) e.master_addr = a;
   e.master_port = env_int("MASTER_PORT", 0);
   e.restart_count = env_int("MIXTRAIN_RESTART_COUNT", env_int("TORCHELASTIC_RESTART_COUNT", 0));
   auto flag = [](const char* name) {
-    const char* v = env(name);
+    const char* v = env_value(name);
     MT_CHECK(!v || std::string(v) == "0" || std::string(v) == "1", "distributed: ", name, "=\"", v,
              "\" is neither 0 nor 1");
     return v && std::string(v) == "1";
@@ -95,7 +91,7 @@ LaunchEnv read_launch_env() {
 }
 
 bool store_served_by_launcher() {
-  const char* v = env("MIXTRAIN_STORE_SERVER");
+  const char* v = env_value("MIXTRAIN_STORE_SERVER");
   if (!v) return false;
   const std::string s = v;
   MT_CHECK(s == "launcher" || s == "rank0", "distributed: MIXTRAIN_STORE_SERVER=\"", s,
@@ -105,7 +101,7 @@ bool store_served_by_launcher() {
 
 // Empty: a store of the process's own (make_private_store).
 std::string default_store_spec(const LaunchEnv& e) {
-  if (const char* s = env("MIXTRAIN_STORE")) return s;
+  if (const char* s = env_value("MIXTRAIN_STORE")) return s;
   if (e.world_size == 1 && e.master_port == 0) return "";
   MT_CHECK(e.master_port != 0, "distributed: no rendezvous store. Set MASTER_ADDR and MASTER_PORT (rank 0 serves ",
            "the store there, as under torchrun), or MIXTRAIN_STORE=tcp://host:port, file:/dir (a directory every ",
@@ -116,7 +112,7 @@ std::string default_store_spec(const LaunchEnv& e) {
   int port = e.master_port;
   // torchrun's agent serves its own store (PyTorch's protocol) on MASTER_PORT when it tells its
   // workers to use it; mixtrain's store takes the next port.
-  if (const char* agent = env("TORCHELASTIC_USE_AGENT_STORE"))
+  if (const char* agent = env_value("TORCHELASTIC_USE_AGENT_STORE"))
     if (std::string(agent) == "True" || std::string(agent) == "1") port += 1;
   return "tcp://" + (e.master_addr.empty() ? std::string("127.0.0.1") : e.master_addr) + ":" + std::to_string(port);
 }
@@ -148,7 +144,7 @@ std::shared_ptr<KeyValueStore> open_store(const std::string& spec, const LaunchE
 }
 
 bool group_checks_collectives(const ProcessGroupOptions& options) {
-  const char* v = env("MIXTRAIN_CHECK_COLLECTIVES");
+  const char* v = env_value("MIXTRAIN_CHECK_COLLECTIVES");
   if (!v) return options.check_collectives();
   const std::string s = v;
   MT_CHECK(s == "0" || s == "1", "distributed: MIXTRAIN_CHECK_COLLECTIVES=\"", s, "\" is neither 0 nor 1");
@@ -157,7 +153,7 @@ bool group_checks_collectives(const ProcessGroupOptions& options) {
 
 std::chrono::milliseconds group_timeout(const ProcessGroupOptions& options) {
   std::chrono::milliseconds timeout = options.timeout();
-  if (env("MIXTRAIN_TIMEOUT_S")) timeout = std::chrono::seconds(env_int("MIXTRAIN_TIMEOUT_S", 300));
+  if (env_value("MIXTRAIN_TIMEOUT_S")) timeout = std::chrono::seconds(env_int("MIXTRAIN_TIMEOUT_S", 300));
   MT_CHECK(timeout.count() > 0, "init_process_group: the timeout must be positive");
   return timeout;
 }

@@ -15,16 +15,12 @@
 #include <sstream>
 
 #include "distributed/rendezvous.h"
+#include "distributed/env.h"
 #include "mixtrain/base/error.h"
 
 namespace mixtrain::distributed {
 
 namespace {
-
-const char* env(const char* name) {
-  const char* v = std::getenv(name);
-  return (v && *v) ? v : nullptr;
-}
 
 std::string this_host() {
   char name[256] = {0};
@@ -85,14 +81,14 @@ std::string field(const Fields& f, const char* key) {
 
 std::string run_id() {
   for (const char* name : {"MIXTRAIN_RUN_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"})
-    if (const char* v = env(name)) return v;
+    if (const char* v = env_value(name)) return v;
   return "";
 }
 
 GlooAddress advertised_address(const LaunchEnv& e, const std::string& hostname) {
   if (!hostname.empty()) return {hostname, ""};
-  if (const char* h = env("MIXTRAIN_GLOO_HOST")) return {h, ""};
-  if (const char* i = env("GLOO_SOCKET_IFNAME")) {
+  if (const char* h = env_value("MIXTRAIN_GLOO_HOST")) return {h, ""};
+  if (const char* i = env_value("GLOO_SOCKET_IFNAME")) {
     // PyTorch takes a list, one interface per device; Gloo here uses one.
     std::string first(i);
     first = first.substr(0, first.find(','));

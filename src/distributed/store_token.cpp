@@ -14,17 +14,13 @@
 #include <fstream>
 #include <random>
 
+#include "distributed/env.h"
 #include "mixtrain/base/error.h"
 #include "mixtrain/distributed/store_server.h"
 
 namespace mixtrain::distributed {
 
 namespace {
-
-const char* env(const char* name) {
-  const char* v = std::getenv(name);
-  return (v && *v) ? v : nullptr;
-}
 
 bool is_loopback(const std::string& a) {
   return a == "localhost" || a == "::1" || a == "[::1]" || a.rfind("127.", 0) == 0;
@@ -53,7 +49,7 @@ bool is_local_address(const std::string& a) {
 }  // namespace
 
 std::string store_bind_address(const std::string& master_addr, bool one_host) {
-  if (const char* b = env("MIXTRAIN_STORE_BIND")) return std::string(b) == "*" ? "" : b;
+  if (const char* b = env_value("MIXTRAIN_STORE_BIND")) return std::string(b) == "*" ? "" : b;
   if (one_host && (master_addr.empty() || is_loopback(master_addr)))
     return master_addr == "::1" || master_addr == "[::1]" ? "::1" : "127.0.0.1";
   if (is_local_address(master_addr)) return master_addr;
@@ -61,8 +57,8 @@ std::string store_bind_address(const std::string& master_addr, bool one_host) {
 }
 
 std::string store_token() {
-  if (const char* t = env("MIXTRAIN_STORE_TOKEN")) return t;
-  const char* file = env("MIXTRAIN_STORE_TOKEN_FILE");
+  if (const char* t = env_value("MIXTRAIN_STORE_TOKEN")) return t;
+  const char* file = env_value("MIXTRAIN_STORE_TOKEN_FILE");
   if (!file) return "";
   std::ifstream in(file);
   std::string line;
@@ -72,7 +68,7 @@ std::string store_token() {
 }
 
 std::string make_job_store_token(const std::string& dir) {
-  if (env("MIXTRAIN_STORE_TOKEN") || env("MIXTRAIN_STORE_TOKEN_FILE")) return "";
+  if (env_value("MIXTRAIN_STORE_TOKEN") || env_value("MIXTRAIN_STORE_TOKEN_FILE")) return "";
   std::random_device rd;
   static const char hex[] = "0123456789abcdef";
   std::string token;
