@@ -40,23 +40,18 @@ struct OneDnnOverride {
 
 const mt::DeviceType kCpu = mt::DeviceType::CPU;
 
-// Whether oneDNN is to run a call in dt: fp32 and bf16 wherever it is built, bf16 on its bf16
-// kernels where oneDNN's own ISA query says AVX-512 (cpu::onednn_runs_bf16), else widened to its
-// fp32 ones. Which of the two is printed once per test that asks.
-bool onednn_expected(mt::DType dt) {
+// oneDNN runs fp32 and bf16 calls wherever it is built: bf16 on its bf16 kernels where its own
+// ISA query says AVX-512 (cpu::onednn_runs_bf16), else widened to its fp32 ones. Which of the
+// two is printed once per test that runs a bf16 case.
+void say_bf16_path() {
   static bool said = false;
-  if (!said && dt == mt::kBFloat16) {
-    std::printf("bf16 here: %s\n", cpu::onednn_runs_bf16()
-                                        ? "oneDNN's bf16 kernels (its effective ISA has AVX-512)"
-                                        : "oneDNN's fp32 kernels on widened operands, rounded once (no bf16 below "
-                                          "AVX-512 in oneDNN 2.6, on this CPU or under its cap)");
-    said = true;
-  }
-  return dt == mt::kFloat32 || dt == mt::kBFloat16;
+  if (said) return;
+  std::printf("bf16 here: %s\n", cpu::onednn_runs_bf16()
+                                      ? "oneDNN's bf16 kernels (its effective ISA has AVX-512)"
+                                      : "oneDNN's fp32 kernels on widened operands, rounded once (no bf16 below "
+                                        "AVX-512 in oneDNN 2.6, on this CPU or under its cap)");
+  said = true;
 }
-
-// The count of oneDNN calls a run of `calls` calls in dt adds.
-int64_t expected_calls(mt::DType dt, int64_t calls) { return onednn_expected(dt) ? calls : 0; }
 
 // op(a) @ op(b) (+ bias, then ReLU) in fp64 with plain loops; op transposes the last two dims.
 // a, b: [batch?, ...]; a 2-D b is broadcast over a 3-D a's batch. `magnitude` gets each output's
@@ -96,8 +91,8 @@ void check_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor
   Tensor out = poisoned(shape, a.dtype());
   const int64_t before = cpu::onednn_calls();
   mt::backends::gemm(kCpu, a, ta, b, tb, out, bias, epi);
-  EXPECT_EQ(cpu::onednn_calls(), before + expected_calls(a.dtype(), 1))
-      << what << (onednn_expected(a.dtype()) ? ": oneDNN did not run it" : ": oneDNN ran it, without this dtype here");
+  if (a.dtype() == mt::kBFloat16) say_bf16_path();
+  EXPECT_EQ(cpu::onednn_calls(), before + 1) << what << ": oneDNN did not run it";
   Values mag;
   const Values ref = gemm_ref(a, ta, b, tb, bias, epi == GemmEpilogue::Relu, &mag), got = to_doubles(out);
   const double u = std::ldexp(1.0, -24), u_out = a.dtype() == mt::kBFloat16 ? std::ldexp(1.0, -8) : u;
@@ -204,8 +199,8 @@ TEST(CpuOneDnn, Bf16ResultsRoundOnceToNearestEvenAfterTheBias) {
   Tensor gw = poisoned({1, 3, 1, 1}, mt::kBFloat16);
   mt::backends::conv2d_backward_weight(kCpu, go, xw, p, gw);
   expect_values(gw, kTieExpected, 3, "conv2d_backward_weight");
-  EXPECT_EQ(cpu::onednn_calls(), before + expected_calls(mt::kBFloat16, 6))
-      << (onednn_expected(mt::kBFloat16) ? "not every call ran on oneDNN" : "oneDNN ran bf16 without it here");
+  say_bf16_path();
+  EXPECT_EQ(cpu::onednn_calls(), before + 6) << "not every call ran on oneDNN";
 }
 
 struct ConvCase {
@@ -258,8 +253,8 @@ void check_conv(const ConvCase& k, mt::DType dt, bool channels_last, uint64_t se
   mt::backends::conv2d_backward_weight(kCpu, go, x, k.p, gw);
   mt::backends::conv2d_backward_weight(kCpu, f64(go), f64(x), k.p, gw_ref);
   EXPECT_TRUE(all_close(gw, gw_ref, tol)) << what << ": backward weight";
-  EXPECT_EQ(cpu::onednn_calls(), before + expected_calls(dt, 3))
-      << what << (onednn_expected(dt) ? ": not every kernel ran on oneDNN" : ": oneDNN ran it, without this dtype here");
+  if (dt == mt::kBFloat16) say_bf16_path();
+  EXPECT_EQ(cpu::onednn_calls(), before + 3) << what << ": not every kernel ran on oneDNN";
 }
 
 TEST(CpuOneDnn, ConvolutionsMatchFp64InEveryDirectionAndLayout) {
@@ -341,10 +336,10 @@ TEST(CpuOneDnn, PathFollowsTheSwitchAndTheSizeThreshold) {
   static_assert(int64_t{256} * 256 * 256 >= cpu::kOneDnnGemmMinMacsBf16 && int64_t{4} * 4 * 4 < cpu::kOneDnnGemmMinMacsBf16);
   static_assert(int64_t{256} * 256 * 256 >= cpu::kOneDnnGemmMinMacsFp32 && int64_t{4} * 4 * 4 < cpu::kOneDnnGemmMinMacsFp32);
   static_assert(int64_t{2} * 32 * 256 * 32 * 9 >= cpu::kOneDnnConvMinMacs && int64_t{2} * 2 * 256 * 2 * 9 < cpu::kOneDnnConvMinMacs);
+  say_bf16_path();
   for (mt::DType dt : {mt::kFloat32, mt::kBFloat16}) {
-    const bool takes = onednn_expected(dt);
-    EXPECT_EQ(gemm_runs_onednn(256, dt), mode != cpu::OneDnnMode::Off && takes) << mt::dtype_name(dt);
-    EXPECT_EQ(gemm_runs_onednn(4, dt), mode == cpu::OneDnnMode::All && takes) << mt::dtype_name(dt);
+    EXPECT_EQ(gemm_runs_onednn(256, dt), mode != cpu::OneDnnMode::Off) << mt::dtype_name(dt);
+    EXPECT_EQ(gemm_runs_onednn(4, dt), mode == cpu::OneDnnMode::All) << mt::dtype_name(dt);
   }
   EXPECT_EQ(conv_runs_onednn(32), mode != cpu::OneDnnMode::Off);
   EXPECT_EQ(conv_runs_onednn(2), mode == cpu::OneDnnMode::All);

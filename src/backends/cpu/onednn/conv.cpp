@@ -27,7 +27,6 @@
 
 #include "backends/cpu/onednn/engine.h"
 #include "backends/cpu/verbose.h"
-#include "mixtrain/base/half.h"
 
 namespace mixtrain::backends::cpu {
 
@@ -187,20 +186,6 @@ std::shared_ptr<const ConvPlan> plan_for(const ConvArgs& a, int64_t samples, con
   });
 }
 
-// Widening for the fp32 primitives where oneDNN has no bf16: n bf16 values at `from` as fp32 in
-// this thread's `slot`, an fp32 buffer there, and n fp32 values rounded back into bf16 at `to`.
-const char* wide_buffer(int64_t n, onednn::Slot slot) {
-  return static_cast<const char*>(onednn::thread_buffer(slot, static_cast<size_t>(n) * sizeof(float)));
-}
-const char* widen(const void* from, int64_t n, onednn::Slot slot) {
-  const char* out = wide_buffer(n, slot);
-  bf16_to_float_array(static_cast<const BFloat16*>(from), reinterpret_cast<float*>(const_cast<char*>(out)), n);
-  return out;
-}
-void narrow(const char* from, char* to, int64_t n) {
-  float_to_bf16_array(reinterpret_cast<const float*>(from), reinterpret_cast<BFloat16*>(to), n);
-}
-
 // Adds n floats of `from` into `to`.
 void add_into(float* to, const float* from, size_t n) {
   for (size_t i = 0; i < n; ++i) to[i] += from[i];
@@ -220,7 +205,7 @@ bool run(const ConvArgs& a, std::string& impl) {
       (macs < kOneDnnConvMinMacs || (!depthwise && std::min(cg, cog) < kOneDnnConvMinChannels)))
     return false;
   // Widened (no bf16 in oneDNN here): units are copied whole, so the batch must be outermost.
-  const bool wide = dt == kBFloat16 && compute_type(dt) == memory::data_type::f32;
+  const bool wide = dt == kBFloat16 && !onednn_runs_bf16();
   if (wide && (a.x.stride(0) * a.x.size(0) != a.x.numel() || a.y.stride(0) * a.y.size(0) != a.y.numel())) return false;
   const std::function<std::string()> operands = [&] { return describe(a); };
   const Cut cut = cut_of(a);
@@ -235,7 +220,8 @@ bool run(const ConvArgs& a, std::string& impl) {
   const char* py = static_cast<const char*>(a.y.raw_data());
   const char* pw = static_cast<const char*>(a.w.raw_data());
   const bool weight_grad = a.dir == Dir::BackwardWeight;
-  if (wide) pw = weight_grad ? pw : widen(a.w.raw_data(), a.w.numel(), onednn::Slot::WideWeights);
+  if (wide && !weight_grad)
+    pw = reinterpret_cast<const char*>(onednn::widen(a.w.raw_data(), a.w.numel(), onednn::Slot::WideWeights));
   // The weights in the primitive's layout, once for the call, on this thread.
   if (!weight_grad && full->w_moves) {
     void* reordered = onednn::thread_buffer(onednn::Slot::Weights, full->w.get_size());
@@ -243,13 +229,8 @@ bool run(const ConvArgs& a, std::string& impl) {
     pw = static_cast<const char*>(reordered);
   }
   // A bf16 bias for fp32 primitives (no bf16 here): widened once for the call.
-  std::vector<float> bias_fp32;
   const void* pbias = a.bias.defined() ? a.bias.raw_data() : nullptr;
-  if (pbias && wide) {
-    bias_fp32.resize(static_cast<size_t>(a.bias.numel()));
-    bf16_to_float_array(static_cast<const BFloat16*>(pbias), bias_fp32.data(), a.bias.numel());
-    pbias = bias_fp32.data();
-  }
+  if (pbias && wide) pbias = onednn::widen(pbias, a.bias.numel(), onednn::Slot::WideBias);
   std::vector<onednn::AlignedBuffer> sums;  // the weight gradient's per-run fp32 sums
   const size_t wbytes = full->w.get_size();
   if (weight_grad)
@@ -269,8 +250,11 @@ bool run(const ConvArgs& a, std::string& impl) {
       const char* xs = x_user;
       const char* ys = y_user;
       if (wide) {
-        xs = x_in ? widen(x_user, x_count, onednn::Slot::WideX) : wide_buffer(x_count, onednn::Slot::WideX);
-        ys = y_in ? widen(y_user, y_count, onednn::Slot::WideY) : wide_buffer(y_count, onednn::Slot::WideY);
+        using onednn::Slot;
+        xs = reinterpret_cast<const char*>(x_in ? onednn::widen(x_user, x_count, Slot::WideX)
+                                                : onednn::wide_buffer(x_count, Slot::WideX));
+        ys = reinterpret_cast<const char*>(y_in ? onednn::widen(y_user, y_count, Slot::WideY)
+                                                : onednn::wide_buffer(y_count, Slot::WideY));
       }
       void* xb = plan.x_moves ? onednn::thread_buffer(onednn::Slot::Source, plan.x.get_size()) : const_cast<char*>(xs);
       void* yb = plan.y_moves ? onednn::thread_buffer(onednn::Slot::Destination, plan.y.get_size()) : const_cast<char*>(ys);
@@ -282,14 +266,14 @@ bool run(const ConvArgs& a, std::string& impl) {
         if (pbias) args.emplace(DNNL_ARG_BIAS, onednn::wrap(plan.bias, pbias));
         onednn::execute(plan.prim, plan.scratchpad, std::move(args));
         if (plan.y_moves) onednn::run_reorder(plan.y_reorder, yb, const_cast<char*>(ys));
-        if (wide) narrow(ys, y_user, y_count);
+        if (wide) onednn::narrow(reinterpret_cast<const float*>(ys), y_user, y_count);
       } else if (a.dir == Dir::BackwardInput) {
         if (plan.y_moves) onednn::run_reorder(plan.y_reorder, ys, yb);
         args = {{DNNL_ARG_DIFF_DST, onednn::wrap(plan.y, yb)}, {DNNL_ARG_WEIGHTS, onednn::wrap(plan.w, pw)},
                 {DNNL_ARG_DIFF_SRC, onednn::wrap(plan.x, xb)}};
         onednn::execute(plan.prim, plan.scratchpad, std::move(args));
         if (plan.x_moves) onednn::run_reorder(plan.x_reorder, xb, const_cast<char*>(xs));
-        if (wide) narrow(xs, x_user, x_count);
+        if (wide) onednn::narrow(reinterpret_cast<const float*>(xs), x_user, x_count);
       } else {
         if (plan.x_moves) onednn::run_reorder(plan.x_reorder, xs, xb);
         if (plan.y_moves) onednn::run_reorder(plan.y_reorder, ys, yb);
@@ -307,9 +291,9 @@ bool run(const ConvArgs& a, std::string& impl) {
     for (size_t r = 1; r < sums.size(); ++r) add_into(total, static_cast<const float*>(sums[r].data()), wbytes / sizeof(float));
     onednn::run_here(dir_name(a.dir), operands, [&] {
       if (!wide) return onednn::run_reorder(full->w_reorder, total, a.w.raw_data());
-      const char* sum = wide_buffer(a.w.numel(), onednn::Slot::WideWeights);
-      onednn::run_reorder(full->w_reorder, total, const_cast<char*>(sum));
-      narrow(sum, static_cast<char*>(a.w.raw_data()), a.w.numel());
+      float* sum = onednn::wide_buffer(a.w.numel(), onednn::Slot::WideWeights);
+      onednn::run_reorder(full->w_reorder, total, sum);
+      onednn::narrow(sum, a.w.raw_data(), a.w.numel());
     });
   }
   onednn::calls.fetch_add(1, std::memory_order_relaxed);

@@ -9,7 +9,9 @@
 #include <cstring>
 
 #include "backends/cpu/cpu_isa.h"
+#include "backends/cpu/loops.h"
 #include "backends/cpu/onednn/onednn.h"
+#include "mixtrain/base/half.h"
 
 namespace mixtrain::backends::cpu::onednn {
 
@@ -68,6 +70,18 @@ void* thread_buffer(Slot slot, size_t bytes) {
   }
   return h.buffer->data();
 }
+
+float* wide_buffer(int64_t n, Slot slot) {
+  return static_cast<float*>(thread_buffer(slot, static_cast<size_t>(n) * sizeof(float)));
+}
+
+const float* widen(const void* from, int64_t n, Slot slot) {
+  float* out = wide_buffer(n, slot);
+  convert_parallel(static_cast<const BFloat16*>(from), n, out);
+  return out;
+}
+
+void narrow(const float* from, void* to, int64_t n) { convert_parallel(from, n, static_cast<BFloat16*>(to)); }
 
 dnnl::memory wrap(const dnnl::memory::desc& md, const void* p) {
   return dnnl::memory(md, engine(), const_cast<void*>(p));

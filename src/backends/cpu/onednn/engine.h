@@ -50,8 +50,15 @@ class OneThread {
 // bf16 GEMM's packing buffers did, docs/CPU.md). One slot per use, so uses never overlap.
 // The Wide* slots hold bf16 tensors widened to fp32 for the fp32 primitives where oneDNN has no
 // bf16 (matmul.cpp, conv.cpp).
-enum class Slot { Weights, Source, Destination, Scratchpad, DiffWeights, WideWeights, WideX, WideY, Count };
+enum class Slot { Weights, Source, Destination, Scratchpad, DiffWeights, WideWeights, WideX, WideY, WideBias, Count };
 void* thread_buffer(Slot slot, size_t bytes);
+
+// Widening for the fp32 primitives where oneDNN has no bf16: room for n fp32 values in this
+// thread's `slot`; n bf16 values at `from` widened (exactly) into it; n fp32 values rounded to
+// nearest even into bf16 at `to`. Bulk conversions split over the threads (loops.h).
+float* wide_buffer(int64_t n, Slot slot);
+const float* widen(const void* from, int64_t n, Slot slot);
+void narrow(const float* from, void* to, int64_t n);
 
 // A 64-byte aligned heap block owned by one call.
 class AlignedBuffer {

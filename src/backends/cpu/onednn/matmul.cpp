@@ -69,7 +69,6 @@ struct GemmPlan {
   memory::desc a, b, bias, out, scratchpad;  // what the primitive reads and writes
   onednn::Reorder a_copy, b_copy;            // strided operand -> dense a or b, where needed
   bool copies_a = false, copies_b = false;
-  bool widened = false;  // bf16 tensors on this fp32 primitive
   std::string impl;
 };
 
@@ -191,7 +190,6 @@ std::shared_ptr<const GemmPlan> plan_part(const GemmCallPlan& c, const Part& par
       const memory::format_tag tag = batched ? memory::format_tag::abc : memory::format_tag::ab;
       plan->out = memory::desc(out_dims, cdt, tag);
       if (bias) plan->bias = memory::desc(batched ? memory::dims{1, 1, c.n} : memory::dims{1, c.n}, cdt, tag);
-      plan->widened = widen;
       dnnl::primitive_attr attr = onednn::user_scratchpad();
       if (epilogue == GemmEpilogue::Relu) {
         dnnl::post_ops ops;
@@ -255,15 +253,10 @@ bool onednn_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tenso
   const char* pbias = bias.defined() ? static_cast<const char*>(bias.raw_data()) : nullptr;
   // Widened (bf16 on fp32 primitives): the operands and the bias as fp32, once for the call, on
   // this thread (the parts only read them).
-  std::vector<float> bias_fp32;
   if (c.widened) {
     pa = widened(pa, c.a_in, c.batch, onednn::Slot::WideX);
     pb = widened(pb, c.b_in, c.batch, onednn::Slot::WideWeights);
-    if (pbias) {
-      bias_fp32.resize(static_cast<size_t>(bias.numel()));
-      bf16_to_float_array(static_cast<const BFloat16*>(bias.raw_data()), bias_fp32.data(), bias.numel());
-      pbias = reinterpret_cast<const char*>(bias_fp32.data());
-    }
+    if (pbias) pbias = reinterpret_cast<const char*>(onednn::widen(pbias, bias.numel(), onednn::Slot::WideBias));
   }
   char* pout = static_cast<char*>(out.raw_data());
   onednn::run_parts(
@@ -284,15 +277,13 @@ bool onednn_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tenso
           bp = dense;
         }
         char* dst = pout + (part.batch0 * c.m + part.row0) * c.n * es_out;
-        void* result = plan.widened ? onednn::thread_buffer(onednn::Slot::Destination, plan.out.get_size()) : dst;
+        void* result = c.widened ? onednn::thread_buffer(onednn::Slot::Destination, plan.out.get_size()) : dst;
         std::unordered_map<int, memory> args{{DNNL_ARG_SRC, onednn::wrap(plan.a, ap)},
                                              {DNNL_ARG_WEIGHTS, onednn::wrap(plan.b, bp)},
                                              {DNNL_ARG_DST, onednn::wrap(plan.out, result)}};
         if (pbias) args.emplace(DNNL_ARG_BIAS, onednn::wrap(plan.bias, pbias));
         onednn::execute(plan.prim, plan.scratchpad, std::move(args));
-        if (plan.widened)
-          float_to_bf16_array(static_cast<const float*>(result), reinterpret_cast<BFloat16*>(dst),
-                              part.batches * part.rows * c.n);
+        if (c.widened) onednn::narrow(static_cast<const float*>(result), dst, part.batches * part.rows * c.n);
       });
   onednn::calls.fetch_add(1, std::memory_order_relaxed);
   impl = "onednn:" + c.plans.front()->impl;
