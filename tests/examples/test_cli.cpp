@@ -32,7 +32,8 @@ size_t count_of(const std::string& s, const std::string& what) {
 }  // namespace
 
 TEST(MixtrainCli, BenchWritesJsonAndSvg) {
-  const std::string dir = ::testing::TempDir() + "mixtrain_bench_test_" + std::to_string(::getpid());
+  const mixtrain::testing::TempDir tmp("mixtrain_bench_test");  // removed when the test ends
+  const std::string dir = tmp.path;
   const CliRun r = run_mixtrain("bench --models mlp,transformer --size tiny --device cpu --steps 3 --warmup 1 --out " + dir);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   const nlohmann::json doc = nlohmann::json::parse(slurp(dir + "/bench.json"));
