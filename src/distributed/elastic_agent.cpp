@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "distributed/elastic_internal.h"
+#include "distributed/host_name.h"
 #include "mixtrain/base/error.h"
 #include "mixtrain/base/rng.h"
 #include "mixtrain/core/factories.h"
@@ -54,11 +55,6 @@ int64_t test_join_step() {
     return static_cast<int64_t>(x);
   }();
   return step;
-}
-
-std::string this_host() {
-  char name[256] = {0};
-  return gethostname(name, sizeof(name) - 1) == 0 ? name : "?";
 }
 
 // A generation's record: members (id, weight, who) in rank order, and why it formed.

@@ -16,17 +16,12 @@
 
 #include "distributed/rendezvous.h"
 #include "distributed/env.h"
+#include "distributed/host_name.h"
 #include "mixtrain/base/error.h"
 
 namespace mixtrain::distributed {
 
 namespace {
-
-std::string this_host() {
-  char name[256] = {0};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "?";
-  return name;
-}
 
 // The local address of the interface that routes to host: a UDP socket "connected" there sends
 // nothing, but the kernel picks the source address it would use.
