@@ -1,8 +1,8 @@
 #pragma once
 // What `mixtrain bench` shows beside its measured peaks: one steady training step of the
-// benchmarked model, as the shared loop takes it, predicted by a dry run on meta tensors
-// (memory::dry_run) and its in-step buffers planned into one arena (memory::plan_arena). Nothing
-// of the target device is touched. See docs/MEMORY.md.
+// benchmarked model, the Trainer's own step predicted by a dry run on meta tensors
+// (train::predict_step) and its in-step buffers planned into one arena (memory::plan_arena).
+// Nothing of the target device is touched. See docs/MEMORY.md.
 #include <cstdint>
 
 #include <mixtrain/train/train_loop.h>
@@ -17,8 +17,8 @@ struct StepMemoryPrediction {
 };
 
 // spec.device is the target; the task is rebuilt on the meta device with spec's seed and size.
-// The first step (which makes AdamW's state) runs unrecorded, the second is traced. Throws what
-// the dry run throws.
+// Of the two steps dry-run, the second is traced (the first makes AdamW's state). Throws what the
+// dry run throws.
 StepMemoryPrediction predict_step_memory(TaskSpec spec, train::Precision precision, double lr);
 
 }  // namespace mixtrain::cli

@@ -1,7 +1,6 @@
 #include "step_log.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <ctime>
 
@@ -20,22 +19,14 @@ std::string iso8601_utc(std::chrono::system_clock::time_point t) {
 
 nlohmann::json step_log_line(const train::StepRecord& r, int64_t batch_size, const memory::Stats& memory,
                              std::chrono::system_clock::time_point now) {
-  nlohmann::json line = {
-      {"step", r.step},
-      {"loss", r.loss},
-      {"lr", r.lr},
-      {"scale", r.scale},
-      {"skipped", r.skipped},
-      {"grad_norm", std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json(nullptr)},
-      {"seconds", r.seconds},
-      {"samples_per_s", static_cast<double>(batch_size) / std::max(r.seconds, 1e-9)},
-      {"allocated_bytes", memory.allocated_bytes},
-      {"peak_allocated_bytes", memory.peak_allocated_bytes},
-      {"peak_reserved_bytes", memory.peak_reserved_bytes},
-      {"plan_hits", memory.num_plan_hits},
-      {"plan_misses", memory.num_plan_misses},
-      {"time", iso8601_utc(now)}};
-  if (!r.rank_rows.empty()) line["rank_rows"] = r.rank_rows;  // data parallel: every rank's share
+  nlohmann::json line = train::step_record_json(r);  // the library's encoding, and what a log adds
+  line["samples_per_s"] = static_cast<double>(batch_size) / std::max(r.seconds, 1e-9);
+  line["allocated_bytes"] = memory.allocated_bytes;
+  line["peak_allocated_bytes"] = memory.peak_allocated_bytes;
+  line["peak_reserved_bytes"] = memory.peak_reserved_bytes;
+  line["plan_hits"] = memory.num_plan_hits;
+  line["plan_misses"] = memory.num_plan_misses;
+  line["time"] = iso8601_utc(now);
   return line;
 }
 

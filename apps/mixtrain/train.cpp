@@ -103,37 +103,23 @@ struct QuietUnlessRankZero {
   ~QuietUnlessRankZero() { std::cout.rdbuf(saved); }
 };
 
-StepQuery step_query(const TaskSpec& spec, const train::TrainOptions& options) {
-  StepQuery q;
-  q.spec = spec;
-  q.precision = options.precision;
-  q.target = spec.device;
-  // --zero 1: each rank plans for AdamW's state of its shard only.
-  q.zero_stage = options.zero_stage;
-  q.world_size = distributed::read_launch_env().world_size;
-  return q;
-}
-
 // --rank-batches auto under a launcher: each rank's share of the global batch sized to its memory
-// by the dry-run fit of `mixtrain memory --fit`, before the real task takes any of it
-// (distributed::fit_rank_shares gathers the fits). Empty without it or without a launcher. The
-// launcher's variables, wrong, are usage errors here: they come from its flags.
-std::vector<double> memory_sized_rank_weights(StepQuery query, int64_t global_batch, std::string* report) {
-  const int world = distributed::read_launch_env().world_size;
-  distributed::RankShares shares;
+// by the library's dry-run fit (train::rank_weights_by_memory), before the real task takes any of
+// it. Empty without it or without a launcher. The launcher's variables, wrong, are usage errors
+// here: they come from its flags.
+std::vector<double> memory_sized_rank_weights(const TaskSpec& spec, const train::TrainOptions& options,
+                                              int64_t global_batch, std::string* report) {
   try {
-    shares = distributed::launch_rank_shares(world);
+    distributed::launch_rank_shares(distributed::read_launch_env().world_size);
   } catch (const Error& e) {
     throw examples::cli::UsageError(e.what());
   }
-  if (!shares.by_memory || world <= 1) return {};  // one process: its batch is the global batch
-  query.global_batch_size = global_batch;
-  return distributed::fit_rank_shares(query.target, global_batch, [&](int64_t budget) {
-    // By the allocated peak, as before --fit moved to reserved bytes; the rank budget is free memory
-    // plus the cache's free bytes, so reserved would be the stricter and truer test (a follow-up).
-    const FitResult fit = fit_batch(query, budget, global_batch, FitBy::Allocated);
-    return fit.fits ? fit.best.batch_size : int64_t{0};
-  }, report);
+  StepQuery query;
+  query.spec = spec;
+  query.precision = options.precision;
+  query.target = spec.device;
+  query.zero_stage = options.zero_stage;  // --zero 1: each rank plans for AdamW's state of its shard only
+  return train::rank_weights_by_memory(task_factory(spec), library_query(query), global_batch, 0, report);
 }
 
 // --batch-size, or the model's default (read off a task built on meta, weights uninitialised).
@@ -179,7 +165,7 @@ int run_train(const std::vector<std::string>& argv) {
   // before the real task takes any of it.
   std::string rank_report;
   if (std::getenv(distributed::kRankBatchesEnv))
-    options.rank_weights = memory_sized_rank_weights(step_query(spec, options), global_batch_size(spec), &rank_report);
+    options.rank_weights = memory_sized_rank_weights(spec, options, global_batch_size(spec), &rank_report);
 
   const auto task = make_task(spec);
   if (!rank_report.empty()) std::cout << rank_report << "\n";

@@ -51,4 +51,6 @@
 #include "mixtrain/distributed/ddp.h"
 #include "mixtrain/distributed/elastic.h"
 #include "mixtrain/distributed/store_server.h"
+#include "mixtrain/train/predict.h"
 #include "mixtrain/train/train_loop.h"
+#include "mixtrain/train/trainer.h"

@@ -1,9 +1,12 @@
-// The training loop (train_loop.h): one step from zero_grad to the scheduler, run plain or from a
-// memory plan, under DDP when a launcher started several ranks, elastic under `mixtrain launch --elastic`.
+// The training loop's vocabulary (train_loop.h): precisions, devices, a rank's data shard, the
+// task's defaults, the step record's JSON and the logged loop. The step and the loop themselves are
+// the Trainer's (trainer.cpp, trainer_run.cpp).
 #include "mixtrain/train/train_loop.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <iomanip>
 #include <memory>
 #include <ostream>
@@ -13,18 +16,8 @@
 
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/amp/fp8.h"
-#include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/base/error.h"
-#include "mixtrain/base/grad_mode.h"
-#include "mixtrain/distributed/ddp.h"
-#include "mixtrain/distributed/elastic.h"
-#include "mixtrain/distributed/rank_shares.h"
 #include "mixtrain/distributed/sampler.h"
-#include "mixtrain/io/checkpoint.h"
-#include "mixtrain/memory/plan_cache.h"
-#include "mixtrain/nn/linear.h"
-#include "train/finite_params.h"
-#include "train/trainer_state.h"
 
 namespace mixtrain::train {
 
@@ -154,334 +147,37 @@ TrainResult train_with_log(TrainTask& task, const TrainOptions& options, std::os
 }
 
 
-namespace {
-// The last step's record, which an elastic member sends with its state to one a step behind.
+// The one encoding of a step's record: non-finite numbers are written as null (JSON has no NaN)
+// and read back as NaN.
 nlohmann::json step_record_json(const StepRecord& r) {
-  return {{"step", r.step}, {"lr", r.lr}, {"loss", r.loss}, {"scale", r.scale}, {"skipped", r.skipped},
-          {"grad_norm", r.grad_norm}, {"rank_rows", r.rank_rows}};
+  const auto number = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
+  nlohmann::json j = {{"step", r.step},       {"lr", r.lr},          {"loss", number(r.loss)},
+                      {"scale", r.scale},     {"skipped", r.skipped}, {"grad_norm", number(r.grad_norm)},
+                      {"seconds", r.seconds}};
+  if (!r.rank_rows.empty()) j["rank_rows"] = r.rank_rows;  // data parallel: every rank's share
+  return j;
 }
+
 StepRecord step_record_from_json(const nlohmann::json& j) {
   StepRecord r;
   if (j.is_null()) return r;
-  r.step = j.at("step").get<int64_t>();
-  r.lr = j.at("lr").get<double>();
-  r.loss = j.at("loss").get<double>();
-  r.scale = j.at("scale").get<double>();
-  r.skipped = j.at("skipped").get<bool>();
-  r.grad_norm = j.at("grad_norm").get<double>();
-  r.rank_rows = j.at("rank_rows").get<std::vector<int64_t>>();
+  const auto number = [&](const char* key) {
+    const nlohmann::json& v = j.at(key);
+    return v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>();
+  };
+  try {
+    r.step = j.at("step").get<int64_t>();
+    r.lr = j.at("lr").get<double>();
+    r.loss = number("loss");
+    r.scale = j.at("scale").get<double>();
+    r.skipped = j.at("skipped").get<bool>();
+    r.grad_norm = number("grad_norm");
+    r.seconds = j.value("seconds", 0.0);
+    if (j.contains("rank_rows")) r.rank_rows = j.at("rank_rows").get<std::vector<int64_t>>();
+  } catch (const nlohmann::json::exception& e) {
+    MT_ERROR("a step record (", j.dump().substr(0, 200), ") is malformed: ", e.what());
+  }
   return r;
-}
-}  // namespace
-
-TrainResult train(TrainTask& task, const TrainOptions& options, const std::function<void(const StepRecord&)>& on_step) {
-  using clock = std::chrono::steady_clock;
-  MT_CHECK(options.save_every >= 0, "save_every must be >= 0, got ", options.save_every);
-  check_device_available(options.device, "cuda");
-  // Only rank 0 writes checkpoints; a destination it cannot write fails now, not after the run.
-  // (Elastic: whoever is rank 0 then; the first generation's rank 0 checks.)
-  if (!options.save_dir.empty() && distributed::read_launch_env().rank == 0)
-    io::check_checkpoint_destination(options.save_dir);
-  nn::Module& model = task.model();
-  model.to(options.device);
-  // bf16 has fp32's range: no loss scaling needed, so the scaler is a pass-through there.
-  amp::GradScaler scaler(amp::GradScalerOptions()
-                             .init_scale(options.init_scale)
-                             .enabled(options.precision == Precision::Fp16));
-  // AdamW and its schedule; sharded (ZeRO-1) once the DDP exists. FP8: the Linear layers' scaling
-  // state, saved and loaded with the rest.
-  // Declared before the optimizer state: a ZeRO optimizer refers to the DDP it shards, so the DDP
-  // must outlive it (members are destroyed in reverse order).
-  std::unique_ptr<nn::DistributedDataParallel> ddp;
-  TrainerState state(model, scaler, options, task.schedule());
-  const std::unique_ptr<amp::Fp8Scaling> fp8 = make_fp8_scaling(model, options.precision, options.fp8_recipe);
-  state.set_fp8(fp8.get());
-
-  // A run restarted by its launcher (--max-restarts) goes on from its last checkpoint.
-  const distributed::LaunchEnv launch = distributed::read_launch_env();
-  TrainResult result;
-  result.resumed_from = options.resume_dir;
-  if (launch.restart_count > 0 && !options.save_dir.empty() && io::checkpoint_exists(options.save_dir))
-    result.resumed_from = options.save_dir;
-  const bool sharded = options.zero_stage > 0 && launch.world_size > 1;
-  // (A joiner gets the job's state instead; a sharded run loads once its shard exists.)
-  if (!result.resumed_from.empty() && !launch.elastic_join && !sharded)
-    result.first_step = state.load(result.resumed_from, task, true) + 1;
-
-  // Data parallel under a launcher: rank 0's parameters everywhere, each rank its share. The
-  // process group holds the shares (the launcher's, or the options'), and DDP moves adaptive ones.
-  std::unique_ptr<distributed::ElasticAgent> agent;  // --elastic: survivors go on without a restart
-  nlohmann::json received_step;  // elastic: the record of a step this rank took from another
-  bool rollback = false;         // elastic ZeRO: the membership changed, so back to the last checkpoint
-  distributed::RankShares shares;
-  if (launch.world_size > 1) {
-    if (!launch.elastic && !distributed::is_initialized()) distributed::init_process_group();
-    // The default group took the launcher's shares when it was made; an elastic job's groups are
-    // the agent's, so they are read here (a joiner's placeholder world size is 1: its weight is
-    // its own, $MIXTRAIN_ELASTIC_WEIGHT).
-    const int world = launch.elastic_join ? 1 : launch.world_size;
-    shares = launch.elastic ? distributed::launch_rank_shares(world) : distributed::default_group().rank_shares();
-    if (!options.rank_weights.empty()) {
-      distributed::check_rank_weights(options.rank_weights, world, "rank weights (train's options)");
-      shares.weights = options.rank_weights;
-      shares.by_memory = false;
-    }
-    shares.adaptive = shares.adaptive || options.adaptive_rank_weights;
-    // The launcher's --rank-batches auto needs each rank's fit found by dry run, which only
-    // `mixtrain train` does (before the task exists); refuse rather than split evenly.
-    MT_CHECK(!shares.by_memory, "MIXTRAIN_RANK_BATCHES (mixtrain launch --rank-batches auto) is resolved by ",
-             "`mixtrain train`; this trainer takes fixed shares: use --rank-weights instead");
-    std::shared_ptr<distributed::ProcessGroup> group;
-    if (launch.elastic) {
-      MT_CHECK(!options.memory_plan, "--memory-plan cannot train with --elastic (a redone step's shapes change)");
-      agent = std::make_unique<distributed::ElasticAgent>(
-          distributed::ElasticOptions().rank_weights(launch.elastic_join ? std::vector<double>{} : shares.weights));
-      agent->set_steps(result.first_step - 1);
-      // Sharded state cannot be sent to a joiner: a ZeRO job goes back to its last checkpoint
-      // at every change instead (rollback, below).
-      // With the state goes the last step's record and whether the job's shares are adaptive: a
-      // joiner's launcher gives it only its own weight, and DDP's balancer adds collectives to
-      // every step, so a joiner must follow the job in that.
-      agent->set_state({&model, sharded ? nullptr : &state.optimizer(), &scaler, sharded ? nullptr : state.scheduler(),
-                        [&] {
-                          return nlohmann::json{{"step", result.records.empty() ? nlohmann::json()
-                                                                                : step_record_json(result.records.back())},
-                                                {"adaptive", shares.adaptive}};
-                        },
-                        [&](const nlohmann::json& j) {
-                          received_step = j.at("step");
-                          shares.adaptive = j.at("adaptive").get<bool>();
-                        }});
-      // Each generation's group shares the global batch by its members' weights (and DDP's
-      // balancer, when adaptive, starts again from them).
-      auto follow_members = [&](distributed::ProcessGroup& g, const std::vector<double>& weights) {
-        distributed::RankShares s;
-        s.weights = weights;
-        s.adaptive = shares.adaptive;
-        g.set_rank_shares(s);
-      };
-      agent->on_change([&, follow_members](const distributed::MembershipChange& c) {
-        follow_members(*agent->group(), c.weights);  // the global batch re-split among the members
-        task.set_data_shard(c.rank, c.weights);
-        if (ddp) ddp->set_process_group(agent->group());
-        if (state.sharded()) state.reshard();
-        rollback = sharded;  // the shard of a rank that left is lost: back to the last checkpoint
-      });
-      agent->start();
-      group = agent->group();
-      follow_members(*group, agent->weights());
-      if (agent->joined_late()) task.seek_batches(agent->steps());
-      result.first_step = agent->steps() + 1;
-    } else {
-      distributed::default_group().set_rank_shares(shares);
-    }
-    // DDP's construction (the model's signature all-gathered, rank 0's parameters broadcast) runs
-    // through the elastic agent like a step: a rank lost in it leaves the others to go on.
-    distributed::kill_if_asked(0);  // the failure tests' kill -9 before DDP's construction
-    auto make_ddp = [&](bool init_sync) {
-      const std::shared_ptr<distributed::ProcessGroup> pg = agent ? agent->group() : group;
-      distributed::ProcessGroup& g = pg ? *pg : distributed::default_group();
-      shares = g.rank_shares();
-      task.set_data_shard(g.rank(), shares.weights_for(g.world_size()));
-      ddp = std::make_unique<nn::DistributedDataParallel>(model.shared_from_this(), pg,
-                                                          nn::DistributedDataParallelOptions().init_sync(init_sync));
-      ddp->sync_grad_scaler(scaler);
-      if (fp8) ddp->sync_fp8(*fp8);
-    };
-    if (agent) {
-      agent->run_collectives([&](int) { make_ddp(!agent->joined_late()); });
-      // A rank that joined again or took the state in a recovery holds the job's parameters.
-      if (!ddp) make_ddp(false);
-    } else {
-      make_ddp(true);
-    }
-    if (sharded) {
-      state.shard(*ddp);
-      if (!result.resumed_from.empty() && !launch.elastic_join)
-        result.first_step = state.load(result.resumed_from, task, true) + 1;
-      rollback = agent && agent->joined_late();
-    }
-  }
-
-  FiniteParams finite_params(model);
-  int64_t current_step = 0;
-  // One step, from zero_grad to the scheduler, returning values only: with a plan, nothing the
-  // step allocates outlives it but optimizer and scaler state.
-  struct StepValues {
-    double loss = 0, grad_norm = 0;
-    bool skipped = false;
-    bool params_finite = true;
-    std::vector<int64_t> rank_rows;
-  };
-  auto run_step = [&]() -> StepValues {
-    StepValues v;
-    // Adaptive shares move at the end of a backward (DDP's balancer), and an elastic job's with
-    // its members: this step's rows are split by the shares it started with.
-    std::vector<double> weights;
-    if (ddp) {
-      const distributed::RankShares now = ddp->group().rank_shares();
-      if (now.changes != shares.changes) task.set_data_shard(ddp->group().rank(), now.weights_for(ddp->group().world_size()));
-      shares = now;
-      weights = now.weights_for(ddp->group().world_size());
-    }
-    state.zero_grad();
-    Tensor loss;
-    {
-      const ForwardScope scope(options.device.type, options.precision, options.fp8_recipe);
-      if (ddp) ddp->prepare_forward();
-      loss = task.next_loss();
-      if (ddp) {
-        MT_CHECK(task.last_batch_rows() > 0, "this trainer (", task.describe(), ") does not shard its batches ",
-                 "(its next_loss does not call take_shard), so it cannot train data-parallel; run it as one process");
-        // Every rank drew the same global batch, so its size needs no collective.
-        ddp->set_local_batch(task.last_batch_rows(), task.last_global_rows());
-      }
-    }
-    // The global batch's loss, each rank's mean weighted by its share, summed while backward
-    // runs: queued before the gradient buckets, it is done when they are.
-    Tensor global_loss;
-    distributed::Work global_loss_work;
-    if (ddp) {
-      NoGradGuard no_grad;
-      global_loss = loss.detach().to(kFloat32) * ddp->gradient_weight();
-      global_loss_work = ddp->group().all_reduce_async(global_loss);
-    }
-    // Data parallel: this rank's rows' part of the global mean (loss times n_r/N) is what goes
-    // back, so the gradients have one process's magnitude and fp16 overflows where it would.
-    scaler.scale(ddp ? ddp->scale_loss(loss) : loss).backward();
-    if (ddp) v.rank_rows = distributed::DistributedSampler::split(task.last_global_rows(), weights);
-    scaler.unscale_(state.optimizer());
-    Tensor grad_norm;
-    if (options.clip_norm > 0) grad_norm = state.clip_grad_norm_(options.clip_norm);
-    try {  // the optimizer refuses rates it cannot apply before it writes anything; say which step
-      state.optimizer().check_step_scalars();
-    } catch (const Error& e) {
-      MT_ERROR("step ", current_step, ": ", e.what());
-    }
-    const amp::StepOutcome stepped = state.step();
-    scaler.update();
-    if (fp8) fp8->update();  // once per optimizer step (a skipped one too: its amaxes were seen)
-    if (state.scheduler()) state.scheduler()->step(stepped);  // a skipped step leaves the schedule where it was
-    finite_params.scan();  // queued after the update, read after the loss
-    if (ddp) {
-      global_loss_work.wait();
-      v.loss = global_loss.item<double>();
-    } else {
-      v.loss = loss.item<double>();  // waits for the device, after the update is queued
-    }
-    if (grad_norm.defined()) v.grad_norm = grad_norm.item<double>();
-    v.skipped = !stepped;          // decided on the device; known by now
-    v.params_finite = finite_params.all_finite();
-    // Planned: the gradients die inside the step, so they come from the arena too. The next
-    // step's zero_grad would drop them anyway; nothing reads them in between.
-    if (options.memory_plan) state.zero_grad();
-    return v;
-  };
-
-  std::unique_ptr<memory::PlanCache> plans;
-  if (options.memory_plan) plans = std::make_unique<memory::PlanCache>(options.device);
-  const memory::Stats plan_stats0 = memory::stats(options.device);
-  memory::reset_peak_stats(options.device);
-  const auto start = clock::now();
-  // Elastic ZeRO after a membership change: every rank goes back to the last checkpoint, resharded
-  // for the new world size, and computes the steps since then again. Returns the checkpoint's step.
-  auto roll_back = [&]() -> int64_t {
-    MT_CHECK(!options.save_dir.empty() && io::checkpoint_exists(options.save_dir), "elastic ZeRO: the membership ",
-             "changed and the optimizer shard of a rank that left is lost; training goes back to its last checkpoint, ",
-             "and there is none (give --save and --save-every)");
-    const int64_t done = state.load(options.save_dir, task, false);
-    agent->set_steps(done);
-    rollback = false;
-    return done;
-  };
-  for (int64_t step = result.first_step; step <= options.steps; ++step) {
-    if (rollback) {
-      step = roll_back();
-      continue;
-    }
-    distributed::kill_if_asked(step);  // the failure tests' kill -9 at a chosen step
-    current_step = step;
-    const auto t0 = clock::now();
-    StepRecord rec;
-    rec.step = step;
-    rec.scale = scaler.get_scale();
-    rec.lr = state.optimizer().param_groups()[0].options().get_lr();
-    StepValues v;
-    auto attempt = [&](int redo) {
-      if (rollback) return;                        // elastic ZeRO: to the checkpoint instead (below)
-      if (redo > 0) task.seek_batches(step - 1);  // elastic: the interrupted step again, on its batch
-      if (plans) {
-        std::vector<int64_t> key = task.prepare_batch();
-        // The batch's shapes are the global batch's: a new split changes this rank's share of it.
-        if (shares.adaptive) key.push_back(ddp->group().rank_shares().changes);
-        v = plans->run(key, run_step);
-      } else {
-        v = run_step();
-      }
-    };
-    bool completed = true;
-    if (agent)
-      completed = agent->run_step(attempt);
-    else
-      attempt(0);
-    if (rollback) {
-      step = roll_back();
-      continue;
-    }
-    if (!completed) {
-      // A rank died in the step's last collective after it completed on others: this rank took
-      // their state, and the step's record with it (or it joined again, further on).
-      rec = step_record_from_json(received_step);
-      step = agent->steps();
-      task.seek_batches(step);
-    } else {
-      rec.loss = v.loss;
-      rec.grad_norm = v.grad_norm;
-      rec.skipped = v.skipped;
-      rec.rank_rows = v.rank_rows;
-    }
-    rec.rank = ddp ? ddp->group().rank() : 0;
-    rec.seconds = std::chrono::duration<double>(clock::now() - t0).count();
-    result.skipped_steps += rec.skipped;
-    result.records.push_back(rec);
-    if (on_step) on_step(rec);  // the log and the progress line get the step that stops the run too
-    // A non-finite loss that loss scaling cannot recover from (fp32/bf16, or fp16 with the scale
-    // at its floor) ends the run with an Error naming the step, instead of training on NaN.
-    scaler.check_loss(rec.loss, step);
-    // Parameters the update made inf or NaN end the run here, before any checkpoint holds them
-    // (fp16's scaler would otherwise skip every later step on their NaN loss).
-    if (completed && !v.params_finite) finite_params.refuse(step);
-    const bool last = step >= options.steps;
-    if (!options.save_dir.empty() && (last || (options.save_every > 0 && step % options.save_every == 0))) {
-      // Data parallel: the replicas are identical; rank 0 writes once every rank is done with
-      // the step, and nobody goes on (or reads it) before the file is complete.
-      auto save = [&](int) {
-        if (rollback) return;  // elastic ZeRO: this state is being given up
-        if (ddp) ddp->group().barrier();
-        state.save(options.save_dir, step, task, !ddp || ddp->group().rank() == 0);
-        if (ddp) ddp->group().barrier();
-      };
-      if (agent)
-        agent->run_collectives(save);
-      else
-        save(0);
-    }
-    if (agent && !last && !rollback) agent->step_boundary();
-    if (rollback) step = roll_back();  // the membership changed while saving, or at the boundary
-  }
-  result.seconds = std::chrono::duration<double>(clock::now() - start).count();
-  result.memory = memory::stats(options.device);
-  if (fp8) {
-    result.fp8_layers = fp8->stats();
-    for (const auto& [name, m] : model.named_modules()) result.linear_layers += dynamic_cast<nn::LinearImpl*>(m.get()) != nullptr;
-  }
-  for (const auto& [name, t] : state.optimizer().state_tensors()) result.optimizer_state_bytes += t.nbytes();
-  if (plans) {
-    result.memory_plans = static_cast<int64_t>(plans->size());
-    result.plan_hits = result.memory.num_plan_hits - plan_stats0.num_plan_hits;
-    result.plan_misses = result.memory.num_plan_misses - plan_stats0.num_plan_misses;
-  }
-  return result;
 }
 
 }  // namespace mixtrain::train

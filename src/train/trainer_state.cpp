@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mixtrain/base/error.h"
+#include "mixtrain/base/grad_mode.h"
 #include "mixtrain/distributed/ddp.h"
 #include "mixtrain/io/checkpoint.h"
 #include "mixtrain/nn/utils.h"
@@ -60,6 +61,28 @@ void TrainerState::shard(nn::DistributedDataParallel& ddp) {
   make_scheduler();
 }
 
+void TrainerState::plan_shard(int world) {
+  MT_CHECK(world >= 1, "plan_shard: world size ", world, " (expected >= 1)");
+  const std::vector<Tensor> params = model_.parameters();
+  planned_pieces_ = distributed::zero_pieces(params, nn::DistributedDataParallelOptions(), 0, world);
+  {
+    NoGradGuard no_grad;
+    for (const distributed::ZeroPiece& piece : planned_pieces_)
+      planned_shard_.push_back(params[piece.param].detach().view({-1}).narrow(0, piece.offset, piece.numel));
+  }
+  scheduler_.reset();
+  full_ = std::make_unique<optim::AdamW>(planned_shard_, optim::AdamWOptions().lr(lr_).weight_decay(weight_decay_));
+  make_scheduler();
+}
+
+void TrainerState::take_shard_gradients() {
+  const std::vector<Tensor> params = model_.parameters();
+  for (size_t i = 0; i < planned_shard_.size(); ++i) {
+    const distributed::ZeroPiece& piece = planned_pieces_[i];
+    planned_shard_[i].set_grad(params[piece.param].grad().view({-1}).narrow(0, piece.offset, piece.numel));
+  }
+}
+
 void TrainerState::reshard() {
   scheduler_.reset();
   zero_->reshard();
@@ -73,10 +96,14 @@ void TrainerState::zero_grad() {
     zero_->zero_grad();
   else
     full_->zero_grad();
+  // A planned shard's optimizer sees views: the whole gradients are the model's to drop.
+  if (!planned_shard_.empty())
+    for (Tensor& param : model_.parameters()) param.set_grad(Tensor());
 }
 
 Tensor TrainerState::clip_grad_norm_(double max_norm) {
-  return zero_ ? zero_->clip_grad_norm_(max_norm) : nn::utils::clip_grad_norm_(model_.parameters(), max_norm);
+  if (zero_) return zero_->clip_grad_norm_(max_norm);
+  return nn::utils::clip_grad_norm_(planned_shard_.empty() ? model_.parameters() : planned_shard_, max_norm);
 }
 
 amp::StepOutcome TrainerState::step() { return zero_ ? zero_->step(scaler_) : scaler_.step(*full_); }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/distributed/zero.h"
@@ -26,6 +27,12 @@ class TrainerState {
   // After the DDP moved to another group (elastic): the shard laid out anew, with empty state.
   void reshard();
   bool sharded() const { return zero_ != nullptr; }
+  // Planning rank 0 of `world` on one process (train::predict_step): the optimizer over that
+  // rank's ZeRO-1 shard of DDP's buckets, as a real run cuts them, with no group and no collective.
+  void plan_shard(int world);
+  // After backward: a planned shard's gradients are its elements of the whole gradients, read in
+  // place (what the reduce-scatter leaves a real rank). Does nothing otherwise.
+  void take_shard_gradients();
   // FP8 training: its scaling state goes into checkpoints with the rest (null: none).
   void set_fp8(amp::Fp8Scaling* fp8) { fp8_ = fp8; }
 
@@ -58,6 +65,8 @@ class TrainerState {
   std::unique_ptr<optim::AdamW> full_;
   std::unique_ptr<distributed::ZeroRedundancyOptimizer> zero_;
   std::unique_ptr<optim::LRScheduler> scheduler_;
+  std::vector<distributed::ZeroPiece> planned_pieces_;  // plan_shard: where the shard's elements lie
+  std::vector<Tensor> planned_shard_;                   // and views of them
   amp::Fp8Scaling* fp8_ = nullptr;
 };
 

@@ -3,7 +3,8 @@
 # find_package(mixtrain) with CUDA hidden from CMake (no CUDAToolkit package, no nvcc on PATH),
 # with the README's training loops (examples/readme/amp_loop.cpp) as a second program and the
 # libtorch habits (consumer/libtorch_habits.cpp, against PyTorch's results) as a third, a program
-# on the public headers' old paths (consumer/old_header_paths.cpp) as a fourth, and checks
+# on the public headers' old paths (consumer/old_header_paths.cpp) as a fourth, a trainer of a
+# user's own that plans its step with the library (consumer/own_trainer.cpp) as a fifth, and checks
 # what the consumer's binary links: never libcudart, libcublas(Lt) or libcudnn itself, nor
 # through libmixtrain when mixtrain was built without CUDA.
 # Variables: BUILD (mixtrain's build dir), SOURCE (the consumer), WORK (scratch), MT_SOURCE_DIR,
@@ -78,6 +79,11 @@ endif()
 execute_process(COMMAND ${WORK}/build/old_header_paths RESULT_VARIABLE rc)
 if(rc)
   message(FATAL_ERROR "the program on the old header paths (tests/install/consumer/old_header_paths.cpp) failed: ${rc}")
+endif()
+execute_process(COMMAND ${WORK}/build/own_trainer RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "the trainer of a user's own (tests/install/consumer/own_trainer.cpp) did not get its step's "
+                      "prediction, measurement and fit from the library: ${rc}")
 endif()
 execute_process(COMMAND ${WORK}/build/readme_loop RESULT_VARIABLE rc)
 if(rc)

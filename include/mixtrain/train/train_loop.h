@@ -137,6 +137,10 @@ class TrainTask {
   int64_t last_rows_ = 0, last_global_rows_ = 0;
 };
 
+// The task built again for planning (train/predict.h): `batch_size` samples per step (0: the
+// task's default) on `device` (meta for a prediction, where no value is ever read).
+using TaskFactory = std::function<std::unique_ptr<TrainTask>(int64_t batch_size, Device device)>;
+
 // Under a launcher (WORLD_SIZE > 1 in the environment: `mixtrain launch`, torchrun, mpirun,
 // Slurm) train() joins the process group, wraps the model in nn::DistributedDataParallel and has
 // each rank compute its share of every batch (the group's shares: even, or the launcher's
@@ -166,6 +170,10 @@ struct TrainOptions {
   // $MIXTRAIN_RANK_BATCHES=auto (each rank's largest fitting batch, docs/DISTRIBUTED.md); empty:
   // the group's.
   std::vector<double> rank_weights;
+  // How to build the task again on meta at other batch sizes: with it, train() resolves the
+  // launcher's --rank-batches auto (MIXTRAIN_RANK_BATCHES=auto) itself when rank_weights is empty,
+  // each rank's share the largest whose step fits its memory (train::rank_weights_by_memory).
+  TaskFactory planning_task;
   // Data parallel: start from rank_weights (or the group's) and have DDP move each rank's share
   // toward equal compute times as the steps go (distributed::RankBalancer); the launcher's
   // --rank-weights adaptive sets it too. The steps stay those of one process over the global
@@ -192,6 +200,12 @@ struct StepRecord {
   int rank = 0;          // data parallel: this process's rank when the step ended (rank 0 reports)
 };
 
+// A step's record as JSON, its one encoding: what `mixtrain train --log` writes per line (with the
+// memory figures added) and what an elastic member sends with its state. Non-finite numbers are
+// null; from_json reads them back as NaN and throws an Error naming the record when it is malformed.
+nlohmann::json step_record_json(const StepRecord& r);
+StepRecord step_record_from_json(const nlohmann::json& j);
+
 struct TrainResult {
   std::vector<StepRecord> records;
   int64_t first_step = 1;
@@ -210,6 +224,8 @@ struct TrainResult {
   // (those left out by amp::Fp8Scaling's filter ran in bf16).
   std::vector<amp::Fp8LayerStats> fp8_layers;
   int64_t linear_layers = 0;
+  // --rank-batches auto resolved by train(): every rank's budget, fit and share, one line.
+  std::string rank_shares_report;
 };
 
 TrainResult train(TrainTask& task, const TrainOptions& options,
