@@ -96,25 +96,8 @@ std::vector<detail::StateDestination> whole_destinations(const NamedTensors& ten
   return out;
 }
 
-// scaler: null when the run has none; a checkpoint's "scaler" entry is then left unread, as a
-// part saved but not asked for.
-int64_t load_with(const std::string& dir_in, const NamedTensors& model, const OptimizerSink& optimizer,
-                  amp::GradScaler* scaler, nlohmann::json* extra, const CheckpointParts& parts) {
-  fs::path dir = checkpoint_path(dir_in);
-  detail::remove_stale_staging(dir);
-  if (!fs::exists(dir) && fs::exists(sibling(dir, ".mixtrain-old"))) dir = sibling(dir, ".mixtrain-old");
-  MT_CHECK(fs::is_directory(dir), "load_checkpoint: no checkpoint directory ", dir.string());
-
-  // 1. Read and check everything.
-  const std::string where = (dir / kTrainerFile).string();
-  // A save writes the index last: shards without it are a save that never finished.
-  std::error_code ec;
-  MT_CHECK(fs::exists(where, ec) || fs::is_symlink(where, ec), "load_checkpoint: ", where,
-           " is missing: ", dir.string(),
-           " is no complete checkpoint (trainer.json, the index, is written last; without it nothing is loaded)");
-  const mixtrain::detail::InputFile manifest(where, "load_checkpoint");
-  const nlohmann::json trainer =
-      mixtrain::detail::parse_json_bounded(manifest.read_all(mixtrain::detail::kMaxTextFileBytes), where);
+// trainer.json's keys, format and version checked; its step.
+int64_t manifest_step(const nlohmann::json& trainer, const std::string& where) {
   // "scaler" is optional since runs without a GradScaler save none; older checkpoints all have one.
   json_io::check_object_keys(trainer, {"format", "version", "step", "files", "optimizer", "rng"},
                              {"extra", "scheduler", "data", "scaler", "fp8", "sharded"}, where);
@@ -123,19 +106,14 @@ int64_t load_with(const std::string& dir_in, const NamedTensors& model, const Op
   const int64_t version = json_io::json_integer(trainer, "version", where, 0, std::numeric_limits<int64_t>::max());
   MT_CHECK(version == detail::kVersion, where, ".version ", version, " is not supported (this build reads version ",
            detail::kVersion, ")");
-  const int64_t step = json_io::json_integer(trainer, "step", where, 0, std::numeric_limits<int64_t>::max());
-  // The optimizer's files (one, or a sharded save's shards) with the manifest's "files".
-  const detail::OptimizerFiles opt_files(dir.string(), trainer, manifest);
-  json_io::check_object_keys(trainer["rng"], {"seed", "offset"}, {}, where + ".rng");
-  GeneratorState rng;
-  rng.seed = json_io::json_unsigned(trainer["rng"], "seed", where + ".rng");
-  rng.offset = json_io::json_unsigned(trainer["rng"], "offset", where + ".rng");
+  return json_io::json_integer(trainer, "step", where, 0, std::numeric_limits<int64_t>::max());
+}
 
-  const detail::CheckpointTensorFile model_file(dir.string(), kModelFile, trainer["files"], manifest);
-
+// The model's tensors in the file's order, each matched to its saved entry (name, shape, dtype)
+// both ways: a tensor either side lacks is an error naming it.
+std::vector<Tensor> model_destinations(const detail::CheckpointTensorFile& model_file, const NamedTensors& model,
+                                       const std::map<std::string, const detail::SafetensorsEntry*>& saved) {
   const std::string mw = model_file.path();
-  std::map<std::string, const detail::SafetensorsEntry*> saved;
-  for (const auto& e : model_file.index().entries) saved.emplace(e.name, &e);
   std::map<std::string, Tensor> by_name;
   for (const auto& [n, t] : model) {
     MT_CHECK(by_name.emplace(n, t).second, "load_checkpoint: the model names tensor \"", n, "\" twice");
@@ -156,6 +134,41 @@ int64_t load_with(const std::string& dir_in, const NamedTensors& model, const Op
                  : "");
     destinations.push_back(it->second);
   }
+  return destinations;
+}
+
+// scaler: null when the run has none; a checkpoint's "scaler" entry is then left unread, as a
+// part saved but not asked for.
+int64_t load_with(const std::string& dir_in, const NamedTensors& model, const OptimizerSink& optimizer,
+                  amp::GradScaler* scaler, nlohmann::json* extra, const CheckpointParts& parts) {
+  fs::path dir = checkpoint_path(dir_in);
+  detail::remove_stale_staging(dir);
+  if (!fs::exists(dir) && fs::exists(sibling(dir, ".mixtrain-old"))) dir = sibling(dir, ".mixtrain-old");
+  MT_CHECK(fs::is_directory(dir), "load_checkpoint: no checkpoint directory ", dir.string());
+
+  // 1. Read and check everything.
+  const std::string where = (dir / kTrainerFile).string();
+  // A save writes the index last: shards without it are a save that never finished.
+  std::error_code ec;
+  MT_CHECK(fs::exists(where, ec) || fs::is_symlink(where, ec), "load_checkpoint: ", where,
+           " is missing: ", dir.string(),
+           " is no complete checkpoint (trainer.json, the index, is written last; without it nothing is loaded)");
+  const mixtrain::detail::InputFile manifest(where, "load_checkpoint");
+  const nlohmann::json trainer =
+      mixtrain::detail::parse_json_bounded(manifest.read_all(mixtrain::detail::kMaxTextFileBytes), where);
+  const int64_t step = manifest_step(trainer, where);
+  // The optimizer's files (one, or a sharded save's shards) with the manifest's "files".
+  const detail::OptimizerFiles opt_files(dir.string(), trainer, manifest);
+  json_io::check_object_keys(trainer["rng"], {"seed", "offset"}, {}, where + ".rng");
+  GeneratorState rng;
+  rng.seed = json_io::json_unsigned(trainer["rng"], "seed", where + ".rng");
+  rng.offset = json_io::json_unsigned(trainer["rng"], "offset", where + ".rng");
+
+  const detail::CheckpointTensorFile model_file(dir.string(), kModelFile, trainer["files"], manifest);
+
+  std::map<std::string, const detail::SafetensorsEntry*> saved;
+  for (const auto& e : model_file.index().entries) saved.emplace(e.name, &e);
+  const std::vector<Tensor> destinations = model_destinations(model_file, model, saved);
   model_file.verify();
   opt_files.verify(optimizer.needs);
   // The optimizer's state is checked against shapes and dtypes only (zero-stride stand-ins, no

@@ -191,8 +191,9 @@ void add_into(float* to, const float* from, size_t n) {
   for (size_t i = 0; i < n; ++i) to[i] += from[i];
 }
 
-bool run(const ConvArgs& a, std::string& impl) {
-  const OneDnnMode mode = onednn_mode();
+// The operands oneDNN takes here: fp32 or bf16 throughout, dense, non-empty, a unit-stride bias,
+// and (OneDnnMode::Sized) enough work and channels to gain from it.
+bool onednn_takes(const ConvArgs& a, OneDnnMode mode) {
   const DType dt = a.x.dtype();
   if (mode == OneDnnMode::Off || (dt != kFloat32 && dt != kBFloat16) || a.w.dtype() != dt || a.y.dtype() != dt) return false;
   if (!a.x.is_dense() || !a.w.is_dense() || !a.y.is_dense() || a.x.numel() == 0 || a.y.numel() == 0 || a.w.numel() == 0)
@@ -201,103 +202,137 @@ bool run(const ConvArgs& a, std::string& impl) {
   const int64_t macs = a.y.numel() * (a.w.numel() / a.w.size(0));  // each output: C / groups x kh x kw taps
   const int64_t cg = a.w.size(1), cog = a.w.size(0) / a.p.groups;
   const bool depthwise = cg == 1 && a.p.groups > 1;
-  if (mode == OneDnnMode::Sized &&
-      (macs < kOneDnnConvMinMacs || (!depthwise && std::min(cg, cog) < kOneDnnConvMinChannels)))
-    return false;
+  return mode != OneDnnMode::Sized ||
+         (macs >= kOneDnnConvMinMacs && (depthwise || std::min(cg, cog) >= kOneDnnConvMinChannels));
+}
+
+// What one call's units share: the plans (full units and the last), the operands' base pointers,
+// the weights and bias as the primitives read them, and the weight gradient's per-run fp32 sums.
+struct ConvCall {
+  const ConvArgs& a;
+  Cut cut;
+  int64_t n = 0;
+  std::shared_ptr<const ConvPlan> full, last;
+  bool wide = false;  // bf16 operands widened to fp32 (no bf16 in oneDNN here)
+  int64_t es = 0;
+  const char* px = nullptr;
+  const char* py = nullptr;
+  const char* pw = nullptr;
+  const void* pbias = nullptr;
+  std::vector<onednn::AlignedBuffer> sums;
+  size_t wbytes = 0;
+};
+
+// Unit u of run r (whose first unit is u0): the primitive on the unit's samples, through the
+// layout buffers and the fp32 copies it needs.
+void run_unit(ConvCall& c, int r, int64_t u, int64_t u0) {
+  const ConvArgs& a = c.a;
+  const ConvPlan& plan = u + 1 == c.cut.units ? *c.last : *c.full;
+  const int64_t s0 = u * c.cut.unit;
+  // Our unit (its fp32 copy when widened) and where the primitive reads or writes it.
+  const int64_t samples = u + 1 == c.cut.units ? c.n - s0 : c.cut.unit;
+  const int64_t x_count = samples * a.x.stride(0), y_count = samples * a.y.stride(0);
+  const bool x_in = a.dir != Dir::BackwardInput, y_in = a.dir != Dir::Forward;
+  char* const x_user = const_cast<char*>(c.px) + s0 * a.x.stride(0) * c.es;
+  char* const y_user = const_cast<char*>(c.py) + s0 * a.y.stride(0) * c.es;
+  const char* xs = x_user;
+  const char* ys = y_user;
+  if (c.wide) {
+    using onednn::Slot;
+    xs = reinterpret_cast<const char*>(x_in ? onednn::widen(x_user, x_count, Slot::WideX)
+                                            : onednn::wide_buffer(x_count, Slot::WideX));
+    ys = reinterpret_cast<const char*>(y_in ? onednn::widen(y_user, y_count, Slot::WideY)
+                                            : onednn::wide_buffer(y_count, Slot::WideY));
+  }
+  void* xb = plan.x_moves ? onednn::thread_buffer(onednn::Slot::Source, plan.x.get_size()) : const_cast<char*>(xs);
+  void* yb = plan.y_moves ? onednn::thread_buffer(onednn::Slot::Destination, plan.y.get_size()) : const_cast<char*>(ys);
+  std::unordered_map<int, memory> args;
+  if (a.dir == Dir::Forward) {
+    if (plan.x_moves) onednn::run_reorder(plan.x_reorder, xs, xb);
+    args = {{DNNL_ARG_SRC, onednn::wrap(plan.x, xb)}, {DNNL_ARG_WEIGHTS, onednn::wrap(plan.w, c.pw)},
+            {DNNL_ARG_DST, onednn::wrap(plan.y, yb)}};
+    if (c.pbias) args.emplace(DNNL_ARG_BIAS, onednn::wrap(plan.bias, c.pbias));
+    onednn::execute(plan.prim, plan.scratchpad, std::move(args));
+    if (plan.y_moves) onednn::run_reorder(plan.y_reorder, yb, const_cast<char*>(ys));
+    if (c.wide) onednn::narrow(reinterpret_cast<const float*>(ys), y_user, y_count);
+  } else if (a.dir == Dir::BackwardInput) {
+    if (plan.y_moves) onednn::run_reorder(plan.y_reorder, ys, yb);
+    args = {{DNNL_ARG_DIFF_DST, onednn::wrap(plan.y, yb)}, {DNNL_ARG_WEIGHTS, onednn::wrap(plan.w, c.pw)},
+            {DNNL_ARG_DIFF_SRC, onednn::wrap(plan.x, xb)}};
+    onednn::execute(plan.prim, plan.scratchpad, std::move(args));
+    if (plan.x_moves) onednn::run_reorder(plan.x_reorder, xb, const_cast<char*>(xs));
+    if (c.wide) onednn::narrow(reinterpret_cast<const float*>(xs), x_user, x_count);
+  } else {
+    if (plan.x_moves) onednn::run_reorder(plan.x_reorder, xs, xb);
+    if (plan.y_moves) onednn::run_reorder(plan.y_reorder, ys, yb);
+    float* sum = static_cast<float*>(c.sums[static_cast<size_t>(r)].data());
+    float* into = u == u0 ? sum : static_cast<float*>(onednn::thread_buffer(onednn::Slot::DiffWeights, c.wbytes));
+    args = {{DNNL_ARG_SRC, onednn::wrap(plan.x, xb)}, {DNNL_ARG_DIFF_DST, onednn::wrap(plan.y, yb)},
+            {DNNL_ARG_DIFF_WEIGHTS, onednn::wrap(plan.w, into)}};
+    onednn::execute(plan.prim, plan.scratchpad, std::move(args));
+    if (into != sum) add_into(sum, into, c.wbytes / sizeof(float));
+  }
+}
+
+// The weights (and a bf16 bias, widened) as the primitives read them, once for the call, on this
+// thread; the weight gradient's per-run sums.
+void prepare_weights(ConvCall& c, const std::function<std::string()>& operands) {
+  const ConvArgs& a = c.a;
+  const bool weight_grad = a.dir == Dir::BackwardWeight;
+  c.pw = static_cast<const char*>(a.w.raw_data());
+  if (c.wide && !weight_grad)
+    c.pw = reinterpret_cast<const char*>(onednn::widen(a.w.raw_data(), a.w.numel(), onednn::Slot::WideWeights));
+  if (!weight_grad && c.full->w_moves) {
+    void* reordered = onednn::thread_buffer(onednn::Slot::Weights, c.full->w.get_size());
+    onednn::run_here(dir_name(a.dir), operands, [&] { onednn::run_reorder(c.full->w_reorder, c.pw, reordered); });
+    c.pw = static_cast<const char*>(reordered);
+  }
+  c.pbias = a.bias.defined() ? a.bias.raw_data() : nullptr;
+  if (c.pbias && c.wide) c.pbias = onednn::widen(c.pbias, a.bias.numel(), onednn::Slot::WideBias);
+  c.wbytes = c.full->w.get_size();
+  if (weight_grad)
+    for (int r = 0; r < c.cut.parts; ++r) c.sums.emplace_back(c.wbytes);
+}
+
+// The runs' weight-gradient sums added into the first and written in the user's layout (and dtype).
+void write_weight_grad(ConvCall& c, const std::function<std::string()>& operands) {
+  const ConvArgs& a = c.a;
+  float* total = static_cast<float*>(c.sums[0].data());
+  for (size_t r = 1; r < c.sums.size(); ++r)
+    add_into(total, static_cast<const float*>(c.sums[r].data()), c.wbytes / sizeof(float));
+  onednn::run_here(dir_name(a.dir), operands, [&] {
+    if (!c.wide) return onednn::run_reorder(c.full->w_reorder, total, a.w.raw_data());
+    float* sum = onednn::wide_buffer(a.w.numel(), onednn::Slot::WideWeights);
+    onednn::run_reorder(c.full->w_reorder, total, sum);
+    onednn::narrow(sum, a.w.raw_data(), a.w.numel());
+  });
+}
+
+bool run(const ConvArgs& a, std::string& impl) {
+  if (!onednn_takes(a, onednn_mode())) return false;
   // Widened (no bf16 in oneDNN here): units are copied whole, so the batch must be outermost.
-  const bool wide = dt == kBFloat16 && !onednn_runs_bf16();
+  const bool wide = a.x.dtype() == kBFloat16 && !onednn_runs_bf16();
   if (wide && (a.x.stride(0) * a.x.size(0) != a.x.numel() || a.y.stride(0) * a.y.size(0) != a.y.numel())) return false;
   const std::function<std::string()> operands = [&] { return describe(a); };
-  const Cut cut = cut_of(a);
-  const int64_t n = a.x.size(0), tail = n - (cut.units - 1) * cut.unit;
-  const std::shared_ptr<const ConvPlan> full = plan_for(a, cut.unit, nullptr, 0, operands);
-  if (!full) return false;
-  const std::shared_ptr<const ConvPlan> last = tail == cut.unit ? full : plan_for(a, tail, full.get(), cut.unit, operands);
-  if (!last) return false;
-
-  const int64_t es = static_cast<int64_t>(element_size(dt));
-  const char* px = static_cast<const char*>(a.x.raw_data());
-  const char* py = static_cast<const char*>(a.y.raw_data());
-  const char* pw = static_cast<const char*>(a.w.raw_data());
-  const bool weight_grad = a.dir == Dir::BackwardWeight;
-  if (wide && !weight_grad)
-    pw = reinterpret_cast<const char*>(onednn::widen(a.w.raw_data(), a.w.numel(), onednn::Slot::WideWeights));
-  // The weights in the primitive's layout, once for the call, on this thread.
-  if (!weight_grad && full->w_moves) {
-    void* reordered = onednn::thread_buffer(onednn::Slot::Weights, full->w.get_size());
-    onednn::run_here(dir_name(a.dir), operands, [&] { onednn::run_reorder(full->w_reorder, pw, reordered); });
-    pw = static_cast<const char*>(reordered);
-  }
-  // A bf16 bias for fp32 primitives (no bf16 here): widened once for the call.
-  const void* pbias = a.bias.defined() ? a.bias.raw_data() : nullptr;
-  if (pbias && wide) pbias = onednn::widen(pbias, a.bias.numel(), onednn::Slot::WideBias);
-  std::vector<onednn::AlignedBuffer> sums;  // the weight gradient's per-run fp32 sums
-  const size_t wbytes = full->w.get_size();
-  if (weight_grad)
-    for (int r = 0; r < cut.parts; ++r) sums.emplace_back(wbytes);
-
-  onednn::run_parts(cut.parts, dir_name(a.dir), operands, [&](int r) {
-    const int64_t u0 = r * cut.units / cut.parts, u1 = (r + 1) * cut.units / cut.parts;
-    for (int64_t u = u0; u < u1; ++u) {
-      const ConvPlan& plan = u + 1 == cut.units ? *last : *full;
-      const int64_t s0 = u * cut.unit;
-      // Our unit (its fp32 copy when widened) and where the primitive reads or writes it.
-      const int64_t samples = u + 1 == cut.units ? n - s0 : cut.unit;
-      const int64_t x_count = samples * a.x.stride(0), y_count = samples * a.y.stride(0);
-      const bool x_in = a.dir != Dir::BackwardInput, y_in = a.dir != Dir::Forward;
-      char* const x_user = const_cast<char*>(px) + s0 * a.x.stride(0) * es;
-      char* const y_user = const_cast<char*>(py) + s0 * a.y.stride(0) * es;
-      const char* xs = x_user;
-      const char* ys = y_user;
-      if (wide) {
-        using onednn::Slot;
-        xs = reinterpret_cast<const char*>(x_in ? onednn::widen(x_user, x_count, Slot::WideX)
-                                                : onednn::wide_buffer(x_count, Slot::WideX));
-        ys = reinterpret_cast<const char*>(y_in ? onednn::widen(y_user, y_count, Slot::WideY)
-                                                : onednn::wide_buffer(y_count, Slot::WideY));
-      }
-      void* xb = plan.x_moves ? onednn::thread_buffer(onednn::Slot::Source, plan.x.get_size()) : const_cast<char*>(xs);
-      void* yb = plan.y_moves ? onednn::thread_buffer(onednn::Slot::Destination, plan.y.get_size()) : const_cast<char*>(ys);
-      std::unordered_map<int, memory> args;
-      if (a.dir == Dir::Forward) {
-        if (plan.x_moves) onednn::run_reorder(plan.x_reorder, xs, xb);
-        args = {{DNNL_ARG_SRC, onednn::wrap(plan.x, xb)}, {DNNL_ARG_WEIGHTS, onednn::wrap(plan.w, pw)},
-                {DNNL_ARG_DST, onednn::wrap(plan.y, yb)}};
-        if (pbias) args.emplace(DNNL_ARG_BIAS, onednn::wrap(plan.bias, pbias));
-        onednn::execute(plan.prim, plan.scratchpad, std::move(args));
-        if (plan.y_moves) onednn::run_reorder(plan.y_reorder, yb, const_cast<char*>(ys));
-        if (wide) onednn::narrow(reinterpret_cast<const float*>(ys), y_user, y_count);
-      } else if (a.dir == Dir::BackwardInput) {
-        if (plan.y_moves) onednn::run_reorder(plan.y_reorder, ys, yb);
-        args = {{DNNL_ARG_DIFF_DST, onednn::wrap(plan.y, yb)}, {DNNL_ARG_WEIGHTS, onednn::wrap(plan.w, pw)},
-                {DNNL_ARG_DIFF_SRC, onednn::wrap(plan.x, xb)}};
-        onednn::execute(plan.prim, plan.scratchpad, std::move(args));
-        if (plan.x_moves) onednn::run_reorder(plan.x_reorder, xb, const_cast<char*>(xs));
-        if (wide) onednn::narrow(reinterpret_cast<const float*>(xs), x_user, x_count);
-      } else {
-        if (plan.x_moves) onednn::run_reorder(plan.x_reorder, xs, xb);
-        if (plan.y_moves) onednn::run_reorder(plan.y_reorder, ys, yb);
-        float* sum = static_cast<float*>(sums[static_cast<size_t>(r)].data());
-        float* into = u == u0 ? sum : static_cast<float*>(onednn::thread_buffer(onednn::Slot::DiffWeights, wbytes));
-        args = {{DNNL_ARG_SRC, onednn::wrap(plan.x, xb)}, {DNNL_ARG_DIFF_DST, onednn::wrap(plan.y, yb)},
-                {DNNL_ARG_DIFF_WEIGHTS, onednn::wrap(plan.w, into)}};
-        onednn::execute(plan.prim, plan.scratchpad, std::move(args));
-        if (into != sum) add_into(sum, into, wbytes / sizeof(float));
-      }
-    }
+  ConvCall c{a, cut_of(a)};
+  c.n = a.x.size(0);
+  const int64_t tail = c.n - (c.cut.units - 1) * c.cut.unit;
+  c.full = plan_for(a, c.cut.unit, nullptr, 0, operands);
+  if (!c.full) return false;
+  c.last = tail == c.cut.unit ? c.full : plan_for(a, tail, c.full.get(), c.cut.unit, operands);
+  if (!c.last) return false;
+  c.wide = wide;
+  c.es = static_cast<int64_t>(element_size(a.x.dtype()));
+  c.px = static_cast<const char*>(a.x.raw_data());
+  c.py = static_cast<const char*>(a.y.raw_data());
+  prepare_weights(c, operands);
+  onednn::run_parts(c.cut.parts, dir_name(a.dir), operands, [&](int r) {
+    const int64_t u0 = r * c.cut.units / c.cut.parts, u1 = (r + 1) * c.cut.units / c.cut.parts;
+    for (int64_t u = u0; u < u1; ++u) run_unit(c, r, u, u0);
   });
-  if (weight_grad) {
-    float* total = static_cast<float*>(sums[0].data());
-    for (size_t r = 1; r < sums.size(); ++r) add_into(total, static_cast<const float*>(sums[r].data()), wbytes / sizeof(float));
-    onednn::run_here(dir_name(a.dir), operands, [&] {
-      if (!wide) return onednn::run_reorder(full->w_reorder, total, a.w.raw_data());
-      float* sum = onednn::wide_buffer(a.w.numel(), onednn::Slot::WideWeights);
-      onednn::run_reorder(full->w_reorder, total, sum);
-      onednn::narrow(sum, a.w.raw_data(), a.w.numel());
-    });
-  }
+  if (a.dir == Dir::BackwardWeight) write_weight_grad(c, operands);
   onednn::calls.fetch_add(1, std::memory_order_relaxed);
-  impl = "onednn:" + full->impl;
+  impl = "onednn:" + c.full->impl;
   return true;
 }
 
