@@ -260,6 +260,16 @@ ElasticAgent::Impl::Outcome ElasticAgent::Impl::recover(ElasticAgent& a, const s
   std::vector<double> old_weights = a.weights_;
   const int world_before = a.world_size();
   const int64_t steps_before = a.steps_;
+  // Generations that could not be formed, in a row: bounded, since a failure that is no peer's
+  // death (a setting that differs between ranks, a stranger's records) recurs in every one, and
+  // without a bound the members would propose generation after generation forever.
+  int failed = 0;
+  auto give_up_unless_attempts_left = [&](int64_t g, const std::string& why) {
+    ++failed;
+    MT_CHECK(failed < options.max_attempts(), "elastic: ", failed, " generations in a row (", g - failed + 1, " to ",
+             g, ") could not be formed (ElasticOptions max_attempts is ", options.max_attempts(),
+             "); stopping. The last: ", why);
+  };
   for (int64_t g = a.generation_ + 1;; ++g) {
     const Deadline d = deadline();
     store->set(gen_key(g, "alive/" + id), bytes({{"steps", a.steps_}}), d);
@@ -289,6 +299,7 @@ ElasticAgent::Impl::Outcome ElasticAgent::Impl::recover(ElasticAgent& a, const s
     }
     const Record r{read_generation_record(store->get_now(decided, d), kRoot + decided)};
     if (r.j.is_null()) {  // every member reads the same bytes: all go on to the next generation
+      give_up_unless_attempts_left(g, "generation " + std::to_string(g) + "'s record in the store is malformed");
       continue;
     }
     if (r.index_of(id) < 0) {
@@ -314,6 +325,7 @@ ElasticAgent::Impl::Outcome ElasticAgent::Impl::recover(ElasticAgent& a, const s
         old_weights.push_back(mem.at("weight").get<double>());
         old_who.push_back(mem.at("who").get<std::string>());
       }
+      give_up_unless_attempts_left(g, e.what());
       continue;
     }
     MembershipChange c;

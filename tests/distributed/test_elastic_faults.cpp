@@ -2,7 +2,8 @@
 // (a joiner that died after writing it, or a stranger's) costs one admission and is never asked
 // in again; a malformed one is ignored with a warning, and so is a malformed generation record;
 // a rank lost in the first rendezvous or in DDP's construction leaves the others to go on as after
-// any later loss.
+// any later loss; a setting that differs between ranks ends the job after max_attempts
+// generations instead of one being proposed after another forever.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -171,5 +172,32 @@ TEST(ElasticFaults, MalformedGenerationRecordsArePassedOverWithAMessage) {
                             "g2/members in the store: member 0: no who",
                             "g3/members in the store: next_join is not a count"})
       EXPECT_NE(res[r].log.find(why), std::string::npos) << why << "\n" << res[r].log;
+  }
+}
+
+// Rank 1 does not check its collectives (MIXTRAIN_CHECK_COLLECTIVES=0), rank 0 does: every
+// generation's rendezvous fails at once on the difference. The members used to propose the next
+// generation, and the next, without end; now they stop after max_attempts (3 here) with the cause.
+MT_SCENARIO(elastic_settings_differ) {
+  dist::ElasticAgent agent(dist::ElasticOptions().timeout(std::chrono::seconds(2)).max_attempts(3));
+  try {
+    agent.start();
+  } catch (const mt::Error& e) {
+    const std::string what = e.what();
+    std::fprintf(stderr, "start: %s\n", what.c_str());
+    SC_CHECK(what.find("3 generations in a row (1 to 3) could not be formed") != std::string::npos);
+    SC_CHECK(what.find("checks its collectives' shapes") != std::string::npos);
+    return 0;
+  }
+  return 1;
+}
+
+TEST(ElasticFaults, ASettingThatDiffersBetweenRanksEndsTheJobAfterMaxAttempts) {
+  if (!dist::gloo_available()) GTEST_SKIP() << dist::unavailable_reason();
+  const auto res = run_ranks("elastic_settings_differ", 2, std::chrono::seconds(30),
+                             {{1, {"MIXTRAIN_CHECK_COLLECTIVES=0"}}});
+  for (const auto& r : res) {
+    EXPECT_EQ(r.exit_code, 0) << mt_dist_test::describe(res);
+    EXPECT_LT(r.seconds, 3 * (2.0 + 1.0)) << mt_dist_test::describe(res);  // each attempt within its timeout + 1 s
   }
 }
