@@ -336,8 +336,8 @@ void GradScaler::check_loss(double loss, int64_t step) {
              "), so backing off cannot help; stopping. The weights or the optimizer state are likely no longer ",
              "finite: lower the learning rate or check the data");
   if (nonfinite_losses_ >= options_.nonfinite_loss_limit())
-    MT_ERROR("step ", step, ": the training loss has been inf or NaN on every step since step ", nonfinite_since_,
-             " (", nonfinite_losses_, " in a row, GradScalerOptions' nonfinite_loss_limit; now ", value,
+    MT_ERROR("step ", step, ": the training loss has been inf or NaN on every step since step ", nonfinite_since_, " (",
+             nonfinite_losses_, " in a row, GradScalerOptions' nonfinite_loss_limit; now ", value,
              "). The scaler skips such steps, but lowering the loss scale cannot make the loss finite: the scale ",
              "multiplies only the backward pass, and the loss comes from the forward, which overflows with these ",
              "weights (in fp16 beyond 65504); stopping. Lower the learning rate (mixtrain train: --lr) or train in ",

@@ -266,8 +266,8 @@ ElasticAgent::Impl::Outcome ElasticAgent::Impl::recover(ElasticAgent& a, const s
   int failed = 0;
   auto give_up_unless_attempts_left = [&](int64_t g, const std::string& why) {
     ++failed;
-    MT_CHECK(failed < options.max_attempts(), "elastic: ", failed, " generations in a row (", g - failed + 1, " to ",
-             g, ") could not be formed (ElasticOptions max_attempts is ", options.max_attempts(),
+    MT_CHECK(failed < options.max_attempts(), "elastic: ", failed, " generations in a row (", g - failed + 1, " to ", g,
+             ") could not be formed (ElasticOptions max_attempts is ", options.max_attempts(),
              "); stopping. The last: ", why);
   };
   for (int64_t g = a.generation_ + 1;; ++g) {

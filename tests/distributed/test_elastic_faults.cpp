@@ -163,14 +163,14 @@ MT_SCENARIO(elastic_bad_generation_records) {
 
 TEST(ElasticFaults, MalformedGenerationRecordsArePassedOverWithAMessage) {
   if (!dist::gloo_available()) GTEST_SKIP() << dist::unavailable_reason();
-  const auto res = run_ranks("elastic_bad_generation_records", 3, std::chrono::seconds(40),
-                             {{-1, {"MIXTRAIN_TEST_KILL=2:3"}}});
+  const auto res =
+      run_ranks("elastic_bad_generation_records", 3, std::chrono::seconds(40), {{-1, {"MIXTRAIN_TEST_KILL=2:3"}}});
   EXPECT_EQ(res[2].exit_code, -1) << mt_dist_test::describe(res);
   for (size_t r : {0u, 1u}) {
     ASSERT_EQ(res[r].exit_code, 0) << mt_dist_test::describe(res);
-    for (const char* why : {"ignoring generation record mixtrain/elastic/g1/members in the store: not a JSON object",
-                            "g2/members in the store: member 0: no who",
-                            "g3/members in the store: next_join is not a count"})
+    for (const char* why :
+         {"ignoring generation record mixtrain/elastic/g1/members in the store: not a JSON object",
+          "g2/members in the store: member 0: no who", "g3/members in the store: next_join is not a count"})
       EXPECT_NE(res[r].log.find(why), std::string::npos) << why << "\n" << res[r].log;
   }
 }
@@ -194,8 +194,8 @@ MT_SCENARIO(elastic_settings_differ) {
 
 TEST(ElasticFaults, ASettingThatDiffersBetweenRanksEndsTheJobAfterMaxAttempts) {
   if (!dist::gloo_available()) GTEST_SKIP() << dist::unavailable_reason();
-  const auto res = run_ranks("elastic_settings_differ", 2, std::chrono::seconds(30),
-                             {{1, {"MIXTRAIN_CHECK_COLLECTIVES=0"}}});
+  const auto res =
+      run_ranks("elastic_settings_differ", 2, std::chrono::seconds(30), {{1, {"MIXTRAIN_CHECK_COLLECTIVES=0"}}});
   for (const auto& r : res) {
     EXPECT_EQ(r.exit_code, 0) << mt_dist_test::describe(res);
     EXPECT_LT(r.seconds, 3 * (2.0 + 1.0)) << mt_dist_test::describe(res);  // each attempt within its timeout + 1 s
