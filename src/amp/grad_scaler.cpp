@@ -71,6 +71,8 @@ GradScaler::GradScaler(const GradScalerOptions& o) : options_(o) {
            "], got ", o.hysteresis());
   MT_CHECK(std::isfinite(o.min_scale()) && o.min_scale() >= 0.0, who, ": min_scale must be a finite value >= 0, got ",
            o.min_scale());
+  MT_CHECK(o.nonfinite_loss_limit() >= 1, who, ": nonfinite_loss_limit must be at least 1, got ",
+           o.nonfinite_loss_limit());
   MT_CHECK(o.max_scale() > 0.0, who, ": max_scale must be > 0 (infinity for no ceiling), got ", o.max_scale());
   MT_CHECK(floor() <= o.max_scale(), who, ": min_scale (", floor(), ") must not exceed max_scale (", o.max_scale(),
            ")");
@@ -316,8 +318,12 @@ void GradScaler::update(double new_scale) {
   ++iterations_;
 }
 
-void GradScaler::check_loss(double loss, int64_t step) const {
-  if (std::isfinite(loss)) return;
+void GradScaler::check_loss(double loss, int64_t step) {
+  if (std::isfinite(loss)) {
+    nonfinite_losses_ = 0;
+    return;
+  }
+  if (nonfinite_losses_++ == 0) nonfinite_since_ = step;
   const char* value = std::isnan(loss) ? "NaN" : loss > 0 ? "inf" : "-inf";  // not printf's "-nan"
   if (!is_enabled())
     MT_ERROR("step ", step, ": the training loss is ", value, ", and there is no loss scale to lower (the GradScaler is ",
@@ -329,6 +335,13 @@ void GradScaler::check_loss(double loss, int64_t step) const {
     MT_ERROR("step ", step, ": the training loss is ", value, " and the GradScaler's scale is at its floor (", scale,
              "), so backing off cannot help; stopping. The weights or the optimizer state are likely no longer ",
              "finite: lower the learning rate or check the data");
+  if (nonfinite_losses_ >= options_.nonfinite_loss_limit())
+    MT_ERROR("step ", step, ": the training loss has been inf or NaN on every step since step ", nonfinite_since_, " (",
+             nonfinite_losses_, " in a row, GradScalerOptions' nonfinite_loss_limit; now ", value,
+             "). The scaler skips such steps, but lowering the loss scale cannot make the loss finite: the scale ",
+             "multiplies only the backward pass, and the loss comes from the forward, which overflows with these ",
+             "weights (in fp16 beyond 65504); stopping. Lower the learning rate (mixtrain train: --lr) or train in ",
+             "bf16 (--precision bf16), which has float32's range; or check the data");
 }
 
 double GradScaler::get_scale() const { return is_enabled() ? static_cast<double>(scale_.item<float>()) : 1.0; }

@@ -38,8 +38,6 @@ std::vector<char> bytes(const nlohmann::json& j) {
   return std::vector<char>(s.begin(), s.end());
 }
 
-nlohmann::json parse(const std::vector<char>& v) { return nlohmann::json::parse(std::string(v.begin(), v.end())); }
-
 std::string gen_key(int64_t g, const std::string& rest) { return "g" + std::to_string(g) + "/" + rest; }
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -71,30 +69,6 @@ struct Record {
     return it == v.end() ? -1 : static_cast<int>(it - v.begin());
   }
 };
-
-// Join request k as a joiner writes it ({"id", "weight", "who"}), or null when it is not one: a
-// malformed record is its writer's error, so rank 0 warns and passes over it (once per process).
-nlohmann::json read_join_request(const std::vector<char>& v, int64_t k, const std::vector<std::string>& taken) {
-  const nlohmann::json j = nlohmann::json::parse(v.begin(), v.end(), nullptr, false);
-  std::string why;
-  if (j.is_discarded() || !j.is_object()) {
-    why = "not a JSON object";
-  } else if (!j.contains("id") || !j["id"].is_string() || j["id"].get<std::string>().empty()) {
-    why = "no id";
-  } else if (!j.contains("weight") || !j["weight"].is_number() || !(j["weight"].get<double>() > 0) ||
-             !std::isfinite(j["weight"].get<double>())) {
-    why = "no positive weight";
-  } else if (!j.contains("who") || !j["who"].is_string()) {
-    why = "no who";
-  } else if (std::find(taken.begin(), taken.end(), j["id"].get<std::string>()) != taken.end()) {
-    why = "its id is a member's already";
-  }
-  if (why.empty()) return {{"id", j["id"]}, {"weight", j["weight"]}, {"who", j["who"]}};
-  std::fprintf(stderr, "mixtrain elastic: ignoring join request %lld in the store: %s (%zu bytes)\n",
-               static_cast<long long>(k), why.c_str(), v.size());
-  std::fflush(stderr);
-  return nullptr;
-}
 
 }  // namespace
 
@@ -252,9 +226,10 @@ void ElasticAgent::Impl::join(ElasticAgent& a) {
       why.what = "a running elastic job to admit this process (join request " + std::to_string(k) +
                  "; the job looks for joiners at its step boundaries)";
       why.owners = {"the job's rank 0"};
-      const Record r{parse(store->get(gen_key(g + 1, "members"), d, why))};
+      const std::string key = gen_key(g + 1, "members");
+      const Record r{read_generation_record(store->get(key, d, why), kRoot + key)};
       ++g;
-      if (r.index_of(id) < 0) continue;  // formed without this request: the next one
+      if (r.j.is_null() || r.index_of(id) < 0) continue;  // malformed, or formed without this request: the next one
       try {
         form(a, r.j, g);
         formed = true;
@@ -285,6 +260,16 @@ ElasticAgent::Impl::Outcome ElasticAgent::Impl::recover(ElasticAgent& a, const s
   std::vector<double> old_weights = a.weights_;
   const int world_before = a.world_size();
   const int64_t steps_before = a.steps_;
+  // Generations that could not be formed, in a row: bounded, since a failure that is no peer's
+  // death (a setting that differs between ranks, a stranger's records) recurs in every one, and
+  // without a bound the members would propose generation after generation forever.
+  int failed = 0;
+  auto give_up_unless_attempts_left = [&](int64_t g, const std::string& why) {
+    ++failed;
+    MT_CHECK(failed < options.max_attempts(), "elastic: ", failed, " generations in a row (", g - failed + 1, " to ", g,
+             ") could not be formed (ElasticOptions max_attempts is ", options.max_attempts(),
+             "); stopping. The last: ", why);
+  };
   for (int64_t g = a.generation_ + 1;; ++g) {
     const Deadline d = deadline();
     store->set(gen_key(g, "alive/" + id), bytes({{"steps", a.steps_}}), d);
@@ -312,7 +297,11 @@ ElasticAgent::Impl::Outcome ElasticAgent::Impl::recover(ElasticAgent& a, const s
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::milliseconds(20));
     }
-    const Record r{parse(store->get_now(decided, d))};
+    const Record r{read_generation_record(store->get_now(decided, d), kRoot + decided)};
+    if (r.j.is_null()) {  // every member reads the same bytes: all go on to the next generation
+      give_up_unless_attempts_left(g, "generation " + std::to_string(g) + "'s record in the store is malformed");
+      continue;
+    }
     if (r.index_of(id) < 0) {
       // Decided without this rank (it noticed late): it joins again, like a new process, and
       // receives the state at the job's next step boundary.
@@ -336,13 +325,14 @@ ElasticAgent::Impl::Outcome ElasticAgent::Impl::recover(ElasticAgent& a, const s
         old_weights.push_back(mem.at("weight").get<double>());
         old_who.push_back(mem.at("who").get<std::string>());
       }
+      give_up_unless_attempts_left(g, e.what());
       continue;
     }
     MembershipChange c;
     c.step = steps_before;
     c.cause = "failure";
     c.reason = r.j.value("reason", reason);
-    for (const auto& l : r.j.at("lost")) c.lost.push_back(l.get<std::string>());
+    for (const auto& l : r.j.value("lost", nlohmann::json::array())) c.lost.push_back(l.get<std::string>());
     c.world_before = world_before;
     c.seconds_lost = seconds_since(started);
     c.redo = in_step && !took;
@@ -375,7 +365,14 @@ void ElasticAgent::Impl::admit(ElasticAgent& a) {
   WaitFor why;
   why.what = "rank 0 to name the joiners of generation " + std::to_string(g);
   why.owners = {"rank 0"};
-  const Record r{parse(store->get(decided, d, why))};
+  const Record r{read_generation_record(store->get(decided, d, why), kRoot + decided)};
+  if (r.j.is_null()) {
+    // Not rank 0's record (a stranger wrote it first): the members recover as from a failure, in
+    // the generation after it; the joiners' requests stay unconsumed for a later boundary.
+    a.generation_ = g;
+    recover(a, "generation " + std::to_string(g) + "'s record in the store is malformed", start, false);
+    return;
+  }
   // The requests this generation names are consumed whether or not it forms: a joiner that dies
   // before its admission completes (or a request nobody stands behind) is not asked in again.
   next_join = std::max(next_join, r.j.value("next_join", next_join));

@@ -55,23 +55,9 @@ nlohmann::json header_of(const ElasticState& s, int64_t steps) {
   return h;
 }
 
-}  // namespace
-
-bool sync_state(ProcessGroup& g, const ElasticState& s, int64_t& steps) {
-  const Tensor mine = full({1}, static_cast<double>(steps), TensorOptions(kInt64));
-  const std::vector<Tensor> all = g.all_gather(mine);
-  int src = 0;
-  int64_t newest = all[0].to_vector<int64_t>()[0];
-  bool differ = false;
-  for (size_t r = 1; r < all.size(); ++r) {
-    const int64_t v = all[r].to_vector<int64_t>()[0];
-    differ = differ || v != newest;
-    if (v > newest) newest = v, src = static_cast<int>(r);
-  }
-  if (!differ) return false;
-  const bool take = steps < newest;
-  const nlohmann::json h =
-      nlohmann::json::parse(broadcast_text(g, g.rank() == src ? header_of(s, steps).dump() : std::string(), src));
+// The parameters, buffers and optimizer tensors from `src` by broadcast (every rank takes part),
+// and, when `take`, the header's optimizer, scaler, scheduler, generator and extra state.
+void receive_state(ProcessGroup& g, const ElasticState& s, const nlohmann::json& h, int src, bool take) {
   NoGradGuard no_grad;
   if (s.module) {
     for (Tensor t : s.module->parameters()) g.broadcast(t, src);
@@ -97,11 +83,36 @@ bool sync_state(ProcessGroup& g, const ElasticState& s, int64_t& steps) {
       g.broadcast(it->second, src);
     }
   }
-  if (!take) return false;
+  if (!take) return;
   if (s.scaler && h.contains("scaler")) s.scaler->load_state_dict(h.at("scaler"));
   if (s.scheduler && h.contains("scheduler")) s.scheduler->load_state_dict(h.at("scheduler"));
   default_generator().set_state({h.at("rng").at("seed").get<uint64_t>(), h.at("rng").at("offset").get<uint64_t>()});
   if (s.load_extra && h.contains("extra")) s.load_extra(h.at("extra"));
+}
+
+}  // namespace
+
+bool sync_state(ProcessGroup& g, const ElasticState& s, int64_t& steps) {
+  const Tensor mine = full({1}, static_cast<double>(steps), TensorOptions(kInt64));
+  const std::vector<Tensor> all = g.all_gather(mine);
+  int src = 0;
+  int64_t newest = all[0].to_vector<int64_t>()[0];
+  bool differ = false;
+  for (size_t r = 1; r < all.size(); ++r) {
+    const int64_t v = all[r].to_vector<int64_t>()[0];
+    differ = differ || v != newest;
+    if (v > newest) newest = v, src = static_cast<int>(r);
+  }
+  if (!differ) return false;
+  const bool take = steps < newest;
+  const std::string text = broadcast_text(g, g.rank() == src ? header_of(s, steps).dump() : std::string(), src);
+  try {
+    receive_state(g, s, nlohmann::json::parse(text), src, take);
+  } catch (const nlohmann::json::exception& e) {
+    // A sender of another build (or a corrupted broadcast): an Error naming it, not nlohmann's.
+    MT_ERROR("elastic: the state header rank ", src, " sent (", text.size(), " bytes) is malformed: ", e.what());
+  }
+  if (!take) return false;
   steps = newest;
   return true;
 }

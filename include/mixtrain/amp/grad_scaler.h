@@ -55,6 +55,11 @@ class GradScalerOptions {
   MT_ARG(double, max_scale) = std::numeric_limits<double>::infinity();
   // Gradient health statistics gathered in the unscale pass (read back in update()).
   MT_ARG(bool, track_stats) = false;
+  // check_loss: inf/NaN losses tolerated in a row (each a skipped step) before the run is ended.
+  // A skipped step leaves the weights as they were, so 10 in a row are 10 batches on which the
+  // same weights' forward overflows: no bad batch or two, which PyTorch users see skipped as
+  // normal, does that; and lowering the scale cannot help (it multiplies only the backward).
+  MT_ARG(int64_t, nonfinite_loss_limit) = 10;
 };
 
 // Per iteration (between two update() calls), when track_stats is on.
@@ -116,11 +121,12 @@ class GradScaler {
   int64_t skipped_steps() const;  // reads the device's count back
   // Stops a training that cannot recover: throws mixtrain::Error naming `step` when `loss` (the
   // step's unscaled loss, as the caller read it) is inf or NaN and loss scaling cannot help,
-  // because the scaler is disabled (fp32 and bf16 training: the optimizer has stepped on it) or
-  // its scale is already at its floor (min_scale). Otherwise it does nothing: with a scale left
-  // to lower, the scaler skips such a step and backs off. Reads the scale only for a non-finite
+  // because the scaler is disabled (fp32 and bf16 training: the optimizer has stepped on it), its
+  // scale is already at its floor (min_scale), or the loss was inf/NaN on nonfinite_loss_limit
+  // calls in a row (the forward overflows; a finite loss resets the count). Otherwise it does
+  // nothing: the scaler skips such a step and backs off. Reads the scale only for a non-finite
   // loss. The example trainers call it after every step.
-  void check_loss(double loss, int64_t step) const;
+  void check_loss(double loss, int64_t step);
   // Called in unscale_ with each inf/NaN flag (0-dim fp32, 0 or 1) before any decision uses it;
   // data-parallel training reduces it with MAX across ranks there, so that every rank skips or
   // steps together and the scale stays identical everywhere. Empty: none.
@@ -160,6 +166,8 @@ class GradScaler {
   Tensor device_skipped_steps_;     // float32 scalar: the sum of the flags of device-decided steps
   int64_t iterations_ = 0;
   bool warned_at_min_ = false;
+  int64_t nonfinite_losses_ = 0;  // check_loss calls in a row with an inf/NaN loss
+  int64_t nonfinite_since_ = 0;   // the step of the first of them
   GradScalerStats stats_;
   std::function<void(Tensor&)> found_inf_hook_;
 };

@@ -14,3 +14,17 @@
                                                                  \
  private:                                                        \
   T name##_
+
+// MT_ARG_FOR(Self, T, name): MT_ARG whose setter returns Self&, for options declared once in a
+// base template that several option types derive from (Self the deriving type, CRTP): with
+// MT_ARG there, AdamWOptions().lr(1e-3) would return the base and the chain would lose its type.
+#define MT_ARG_FOR(Self, T, name)                                 \
+ public:                                                          \
+  inline Self& name(const T& new_value) {                         \
+    this->name##_ = new_value;                                    \
+    return static_cast<Self&>(*this);                             \
+  }                                                               \
+  inline const T& name() const noexcept { return this->name##_; } \
+                                                                  \
+ private:                                                         \
+  T name##_

@@ -66,7 +66,8 @@ class ElasticOptions {
   MT_ARG(double, weight) = 0.0;
   // Fewer ranks left than this ends the job with an Error.
   MT_ARG(int, min_world_size) = 1;
-  // A step that fails this many times in a row (each time with fewer ranks) ends the job.
+  // A step that fails this many times in a row (each time with fewer ranks) ends the job, as do
+  // this many generations in a row that cannot be formed after a failure.
   MT_ARG(int, max_attempts) = 8;
   // Steps between two looks for waiting joiners (a flag all-reduced behind the step, never waited for).
   MT_ARG(int64_t, join_check_every) = 1;

@@ -13,24 +13,38 @@ namespace mixtrain::optim {
 
 using Betas = std::pair<double, double>;
 
-class AdamOptions : public OptimizerOptions {
- public:
-  explicit AdamOptions(double lr = 1e-3) : lr_(lr) {}
-  MT_ARG(double, lr);
-  MT_ARG(Betas, betas) = std::make_pair(0.9, 0.999);
-  MT_ARG(double, eps) = 1e-8;
-  MT_ARG(double, weight_decay) = 0.0;
-  MT_ARG(bool, amsgrad) = false;
-  MT_ARG(bool, master_weights) = false;
+namespace detail {
+// Adam's and AdamW's options, declared once: they differ only in weight_decay's default and in
+// how the optimizer applies it. Self is the option type deriving from it, which every setter
+// returns (AdamWOptions().lr(1e-3).weight_decay(0.1) is an AdamWOptions&).
+template <class Self>
+class AdamFamilyOptions : public OptimizerOptions {
+ protected:
+  AdamFamilyOptions(double lr, double weight_decay) : lr_(lr), weight_decay_(weight_decay) {}
+
+  MT_ARG_FOR(Self, double, lr);
+  MT_ARG_FOR(Self, Betas, betas) = std::make_pair(0.9, 0.999);
+  MT_ARG_FOR(Self, double, eps) = 1e-8;
+  MT_ARG_FOR(Self, double, weight_decay);
+  MT_ARG_FOR(Self, bool, amsgrad) = false;
+  MT_ARG_FOR(Self, bool, master_weights) = false;
 
  public:
-  std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<AdamOptions>(*this); }
+  std::unique_ptr<OptimizerOptions> clone() const override {
+    return std::make_unique<Self>(static_cast<const Self&>(*this));
+  }
   double get_lr() const override { return lr_; }
   void set_lr(double lr) override { lr_ = lr; }
   bool has_momentum() const override { return true; }
   double get_momentum() const override { return betas_.first; }
   void set_momentum(double m) override { betas_.first = m; }
   bool get_master_weights() const override { return master_weights_; }
+};
+}  // namespace detail
+
+class AdamOptions : public detail::AdamFamilyOptions<AdamOptions> {
+ public:
+  explicit AdamOptions(double lr = 1e-3) : AdamFamilyOptions(lr, /*weight_decay=*/0.0) {}
   nlohmann::json to_json() const override;
   void from_json(const nlohmann::json& j, const std::string& where) override;
   void validate(const std::string& who) const override;

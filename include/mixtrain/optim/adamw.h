@@ -5,24 +5,9 @@
 
 namespace mixtrain::optim {
 
-class AdamWOptions : public OptimizerOptions {
+class AdamWOptions : public detail::AdamFamilyOptions<AdamWOptions> {
  public:
-  explicit AdamWOptions(double lr = 1e-3) : lr_(lr) {}
-  MT_ARG(double, lr);
-  MT_ARG(Betas, betas) = std::make_pair(0.9, 0.999);
-  MT_ARG(double, eps) = 1e-8;
-  MT_ARG(double, weight_decay) = 1e-2;
-  MT_ARG(bool, amsgrad) = false;
-  MT_ARG(bool, master_weights) = false;
-
- public:
-  std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<AdamWOptions>(*this); }
-  double get_lr() const override { return lr_; }
-  void set_lr(double lr) override { lr_ = lr; }
-  bool has_momentum() const override { return true; }
-  double get_momentum() const override { return betas_.first; }
-  void set_momentum(double m) override { betas_.first = m; }
-  bool get_master_weights() const override { return master_weights_; }
+  explicit AdamWOptions(double lr = 1e-3) : AdamFamilyOptions(lr, /*weight_decay=*/1e-2) {}
   nlohmann::json to_json() const override;
   void from_json(const nlohmann::json& j, const std::string& where) override;
   void validate(const std::string& who) const override;
