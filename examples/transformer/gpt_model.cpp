@@ -48,7 +48,13 @@ Tensor GptImpl::forward(const Tensor& tokens) {
   MT_CHECK(tokens.dim() == 2 && tokens.dtype() == kInt64 && tokens.size(1) <= options_.context,
            "Gpt: expected int64 tokens [N, T] with T <= context = ", options_.context, ", got ", tokens.summary());
   const Tensor positions = arange(static_cast<double>(tokens.size(1)), TensorOptions(kInt64).device(tokens.device()));
-  Tensor x = tok_emb_(tokens) + pos_emb_(positions);
+  // Sequenced: the operands of + are evaluated in an unspecified order (gcc and clang differ),
+  // and the dry run's trace, hence `mixtrain memory`'s reserved bytes, follows allocation order.
+  Tensor x;
+  {
+    const Tensor pos = pos_emb_(positions);  // freed after the sum, as a temporary would be
+    x = tok_emb_(tokens) + pos;
+  }
   for (const auto& block : *blocks_) {
     if (options_.checkpoint_activations) {
       // The block (a shared handle) is called again in backward, after this loop.

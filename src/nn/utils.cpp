@@ -101,7 +101,9 @@ Tensor clip_on_device(std::vector<Tensor>& grads, const NormParts& parts, double
     memory::note_assumption("clip_grad_norm_: the total norm is on meta; assumed finite");
   else if (error_if_nonfinite)
     check_total_finite(total.item<double>(), norm_type, grads.size());
-  const Tensor coef = minimum(rdiv(add(total, 1e-6), max_norm), full({}, 1.0, on_home));
+  // Sequenced (argument order is unspecified, and a dry run's trace follows allocation order).
+  const Tensor one = full({}, 1.0, on_home);
+  const Tensor coef = minimum(rdiv(add(total, 1e-6), max_norm), one);
   for (Tensor& g : grads) g.mul_(g.device() == home ? coef : coef.to(g.device()));
   return total;
 }

@@ -314,7 +314,7 @@ bool run(const ConvArgs& a, std::string& impl) {
   const bool wide = a.x.dtype() == kBFloat16 && !onednn_runs_bf16();
   if (wide && (a.x.stride(0) * a.x.size(0) != a.x.numel() || a.y.stride(0) * a.y.size(0) != a.y.numel())) return false;
   const std::function<std::string()> operands = [&] { return describe(a); };
-  ConvCall c{a, cut_of(a)};
+  ConvCall c{a, cut_of(a), 0, nullptr, nullptr};
   c.n = a.x.size(0);
   const int64_t tail = c.n - (c.cut.units - 1) * c.cut.unit;
   c.full = plan_for(a, c.cut.unit, nullptr, 0, operands);
