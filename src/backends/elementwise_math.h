@@ -106,9 +106,10 @@ MT_HOST_DEVICE inline A gelu_pdf(A x) { return A(0.39894228040143267794) * gelu_
 template <class A>
 MT_HOST_DEVICE inline A silu_sigmoid(A x) { return A(1) / (A(1) + m_exp(-x)); }
 
-// ---- Unary: forward(x, alpha) and backward(x, y, g, alpha) = g * d op(x) / dx, from the forward's
-// input x and output y (the ops layer saves only what MT_UNARY_OPS says the backward reads).
-// alpha is the scalar of the `alpha` ops (pow's exponent); the others ignore it.
+// ---- Unary: forward(x, alpha, beta) and backward(x, y, g, alpha, beta) = g * d op(x) / dx, from
+// the forward's input x and output y (the ops layer saves only what MT_UNARY_OPS says the backward
+// reads). alpha and beta are the op's scalars (UnaryScalars): pow's exponent in alpha, softplus's
+// beta and threshold in alpha and beta; an op without them ignores them.
 template <UnaryOp Op>
 struct Unary;  // an op in MT_UNARY_OPS without a row here does not compile
 
@@ -116,13 +117,13 @@ struct Unary;  // an op in MT_UNARY_OPS without a row here does not compile
   template <>                                                                         \
   struct Unary<UnaryOp::code> {                                                       \
     template <class A>                                                                \
-    static MT_HOST_DEVICE inline A forward(A x, A alpha) {                                   \
-      (void)alpha;                                                                    \
+    static MT_HOST_DEVICE inline A forward(A x, A alpha, A beta) {                    \
+      (void)alpha, (void)beta;                                                        \
       return forward_expr;                                                            \
     }                                                                                 \
     template <class A>                                                                \
-    static MT_HOST_DEVICE inline A backward(A x, A y, A g, A alpha) {                        \
-      (void)x, (void)y, (void)alpha;                                                  \
+    static MT_HOST_DEVICE inline A backward(A x, A y, A g, A alpha, A beta) {         \
+      (void)x, (void)y, (void)alpha, (void)beta;                                      \
       return backward_expr;                                                           \
     }                                                                                 \
   };
