@@ -35,6 +35,7 @@ MT_MATH_FN(m_sqrt, sqrtf, sqrt)
 MT_MATH_FN(m_tanh, tanhf, tanh)
 MT_MATH_FN(m_erf, erff, erf)
 MT_MATH_FN(m_abs, fabsf, fabs)
+MT_MATH_FN(m_log1p, log1pf, log1p)
 #undef MT_MATH_FN
 
 template <class A>
@@ -106,6 +107,19 @@ MT_HOST_DEVICE inline A gelu_pdf(A x) { return A(0.39894228040143267794) * gelu_
 template <class A>
 MT_HOST_DEVICE inline A silu_sigmoid(A x) { return A(1) / (A(1) + m_exp(-x)); }
 
+// PyTorch's softplus: log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (where
+// exp would overflow and the two agree to within exp(-threshold)). Its derivative is the
+// sigmoid of beta x, 1 past the threshold, as PyTorch's softplus_backward.
+template <class A>
+MT_HOST_DEVICE inline A softplus_forward(A x, A beta, A threshold) {
+  return x * beta > threshold ? x : m_log1p(m_exp(x * beta)) / beta;
+}
+template <class A>
+MT_HOST_DEVICE inline A softplus_backward(A x, A g, A beta, A threshold) {
+  const A z = m_exp(x * beta);
+  return x * beta > threshold ? g : g * z / (z + A(1));
+}
+
 // ---- Unary: forward(x, alpha, beta) and backward(x, y, g, alpha, beta) = g * d op(x) / dx, from
 // the forward's input x and output y (the ops layer saves only what MT_UNARY_OPS says the backward
 // reads). alpha and beta are the op's scalars (UnaryScalars): pow's exponent in alpha, softplus's
@@ -146,6 +160,7 @@ MT_UNARY_MATH(Square,  x * x,                           A(2) * g * x)
 // (every comparison is false) and gets no gradient.
 MT_UNARY_MATH(ClampMin, x < alpha ? alpha : x,          x > alpha ? g : A(0))
 MT_UNARY_MATH(ClampMax, x > alpha ? alpha : x,          x < alpha ? g : A(0))
+MT_UNARY_MATH(Softplus, softplus_forward(x, alpha, beta), softplus_backward(x, g, alpha, beta))
 #undef MT_UNARY_MATH
 
 // ---- Binary: apply(a, b). The gradients are composed from ops in the ops layer.

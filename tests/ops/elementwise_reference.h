@@ -39,6 +39,11 @@ inline std::optional<UnaryReference> unary_reference(backends::UnaryOp op) {
     case UnaryOp::Square: return UnaryReference{[](double x, double, double) { return x * x; }, -2, 2};
     case UnaryOp::ClampMin: return UnaryReference{[](double x, double a, double) { return x < a ? a : x; }, -2, 2, 0.3};
     case UnaryOp::ClampMax: return UnaryReference{[](double x, double a, double) { return x > a ? a : x; }, -2, 2, -0.4};
+    // beta 2, threshold 7.7: x > 3.85 takes the linear branch, as in PyTorch. 3.85 is on no dtype's
+    // grid, so no rounded input sits on the small jump there (a numerical derivative across it).
+    case UnaryOp::Softplus:
+      return UnaryReference{[](double x, double b, double t) { return x * b > t ? x : std::log1p(std::exp(x * b)) / b; },
+                            -4, 6, 2.0, 7.7};
   }
   return std::nullopt;
 }

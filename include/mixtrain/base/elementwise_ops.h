@@ -25,12 +25,13 @@
   X(Pow, pow, true, false, alpha)           \
   X(Square, square, true, false, plain)     \
   X(ClampMin, clamp_min, true, false, alpha) \
-  X(ClampMax, clamp_max, true, false, alpha)
+  X(ClampMax, clamp_max, true, false, alpha) \
+  X(Softplus, softplus, true, false, scalars)
 
 // The scalars of the `scalars` ops, with PyTorch's names and defaults: code, name, then the first
 // and the second scalar's name and default. The kernels get them as UnaryScalars{first, second}.
 // (A `scalars` op without a row here has no public function, so its walks do not compile.)
-#define MT_UNARY_SCALARS(X)
+#define MT_UNARY_SCALARS(X) X(Softplus, softplus, beta, 1.0, threshold, 20.0)
 
 // Binary columns: code, name, and whether the backward reads the first input a, the second b and
 // the output (what tests/autograd/test_saved_tensors.cpp expects the gradient in
@@ -61,6 +62,6 @@ constexpr int kNumCompareOps = 0 MT_COMPARE_OPS(MT_COUNT_ENTRY);
 #undef MT_COUNT_ENTRY
 // Every per-op table is generated from the lists, so a count only changes on purpose: bump it
 // with the entry you add (it also guards the uint8_t op codes against overflow).
-static_assert(kNumUnaryOps == 15 && kNumBinaryOps == 7 && kNumCompareOps == 6,
+static_assert(kNumUnaryOps == 16 && kNumBinaryOps == 7 && kNumCompareOps == 6,
               "an elementwise op list changed: update this count, and the op's formula and reference row");
 }  // namespace mixtrain

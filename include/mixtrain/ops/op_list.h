@@ -50,6 +50,7 @@
   _(log, Float32)                                          \
   _(pow, Float32)                                          \
   _(rsqrt, Float32)                                        \
+  _(softplus, Float32)                                     \
   /* reductions */                                         \
   _(sum, Float32OptDtype)                                  \
   _(mean, Passthrough)                                     \
