@@ -47,6 +47,16 @@ MT_HOST_DEVICE inline A m_pow(A x, A y) {
 #endif
 }
 
+// hypot without the overflow and underflow of sqrt(x * x + y * y).
+template <class A>
+MT_HOST_DEVICE inline A m_hypot(A x, A y) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<A, float>) return hypotf(x, y); else return hypot(x, y);
+#else
+  return std::hypot(x, y);
+#endif
+}
+
 // erf and exp for fp32 on the host without a library call, so that the CPU's elementwise loops
 // vectorize them (glibc's erff/expf are one call per element: 20 % of a bf16 transformer step went
 // to GELU). The device and fp64 keep the library functions.
@@ -180,6 +190,7 @@ MT_BINARY_MATH(Div, a / b)
 MT_BINARY_MATH(Pow, m_pow(a, b))
 MT_BINARY_MATH(Maximum, (a != a || a > b) ? a : b)  // NaN propagates
 MT_BINARY_MATH(Minimum, (a != a || a < b) ? a : b)
+MT_BINARY_MATH(Hypot, m_hypot(a, b))
 #undef MT_BINARY_MATH
 
 // ---- Comparisons: apply(a, b) -> bool.

@@ -110,6 +110,18 @@ Tensor binary_op(OpId id, BinaryOp kop, const Tensor& a_in, const Tensor& b_in) 
                        });
       break;
     }
+    case BinaryOp::Hypot: {
+      // d hypot(a, b) / da = a / hypot(a, b), as PyTorch's (NaN where a = b = 0, as there).
+      const autograd::SavedTensor a_s = ga ? autograd::saved(p.a, "input 0") : autograd::SavedTensor(),
+                                  b_s = gb ? autograd::saved(p.b, "input 1") : autograd::SavedTensor(),
+                                  o_s = autograd::saved(out, "output 0");
+      autograd::record(backward_name(id), {&out}, {&p.a, &p.b}, [a_s, b_s, o_s, sa, sb](const TensorList& g) {
+        const Tensor g_over = div(g[0], o_s);
+        return TensorList{a_s.defined() ? sum_to(mul(g_over, a_s), sa) : Tensor(),
+                          b_s.defined() ? sum_to(mul(g_over, b_s), sb) : Tensor()};
+      });
+      break;
+    }
   }
   return out;
 }

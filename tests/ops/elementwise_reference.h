@@ -63,6 +63,7 @@ inline std::optional<BinaryReference> binary_reference(backends::BinaryOp op) {
     case BinaryOp::Pow: return BinaryReference{[](double a, double b) { return std::pow(a, b); }, 0.5, 2};
     case BinaryOp::Maximum: return BinaryReference{[](double a, double b) { return a > b ? a : b; }, -2, 2};
     case BinaryOp::Minimum: return BinaryReference{[](double a, double b) { return a < b ? a : b; }, -2, 2};
+    case BinaryOp::Hypot: return BinaryReference{[](double a, double b) { return std::sqrt(a * a + b * b); }, -2, 2};
   }
   return std::nullopt;
 }

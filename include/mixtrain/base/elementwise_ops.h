@@ -44,7 +44,8 @@
   X(Div, div, true, true, false)           \
   X(Pow, pow, true, true, true)            \
   X(Maximum, maximum, true, true, false)   \
-  X(Minimum, minimum, true, true, false)
+  X(Minimum, minimum, true, true, false)   \
+  X(Hypot, hypot, true, true, true)
 #define MT_COMPARE_OPS(X) X(Eq, eq) X(Ne, ne) X(Lt, lt) X(Le, le) X(Gt, gt) X(Ge, ge)
 
 // The plain unary ops: define MT_PLAIN_UNARY(code, name), expand MT_FOR_PLAIN_UNARY_OPS, undefine it.
@@ -62,6 +63,6 @@ constexpr int kNumCompareOps = 0 MT_COMPARE_OPS(MT_COUNT_ENTRY);
 #undef MT_COUNT_ENTRY
 // Every per-op table is generated from the lists, so a count only changes on purpose: bump it
 // with the entry you add (it also guards the uint8_t op codes against overflow).
-static_assert(kNumUnaryOps == 16 && kNumBinaryOps == 7 && kNumCompareOps == 6,
+static_assert(kNumUnaryOps == 16 && kNumBinaryOps == 8 && kNumCompareOps == 6,
               "an elementwise op list changed: update this count, and the op's formula and reference row");
 }  // namespace mixtrain

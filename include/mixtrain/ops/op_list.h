@@ -30,6 +30,7 @@
   _(div, Passthrough)                                      \
   _(maximum, Passthrough)                                  \
   _(minimum, Passthrough)                                  \
+  _(hypot, Passthrough)                                    \
   _(neg, Passthrough)                                      \
   _(abs, Passthrough)                                      \
   _(square, Passthrough)                                   \
