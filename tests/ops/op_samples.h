@@ -6,7 +6,8 @@
 // (mixtrain/base/elementwise_ops.h) and their reference rows (elementwise_reference.h): each
 // entry's public function, its inputs from the reference's domain, its scalars from the
 // reference row, what its backward reads from the list's columns. An op added to the lists, with
-// scalars or without, is walked everywhere with no edit to a walk.
+// scalars or without, is walked everywhere with no edit to a walk. Other ops may take their
+// samples from a row of other_samples() below instead of a case in each walk (amax does).
 #include <functional>
 #include <set>
 #include <string>
@@ -93,8 +94,19 @@ inline std::vector<OpSample> elementwise_samples() {
   return samples;
 }
 
+// One row per call: the op's name, its input shapes and domain, the call, what backward reads.
+inline std::vector<OpSample> other_samples() {
+  using In = const std::vector<Tensor>&;
+  return {
+      {"amax", {{3, 4}}, -2, 2, [](In in) { return mixtrain::amax(in.at(0), {1}); }, {"in0", "out0"}},
+      {"amax", {{2, 3, 4}}, -2, 2, [](In in) { return mixtrain::amax(in.at(0), {0, 2}, true); }, {"in0", "out0"}},
+  };
+}
+
 inline std::vector<OpSample> all_samples() {
-  return elementwise_samples();
+  std::vector<OpSample> all = elementwise_samples();
+  for (const OpSample& s : other_samples()) all.push_back(s);
+  return all;
 }
 
 // The samples of one op (none: the walk needs its own case).

@@ -98,6 +98,9 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim
 Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor min(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor max(const Tensor& x);
+// The largest value over dims (empty = all), as torch.amax: NaN propagates; the gradient is shared
+// evenly by the elements equal to the maximum (max(x, dim) gives it to the first one).
+Tensor amax(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 // The k largest (largest = false: smallest) elements of x along dim, with their int64 indices:
 // always in order (sorted = false is accepted and gives the same), ties in index order, NaN

@@ -56,6 +56,7 @@
   _(sum, Float32OptDtype)                                  \
   _(mean, Passthrough)                                     \
   _(max, Passthrough)                                      \
+  _(amax, Passthrough)                                     \
   _(min, Passthrough)                                      \
   _(argmax, Passthrough)                                   \
   _(all, Passthrough)                                      \
