@@ -21,14 +21,16 @@ namespace {
 // Thin functors over the shared formulas (backends/elementwise_math.h): launch_map wants objects.
 template <class A, UnaryOp Op>
 struct UnaryFn {
-  A alpha;
-  __device__ __forceinline__ A operator()(A x) const { return math::Unary<Op>::forward(x, alpha); }
+  A alpha, beta;
+  __device__ __forceinline__ A operator()(A x) const { return math::Unary<Op>::forward(x, alpha, beta); }
 };
 
 template <class A, UnaryOp Op>
 struct UnaryBackwardFn {
-  A alpha;
-  __device__ __forceinline__ A operator()(A x, A y, A g) const { return math::Unary<Op>::backward(x, y, g, alpha); }
+  A alpha, beta;
+  __device__ __forceinline__ A operator()(A x, A y, A g) const {
+    return math::Unary<Op>::backward(x, y, g, alpha, beta);
+  }
 };
 
 template <class A, BinaryOp Op>
@@ -56,23 +58,24 @@ struct WhereFn {
 
 }  // namespace
 
-void unary(UnaryOp op, DType dtype, const ElemIter<2>& it, double alpha, cudaStream_t stream) {
+void unary(UnaryOp op, DType dtype, const ElemIter<2>& it, backends::UnaryScalars s, cudaStream_t stream) {
   dispatch_floating(dtype, backends::unary_op_name(op), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     with_unary(op, [&](auto k) {
-      launch_map<T, T>(it, UnaryFn<A, decltype(k)::value>{static_cast<A>(alpha)}, stream, backends::unary_op_name(op));
+      const UnaryFn<A, decltype(k)::value> fn{static_cast<A>(s.alpha), static_cast<A>(s.beta)};
+      launch_map<T, T>(it, fn, stream, backends::unary_op_name(op));
     });
   });
 }
 
-void unary_backward(UnaryOp op, DType dtype, const ElemIter<4>& it, double alpha, cudaStream_t stream) {
+void unary_backward(UnaryOp op, DType dtype, const ElemIter<4>& it, backends::UnaryScalars s, cudaStream_t stream) {
   dispatch_floating(dtype, backends::unary_op_name(op), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     with_unary(op, [&](auto k) {
-      launch_map<T, T, T, T>(it, UnaryBackwardFn<A, decltype(k)::value>{static_cast<A>(alpha)}, stream,
-                             "unary_backward");
+      const UnaryBackwardFn<A, decltype(k)::value> fn{static_cast<A>(s.alpha), static_cast<A>(s.beta)};
+      launch_map<T, T, T, T>(it, fn, stream, "unary_backward");
     });
   });
 }

@@ -5,9 +5,10 @@
 
 namespace mixtrain::kernels {
 
-void unary(backends::UnaryOp op, DType dtype, const ElemIter<2>& it, double alpha, cudaStream_t stream);
+void unary(backends::UnaryOp op, DType dtype, const ElemIter<2>& it, backends::UnaryScalars s, cudaStream_t stream);
 // operands: grad_x, x, y, grad_y
-void unary_backward(backends::UnaryOp op, DType dtype, const ElemIter<4>& it, double alpha, cudaStream_t stream);
+void unary_backward(backends::UnaryOp op, DType dtype, const ElemIter<4>& it, backends::UnaryScalars s,
+                    cudaStream_t stream);
 void binary(backends::BinaryOp op, DType dtype, const ElemIter<3>& it, cudaStream_t stream);
 void binary_scalar(backends::BinaryOp op, DType dtype, const ElemIter<2>& it, double s, bool scalar_first,
                    cudaStream_t stream);

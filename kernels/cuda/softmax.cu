@@ -4,6 +4,7 @@
 #include <cfloat>
 
 #include "kernels/cuda/softmax.h"
+#include "backends/softmax_math.h"
 #include "common.cuh"
 
 namespace mixtrain::kernels {
@@ -26,17 +27,17 @@ __global__ void softmax_rows(const T* __restrict__ x, T* __restrict__ out, int64
   A mx = -INFINITY;
   for (int64_t j = slot.lane; j < kept; j += slot.width) mx = max(mx, convert<A>(xr[j]));
   mx = group_reduce<Group>(mx, MaxOp{}, shared);
-  if (mx == -INFINITY) mx = 0;  // an all -inf row gives NaN (softmax) as on the CPU
+  mx = backends::math::softmax_shift(mx);
   A total = 0;
   for (int64_t j = slot.lane; j < kept; j += slot.width) total += m_exp(convert<A>(xr[j]) - mx);
   total = group_reduce<Group>(total, SumOp{}, shared);
   if (Log) {
-    const A lse = mx + m_log(total);
+    const A lse = backends::math::log_softmax_lse(mx, total);
     for (int64_t j = slot.lane; j < n; j += slot.width) yr[j] = convert<T>(convert<A>(xr[j]) - lse);
   } else {
     const A inv = A(1) / total;
     for (int64_t j = slot.lane; j < n; j += slot.width)
-      yr[j] = j < kept ? convert<T>(m_exp(convert<A>(xr[j]) - mx) * inv) : convert<T>(A(0));
+      yr[j] = j < kept ? convert<T>(backends::math::softmax_value(convert<A>(xr[j]), mx, inv)) : convert<T>(A(0));
   }
 }
 
@@ -50,11 +51,11 @@ __global__ void softmax_backward_rows(const T* __restrict__ y, const T* __restri
   const int64_t base = slot.row * n;
   A dot = 0;
   for (int64_t j = slot.lane; j < n; j += slot.width)
-    dot += Log ? convert<A>(g[base + j]) : convert<A>(g[base + j]) * convert<A>(y[base + j]);
+    dot += backends::math::softmax_backward_term(Log, convert<A>(y[base + j]), convert<A>(g[base + j]));
   dot = group_reduce<Group>(dot, SumOp{}, shared);
   for (int64_t j = slot.lane; j < n; j += slot.width) {
     const A yv = convert<A>(y[base + j]), gv = convert<A>(g[base + j]);
-    gx[base + j] = convert<T>(Log ? gv - m_exp(yv) * dot : yv * (gv - dot));
+    gx[base + j] = convert<T>(backends::math::softmax_backward_value(Log, yv, gv, dot));
   }
 }
 
@@ -66,13 +67,13 @@ __global__ void softmax_cols(const T* __restrict__ x, T* __restrict__ out, int64
     const int64_t base = (r / inner) * n * inner + r % inner;
     A mx = -INFINITY;
     for (int64_t j = 0; j < n; ++j) mx = max(mx, convert<A>(x[base + j * inner]));
-    if (mx == -INFINITY) mx = 0;
+    mx = backends::math::softmax_shift(mx);
     A total = 0;
     for (int64_t j = 0; j < n; ++j) total += m_exp(convert<A>(x[base + j * inner]) - mx);
-    const A lse = mx + m_log(total), inv = A(1) / total;
+    const A lse = backends::math::log_softmax_lse(mx, total), inv = A(1) / total;
     for (int64_t j = 0; j < n; ++j) {
       const A v = convert<A>(x[base + j * inner]);
-      out[base + j * inner] = convert<T>(Log ? v - lse : m_exp(v - mx) * inv);
+      out[base + j * inner] = convert<T>(Log ? v - lse : backends::math::softmax_value(v, mx, inv));
     }
   }
 }
@@ -87,12 +88,12 @@ __global__ void softmax_backward_cols(const T* __restrict__ y, const T* __restri
     A dot = 0;
     for (int64_t j = 0; j < n; ++j) {
       const int64_t k = base + j * inner;
-      dot += Log ? convert<A>(g[k]) : convert<A>(g[k]) * convert<A>(y[k]);
+      dot += backends::math::softmax_backward_term(Log, convert<A>(y[k]), convert<A>(g[k]));
     }
     for (int64_t j = 0; j < n; ++j) {
       const int64_t k = base + j * inner;
       const A yv = convert<A>(y[k]), gv = convert<A>(g[k]);
-      gx[k] = convert<T>(Log ? gv - m_exp(yv) * dot : yv * (gv - dot));
+      gx[k] = convert<T>(backends::math::softmax_backward_value(Log, yv, gv, dot));
     }
   }
 }

@@ -7,12 +7,12 @@
 
 namespace mixtrain::backends {
 
-// out = op(x; alpha), alpha is the exponent for Pow.
-MT_KERNEL(elementwise, unary, void(UnaryOp op, const Tensor& x, const Tensor& out, double alpha));
+// out = op(x; s), s the op's scalars (pow's exponent, softplus's beta and threshold).
+MT_KERNEL(elementwise, unary, void(UnaryOp op, const Tensor& x, const Tensor& out, UnaryScalars s));
 // grad_x = grad_y * d op / dx, given the input x and the output y of the forward.
 MT_KERNEL(elementwise, unary_backward,
           void(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& grad_y, const Tensor& grad_x,
-               double alpha));
+               UnaryScalars s));
 // out = a op b; a and b already have out's shape (broadcast through zero strides).
 MT_KERNEL(elementwise, binary, void(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out));
 // out = a op s, or s op a when scalar_first.

@@ -35,6 +35,7 @@ MT_MATH_FN(m_sqrt, sqrtf, sqrt)
 MT_MATH_FN(m_tanh, tanhf, tanh)
 MT_MATH_FN(m_erf, erff, erf)
 MT_MATH_FN(m_abs, fabsf, fabs)
+MT_MATH_FN(m_log1p, log1pf, log1p)
 #undef MT_MATH_FN
 
 template <class A>
@@ -43,6 +44,16 @@ MT_HOST_DEVICE inline A m_pow(A x, A y) {
   if constexpr (std::is_same_v<A, float>) return powf(x, y); else return pow(x, y);
 #else
   return std::pow(x, y);
+#endif
+}
+
+// hypot without the overflow and underflow of sqrt(x * x + y * y).
+template <class A>
+MT_HOST_DEVICE inline A m_hypot(A x, A y) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<A, float>) return hypotf(x, y); else return hypot(x, y);
+#else
+  return std::hypot(x, y);
 #endif
 }
 
@@ -106,9 +117,23 @@ MT_HOST_DEVICE inline A gelu_pdf(A x) { return A(0.39894228040143267794) * gelu_
 template <class A>
 MT_HOST_DEVICE inline A silu_sigmoid(A x) { return A(1) / (A(1) + m_exp(-x)); }
 
-// ---- Unary: forward(x, alpha) and backward(x, y, g, alpha) = g * d op(x) / dx, from the forward's
-// input x and output y (the ops layer saves only what MT_UNARY_OPS says the backward reads).
-// alpha is the scalar of the `alpha` ops (pow's exponent); the others ignore it.
+// PyTorch's softplus: log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (where
+// exp would overflow and the two agree to within exp(-threshold)). Its derivative is the
+// sigmoid of beta x, 1 past the threshold, as PyTorch's softplus_backward.
+template <class A>
+MT_HOST_DEVICE inline A softplus_forward(A x, A beta, A threshold) {
+  return x * beta > threshold ? x : m_log1p(m_exp(x * beta)) / beta;
+}
+template <class A>
+MT_HOST_DEVICE inline A softplus_backward(A x, A g, A beta, A threshold) {
+  const A z = m_exp(x * beta);
+  return x * beta > threshold ? g : g * z / (z + A(1));
+}
+
+// ---- Unary: forward(x, alpha, beta) and backward(x, y, g, alpha, beta) = g * d op(x) / dx, from
+// the forward's input x and output y (the ops layer saves only what MT_UNARY_OPS says the backward
+// reads). alpha and beta are the op's scalars (UnaryScalars): pow's exponent in alpha, softplus's
+// beta and threshold in alpha and beta; an op without them ignores them.
 template <UnaryOp Op>
 struct Unary;  // an op in MT_UNARY_OPS without a row here does not compile
 
@@ -116,13 +141,13 @@ struct Unary;  // an op in MT_UNARY_OPS without a row here does not compile
   template <>                                                                         \
   struct Unary<UnaryOp::code> {                                                       \
     template <class A>                                                                \
-    static MT_HOST_DEVICE inline A forward(A x, A alpha) {                                   \
-      (void)alpha;                                                                    \
+    static MT_HOST_DEVICE inline A forward(A x, A alpha, A beta) {                    \
+      (void)alpha, (void)beta;                                                        \
       return forward_expr;                                                            \
     }                                                                                 \
     template <class A>                                                                \
-    static MT_HOST_DEVICE inline A backward(A x, A y, A g, A alpha) {                        \
-      (void)x, (void)y, (void)alpha;                                                  \
+    static MT_HOST_DEVICE inline A backward(A x, A y, A g, A alpha, A beta) {         \
+      (void)x, (void)y, (void)alpha, (void)beta;                                      \
       return backward_expr;                                                           \
     }                                                                                 \
   };
@@ -145,6 +170,7 @@ MT_UNARY_MATH(Square,  x * x,                           A(2) * g * x)
 // (every comparison is false) and gets no gradient.
 MT_UNARY_MATH(ClampMin, x < alpha ? alpha : x,          x > alpha ? g : A(0))
 MT_UNARY_MATH(ClampMax, x > alpha ? alpha : x,          x < alpha ? g : A(0))
+MT_UNARY_MATH(Softplus, softplus_forward(x, alpha, beta), softplus_backward(x, g, alpha, beta))
 #undef MT_UNARY_MATH
 
 // ---- Binary: apply(a, b). The gradients are composed from ops in the ops layer.
@@ -164,6 +190,7 @@ MT_BINARY_MATH(Div, a / b)
 MT_BINARY_MATH(Pow, m_pow(a, b))
 MT_BINARY_MATH(Maximum, (a != a || a > b) ? a : b)  // NaN propagates
 MT_BINARY_MATH(Minimum, (a != a || a < b) ? a : b)
+MT_BINARY_MATH(Hypot, m_hypot(a, b))
 #undef MT_BINARY_MATH
 
 // ---- Comparisons: apply(a, b) -> bool.

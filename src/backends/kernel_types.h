@@ -33,6 +33,14 @@ constexpr bool unary_backward_reads_output(UnaryOp op) {
   return table[static_cast<int>(op)];
 }
 
+// The scalars of a unary op, in the order of its public function: pow's exponent or a clamp bound
+// in alpha; a `scalars` op's two (softplus: beta, threshold) in alpha and beta. Built from a
+// double, so a one-scalar call passes its scalar as it did before the second one existed.
+struct UnaryScalars {
+  double alpha = 0.0, beta = 0.0;
+  UnaryScalars(double a = 0.0, double b = 0.0) : alpha(a), beta(b) {}  // NOLINT: implicit from a double on purpose
+};
+
 enum class ReduceOp : uint8_t { Sum, Max, Min };
 
 // What backends::gemm applies to out after the bias, in the same pass. Only ReLU: GELU would need

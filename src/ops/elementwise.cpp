@@ -110,6 +110,18 @@ Tensor binary_op(OpId id, BinaryOp kop, const Tensor& a_in, const Tensor& b_in) 
                        });
       break;
     }
+    case BinaryOp::Hypot: {
+      // d hypot(a, b) / da = a / hypot(a, b), as PyTorch's (NaN where a = b = 0, as there).
+      const autograd::SavedTensor a_s = ga ? autograd::saved(p.a, "input 0") : autograd::SavedTensor(),
+                                  b_s = gb ? autograd::saved(p.b, "input 1") : autograd::SavedTensor(),
+                                  o_s = autograd::saved(out, "output 0");
+      autograd::record(backward_name(id), {&out}, {&p.a, &p.b}, [a_s, b_s, o_s, sa, sb](const TensorList& g) {
+        const Tensor g_over = div(g[0], o_s);
+        return TensorList{a_s.defined() ? sum_to(mul(g_over, a_s), sa) : Tensor(),
+                          b_s.defined() ? sum_to(mul(g_over, b_s), sb) : Tensor()};
+      });
+      break;
+    }
   }
   return out;
 }
@@ -142,20 +154,20 @@ Tensor scalar_op(OpId id, BinaryOp kop, const Tensor& a_in, double s, bool scala
   return out;
 }
 
-Tensor unary_op(OpId id, UnaryOp kop, const Tensor& x_in, double alpha = 0.0) {
+Tensor unary_op(OpId id, UnaryOp kop, const Tensor& x_in, backends::UnaryScalars scalars = {}) {
   Tensor x = x_in;
   OpScope scope(id, {&x});
   const char* name = op_name(id);
   check_defined(name, x, "input");
   check_floating(name, x);
   Tensor out = new_empty_preserving(x.shape(), x);
-  backends::unary(x, kop, x, out, alpha);
+  backends::unary(x, kop, x, out, scalars);
   if (!autograd::needs_grad({&x})) return out;
   const autograd::SavedTensor x_s = backends::unary_backward_reads_input(kop) ? autograd::saved(x, "input 0") : autograd::SavedTensor();
   const autograd::SavedTensor y_s = backends::unary_backward_reads_output(kop) ? autograd::saved(out, "output 0") : autograd::SavedTensor();
-  autograd::record(backward_name(id), out, {&x}, [kop, alpha, x_s, y_s](const TensorList& g) {
+  autograd::record(backward_name(id), out, {&x}, [kop, scalars, x_s, y_s](const TensorList& g) {
     Tensor gx = new_empty_preserving(g[0].shape(), g[0]);
-    backends::unary_backward(g[0], kop, x_s, y_s, g[0], gx, alpha);
+    backends::unary_backward(g[0], kop, x_s, y_s, g[0], gx, scalars);
     return TensorList{gx};
   });
   return out;
@@ -176,13 +188,10 @@ Tensor compare_op(CompareOp op, const char* name, const Tensor& a, const Tensor&
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) { return binary_op(OpId::add, BinaryOp::Add, a, b); }
-Tensor sub(const Tensor& a, const Tensor& b) { return binary_op(OpId::sub, BinaryOp::Sub, a, b); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary_op(OpId::mul, BinaryOp::Mul, a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary_op(OpId::div, BinaryOp::Div, a, b); }
-Tensor pow(const Tensor& a, const Tensor& b) { return binary_op(OpId::pow, BinaryOp::Pow, a, b); }
-Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op(OpId::maximum, BinaryOp::Maximum, a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op(OpId::minimum, BinaryOp::Minimum, a, b); }
+#define MT_BINARY_FN(code, name, ...) \
+  Tensor name(const Tensor& a, const Tensor& b) { return binary_op(OpId::name, BinaryOp::code, a, b); }
+MT_BINARY_OPS(MT_BINARY_FN)
+#undef MT_BINARY_FN
 
 Tensor add(const Tensor& a, double b) { return scalar_op(OpId::add, BinaryOp::Add, a, b, false); }
 Tensor sub(const Tensor& a, double b) { return scalar_op(OpId::sub, BinaryOp::Sub, a, b, false); }
@@ -196,6 +205,12 @@ Tensor pow(const Tensor& a, double exponent) { return unary_op(OpId::pow, UnaryO
   Tensor name(const Tensor& x) { return unary_op(OpId::name, UnaryOp::code, x); }
 MT_FOR_PLAIN_UNARY_OPS
 #undef MT_PLAIN_UNARY
+#define MT_SCALARS_UNARY(code, name, first, first_default, second, second_default) \
+  Tensor name(const Tensor& x, double first, double second) {                     \
+    return unary_op(OpId::name, UnaryOp::code, x, {first, second});               \
+  }
+MT_UNARY_SCALARS(MT_SCALARS_UNARY)
+#undef MT_SCALARS_UNARY
 
 // ---- clamp -----------------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-// Reductions (sum, mean, max, min, argmax).
+// Reductions (sum, mean, max, min, amax, argmax).
 #include <algorithm>
 
 #include "backends/copy.h"
@@ -195,6 +195,30 @@ Tensor mean(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) 
 Tensor max(const Tensor& x, int64_t dim, bool keepdim) { return minmax(x, dim, keepdim, true, nullptr); }
 Tensor min(const Tensor& x, int64_t dim, bool keepdim) { return minmax(x, dim, keepdim, false, nullptr); }
 Tensor max(const Tensor& x) { return minmax(x.reshape({-1}), 0, false, true, nullptr); }
+
+Tensor amax(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
+  Tensor x = x_in;
+  OpScope scope(OpId::amax, {&x});
+  check_defined("amax", x, "input");
+  const ReducePlan p = plan_reduce("amax", x, dims, keepdim);
+  MT_CHECK(reduced_count(x, p) > 0, "amax: cannot reduce an empty dimension of ", describe(x));
+  Tensor out = new_empty(p.out_shape, x);
+  run_reduce(ReduceOp::Max, x, p, out, Tensor());  // the values of max, without its indices
+  if (autograd::needs_grad({&x})) {
+    const std::vector<int64_t> rd = p.dims;
+    const Shape ks = p.keepdim_shape;
+    const autograd::SavedTensor x_s = autograd::saved(x, "input 0"), y_s = autograd::saved(out, "output 0");
+    autograd::record(backward_name(OpId::amax), out, {&x}, [rd, ks, x_s, y_s](const TensorList& g) {
+      // PyTorch's rule: g / (number of maxima) at each maximum. A NaN maximum matches nothing, so
+      // its gradient is 0 / 0, NaN, as there. Half counts are kept in fp32, where they are exact.
+      const DType dt = g[0].dtype(), acc = is_half(dt) ? kFloat32 : dt;
+      const Tensor hit = eq(x_s.unpack(), y_s.unpack().reshape(ks)).to(acc);
+      const Tensor share = div(g[0].reshape(ks).to(acc), sum(hit, rd, true));
+      return TensorList{mul(share, hit).to(dt)};
+    });
+  }
+  return out;
+}
 
 Tensor argmax(const Tensor& x_in, int64_t dim, bool keepdim) {
   Tensor x = x_in;

@@ -34,6 +34,7 @@ const std::map<std::string, CastPolicy>& pytorch_cuda_lists() {
       {"log", CastPolicy::Float32},
       {"pow", CastPolicy::Float32},
       {"rsqrt", CastPolicy::Float32},
+      {"softplus", CastPolicy::Float32},
       {"norm", CastPolicy::Float32},
       {"mse_loss", CastPolicy::Float32},
       {"nll_loss", CastPolicy::Float32},

@@ -3,7 +3,9 @@
 // op_list.h: each tensor an op could read in backward (every input, every output) is changed in
 // place after the forward pass; backward must then either raise that Error or give exactly the
 // gradients of an unchanged run (the op did not read it). Ops known to save a tensor must raise.
-// A new op in op_list.h fails the walk until it gets a case here.
+// The elementwise ops come from the shared sample registry (tests/ops/op_samples.h), which says
+// from their lists what their backward reads; any other new op in op_list.h fails the walk until
+// it gets a case here.
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "mixtrain/ops/op_list.h"
+#include "ops/op_samples.h"
 #include "support/testing.h"
 
 namespace mt = mixtrain;
@@ -42,19 +45,13 @@ struct Case {
   std::set<std::string> must_detect;
 };
 
-Forward unary(mt::Tensor (*op)(const mt::Tensor&)) {
-  mt::Tensor x = leaf({3, 4}, 1);
-  return {{x}, {op(x)}};
-}
-std::set<std::string> unary_reads(bool reads_x, bool reads_y) {
-  std::set<std::string> read;
-  if (reads_x) read.insert("in0");
-  if (reads_y) read.insert("out0");
-  return read;
-}
-Forward binary(mt::Tensor (*op)(const mt::Tensor&, const mt::Tensor&)) {
-  mt::Tensor a = leaf({3, 4}, 1), b = leaf({3, 4}, 2);
-  return {{a, b}, {op(a, b)}};
+// A case from the shared registry: its inputs as fp64 leaves, what its backward reads.
+Case from_sample(const mt::testing::OpSample& s) {
+  return {[s] {
+            std::vector<mt::Tensor> in = s.inputs(mt::kFloat64, true);
+            return Forward{in, {s.run(in)}};
+          },
+          s.reads};
 }
 
 std::map<std::string, Case> cases() {
@@ -77,23 +74,6 @@ std::map<std::string, Case> cases() {
                    return Forward{{x, w, b}, {mt::linear(x, w, b)}};
                  },
                  {"in0", "in1"}};
-  c["add"] = {[] { return binary(mt::add); }, {}};
-  c["sub"] = {[] { return binary(mt::sub); }, {}};
-  c["mul"] = {[] { return binary(mt::mul); }, {"in0", "in1"}};
-  c["div"] = {[] { return binary(mt::div); }, {"in0", "in1"}};
-  c["maximum"] = {[] { return binary(mt::maximum); }, {"in0", "in1"}};
-  c["minimum"] = {[] { return binary(mt::minimum); }, {"in0", "in1"}};
-  // The plain unary ops, walked from their list (base/elementwise_ops.h): backward must read x
-  // or y exactly as the row says, since the ops layer saves only what the row names.
-#define MT_UNARY_CASE(code, name, reads_x, reads_y, kind) MT_UNARY_CASE_##kind(name, reads_x, reads_y)
-#define MT_UNARY_CASE_plain(name, reads_x, reads_y) \
-  c[#name] = {[] { return unary(mt::name); }, unary_reads(reads_x, reads_y)};
-#define MT_UNARY_CASE_alpha(name, reads_x, reads_y)
-  MT_UNARY_OPS(MT_UNARY_CASE)
-#undef MT_UNARY_CASE
-#undef MT_UNARY_CASE_plain
-#undef MT_UNARY_CASE_alpha
-  c["pow"] = {[] { return binary(mt::pow); }, {"in0", "in1", "out0"}};
   c["where"] = {[] {
                   T cond = mt::gt(constant({3, 4}, 4, -1, 1), mt::zeros({}, mt::TensorOptions(mt::kFloat64)));
                   T a = leaf({3, 4}, 1), b = leaf({3, 4}, 2);
@@ -205,8 +185,6 @@ std::map<std::string, Case> cases() {
                       },
                       {"in1"}};
   c["clamp"] = {[] { T x = leaf({3, 4}, 1); return Forward{{x}, {mt::clamp(x, 0.7, 1.2)}}; }, {"in0"}};
-  c["clamp_min"] = {[] { T x = leaf({3, 4}, 1); return Forward{{x}, {mt::clamp_min(x, 0.7)}}; }, {"in0"}};
-  c["clamp_max"] = {[] { T x = leaf({3, 4}, 1); return Forward{{x}, {mt::clamp_max(x, 1.2)}}; }, {"in0"}};
   c["topk"] = {[] {
                  T x = leaf({3, 5}, 1);
                  auto [values, indices] = mt::topk(x, 2, 1);
@@ -246,6 +224,42 @@ std::vector<std::vector<double>> leaf_grads(const Forward& f) {
   return g;
 }
 
+// One case of op `name`: each tensor changed in place in turn.
+void check_case(const std::string& name, const Case& c) {
+  Forward ref = c.run();
+  loss_of(ref.outputs[0]).backward();
+  const auto expected = leaf_grads(ref);
+
+  std::vector<std::string> targets;
+  for (size_t k = 0; k < ref.inputs.size(); ++k) targets.push_back("in" + std::to_string(k));
+  for (size_t k = 0; k < ref.outputs.size(); ++k) targets.push_back("out" + std::to_string(k));
+  for (const std::string& target : c.must_detect)
+    ASSERT_NE(std::find(targets.begin(), targets.end(), target), targets.end()) << name << ": no tensor " << target;
+
+  for (const std::string& target : targets) {
+    SCOPED_TRACE(name + ", " + target + " changed in place after forward");
+    Forward f = c.run();
+    mt::Tensor loss = loss_of(f.outputs[0]);
+    const bool is_input = target[0] == 'i';
+    const size_t k = static_cast<size_t>(std::stoi(target.substr(is_input ? 2 : 3)));
+    change_in_place(is_input ? f.inputs[k] : f.outputs[k]);
+    std::string error;
+    try {
+      loss.backward();
+    } catch (const mt::Error& e) {
+      error = e.what();
+    }
+    if (c.must_detect.count(target)) {
+      EXPECT_NE(error.find(kInplaceError), std::string::npos) << "expected the in-place error, got: '" << error << "'";
+    } else if (!error.empty()) {
+      // A composite op may read a tensor through an inner op: refusing is safe, not silent.
+      EXPECT_NE(error.find(kInplaceError), std::string::npos) << error;
+    } else {
+      EXPECT_EQ(leaf_grads(f), expected) << "a wrong gradient, silently";
+    }
+  }
+}
+
 }  // namespace
 
 TEST(SavedTensors, EveryOpEitherDetectsAnInPlaceChangeOrDoesNotReadTheTensor) {
@@ -253,43 +267,12 @@ TEST(SavedTensors, EveryOpEitherDetectsAnInPlaceChangeOrDoesNotReadTheTensor) {
   for (int i = 0; i < mt::ops::kNumOps; ++i) {
     const std::string name = mt::ops::op_name(static_cast<mt::ops::OpId>(i));
     if (kNotDifferentiable.count(name)) continue;
-    auto it = all.find(name);
-    ASSERT_NE(it, all.end()) << "op " << name << " has no case here: add one (its forward, and the tensors its "
-                             << "backward reads)";
-    const Case& c = it->second;
-
-    Forward ref = c.run();
-    loss_of(ref.outputs[0]).backward();
-    const auto expected = leaf_grads(ref);
-
-    std::vector<std::string> targets;
-    for (size_t k = 0; k < ref.inputs.size(); ++k) targets.push_back("in" + std::to_string(k));
-    for (size_t k = 0; k < ref.outputs.size(); ++k) targets.push_back("out" + std::to_string(k));
-    for (const std::string& target : c.must_detect)
-      ASSERT_NE(std::find(targets.begin(), targets.end(), target), targets.end()) << name << ": no tensor " << target;
-
-    for (const std::string& target : targets) {
-      SCOPED_TRACE(name + ", " + target + " changed in place after forward");
-      Forward f = c.run();
-      mt::Tensor loss = loss_of(f.outputs[0]);
-      const bool is_input = target[0] == 'i';
-      const size_t k = static_cast<size_t>(std::stoi(target.substr(is_input ? 2 : 3)));
-      change_in_place(is_input ? f.inputs[k] : f.outputs[k]);
-      std::string error;
-      try {
-        loss.backward();
-      } catch (const mt::Error& e) {
-        error = e.what();
-      }
-      if (c.must_detect.count(target)) {
-        EXPECT_NE(error.find(kInplaceError), std::string::npos) << "expected the in-place error, got: '" << error << "'";
-      } else if (!error.empty()) {
-        // A composite op may read a tensor through an inner op: refusing is safe, not silent.
-        EXPECT_NE(error.find(kInplaceError), std::string::npos) << error;
-      } else {
-        EXPECT_EQ(leaf_grads(f), expected) << "a wrong gradient, silently";
-      }
-    }
+    std::vector<Case> todo;
+    if (auto it = all.find(name); it != all.end()) todo.push_back(it->second);
+    for (const mt::testing::OpSample& s : mt::testing::samples_of(name)) todo.push_back(from_sample(s));
+    ASSERT_FALSE(todo.empty()) << "op " << name << " has no case here: add one (its forward, and the tensors its "
+                               << "backward reads)";
+    for (const Case& c : todo) check_case(name, c);
   }
 }
 

@@ -11,6 +11,7 @@
 #include "backends/all_kernels.h"
 #include "backends/cuda_test_util.h"
 #include "ops/elementwise_reference.h"
+#include "ops/op_samples.h"
 #include "support/testing.h"
 
 namespace mt = mixtrain;
@@ -27,30 +28,12 @@ using mt::testing::tolerance_for;
 
 namespace {
 
-// The public function of each list entry, generated from the same X-macros as the library's.
-using UnaryPublic = Tensor (*)(const Tensor&, double);
-struct UnaryEntry {
-  UnaryOp op;
-  const char* name;
-  UnaryPublic call;
-  bool reads_x, reads_y;
-};
-#define MT_PUBLIC_plain(name) [](const Tensor& x, double) { return mt::name(x); }
-#define MT_PUBLIC_alpha(name) [](const Tensor& x, double a) { return mt::name(x, a); }
-#define MT_UNARY_ROW(code, name, reads_x, reads_y, kind) {UnaryOp::code, #name, MT_PUBLIC_##kind(name), reads_x, reads_y},
-const UnaryEntry kUnaryOps[] = {MT_UNARY_OPS(MT_UNARY_ROW)};
-#undef MT_UNARY_ROW
-#undef MT_PUBLIC_plain
-#undef MT_PUBLIC_alpha
-
-struct BinaryEntry {
-  BinaryOp op;
-  const char* name;
-  Tensor (*call)(const Tensor&, const Tensor&);
-};
-#define MT_BINARY_ROW(code, name) {BinaryOp::code, #name, [](const Tensor& a, const Tensor& b) { return mt::name(a, b); }},
-const BinaryEntry kBinaryOps[] = {MT_BINARY_OPS(MT_BINARY_ROW)};
-#undef MT_BINARY_ROW
+// The public function of each list entry: the shared registry's (op_samples.h), generated from
+// the same X-macros as the library's.
+using mt::testing::BinaryEntry;
+using mt::testing::UnaryEntry;
+const auto& kUnaryOps = mt::testing::kUnaryEntries;
+const auto& kBinaryOps = mt::testing::kBinaryEntries;
 
 struct CompareEntry {
   CompareOp op;
@@ -61,8 +44,6 @@ struct CompareEntry {
 const CompareEntry kCompareOps[] = {MT_COMPARE_OPS(MT_COMPARE_ROW)};
 #undef MT_COMPARE_ROW
 
-static_assert(sizeof(kUnaryOps) / sizeof(kUnaryOps[0]) == mt::kNumUnaryOps);
-static_assert(sizeof(kBinaryOps) / sizeof(kBinaryOps[0]) == mt::kNumBinaryOps);
 static_assert(sizeof(kCompareOps) / sizeof(kCompareOps[0]) == mt::kNumCompareOps);
 
 // The backends with values to compare: the CPU always, CUDA where a device is present (the
@@ -120,9 +101,9 @@ TEST(UnaryTable, KernelsMatchTheFp64ReferenceForwardAndBackward) {
         const Tensor x = sample({7, 33}, ref->lo, ref->hi, 11, dt, device);
         const std::vector<double> xs = to_doubles(x);
         Tensor y = poisoned_like(x, dt);
-        mt::backends::unary(x, e.op, x, y, ref->alpha);
+        mt::backends::unary(x, e.op, x, y, {ref->alpha, ref->beta});
         std::vector<double> y_ref, gx_ref;
-        for (double v : xs) y_ref.push_back(ref->f(v, ref->alpha));
+        for (double v : xs) y_ref.push_back(ref->f(v, ref->alpha, ref->beta));
         EXPECT_TRUE(all_close(y, y_ref, tolerance_for(dt))) << "forward";
 
         // The backward reads only what the list says, as the ops layer saves only that; its y is
@@ -130,10 +111,12 @@ TEST(UnaryTable, KernelsMatchTheFp64ReferenceForwardAndBackward) {
         const Tensor g = sample({7, 33}, -1, 1, 12, dt, device);
         const std::vector<double> gs = to_doubles(g);
         Tensor gx = poisoned_like(x, dt);
-        mt::backends::unary_backward(g, e.op, e.reads_x ? x : Tensor(), e.reads_y ? y : Tensor(), g, gx, ref->alpha);
+        mt::backends::unary_backward(g, e.op, e.reads_x ? x : Tensor(), e.reads_y ? y : Tensor(), g, gx,
+                                     {ref->alpha, ref->beta});
         for (size_t i = 0; i < xs.size(); ++i) {
           const double h = 1e-6 * std::max(1.0, std::abs(xs[i]));
-          gx_ref.push_back(gs[i] * (ref->f(xs[i] + h, ref->alpha) - ref->f(xs[i] - h, ref->alpha)) / (2 * h));
+          gx_ref.push_back(gs[i] * (ref->f(xs[i] + h, ref->alpha, ref->beta) - ref->f(xs[i] - h, ref->alpha, ref->beta)) /
+                          (2 * h));
         }
         const mt::testing::Tolerance tol =
             dt == mt::kFloat64 ? mt::testing::Tolerance{1e-8, 1e-6, 1e-8} : tolerance_for(dt);  // the reference's own limit
@@ -148,10 +131,11 @@ TEST(UnaryTable, PublicFunctionsKeepTheDtypeAndDifferentiate) {
     const auto ref = mt::testing::unary_reference(e.op);
     if (!ref) continue;  // reported by the kernel test
     SCOPED_TRACE(e.name);
-    for (DType dt : float_types()) EXPECT_EQ(e.call(sample({3}, ref->lo, ref->hi, 4, dt, Device::cpu()), ref->alpha).dtype(), dt);
+    for (DType dt : float_types())
+      EXPECT_EQ(e.call(sample({3}, ref->lo, ref->hi, 4, dt, Device::cpu()), ref->alpha, ref->beta).dtype(), dt);
     const Tensor x = sample({3, 4}, ref->lo, ref->hi, 5, mt::kFloat64, Device::cpu());
-    const double alpha = ref->alpha;
-    EXPECT_TRUE(mt::testing::gradcheck([&](const std::vector<Tensor>& in) { return e.call(in[0], alpha); }, {x}));
+    const double alpha = ref->alpha, beta = ref->beta;
+    EXPECT_TRUE(mt::testing::gradcheck([&](const std::vector<Tensor>& in) { return e.call(in[0], alpha, beta); }, {x}));
   }
 }
 

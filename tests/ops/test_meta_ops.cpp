@@ -1,7 +1,8 @@
 // The meta device: every op of op_list.h runs on meta tensors with the outputs (shape, strides,
 // dtype), autocast casts and gradients of the same call on the CPU; values cannot be read, meta
-// and real tensors do not mix, and printing shows no values. A new op in op_list.h fails the
-// walk until it gets a case here.
+// and real tensors do not mix, and printing shows no values. The elementwise ops come from the
+// shared sample registry (ops/op_samples.h); any other new op in op_list.h fails the walk until
+// it gets a case here.
 #include <cctype>
 #include <cmath>
 #include <functional>
@@ -12,6 +13,7 @@
 
 #include "mixtrain/mixtrain.h"
 #include "mixtrain/ops/op_list.h"
+#include "ops/op_samples.h"
 #include "support/testing.h"
 
 namespace mt = mixtrain;
@@ -37,10 +39,6 @@ std::map<std::string, Case> cases() {
   std::map<std::string, Case> c;
   auto one = [](mt::Shape s) { return [s] { return Inputs{leaf(s, 1)}; }; };
   auto two = [](mt::Shape a, mt::Shape b) { return [a, b] { return Inputs{leaf(a, 1), leaf(b, 2)}; }; };
-  auto unary = [&](Tensor (*op)(const Tensor&)) { return Case{one({3, 4}), [op](const Inputs& i) { return std::vector<Tensor>{op(i[0])}; }}; };
-  auto binary = [&](Tensor (*op)(const Tensor&, const Tensor&)) {
-    return Case{two({3, 4}, {4}), [op](const Inputs& i) { return std::vector<Tensor>{op(i[0], i[1])}; }};
-  };
   using V = std::vector<Tensor>;
   c["to"] = {one({3, 4}), [](const Inputs& i) { return V{i[0].to(mt::kFloat16)}; }};
   c["contiguous"] = {one({3, 4}), [](const Inputs& i) { return V{i[0].t().contiguous()}; }};
@@ -54,13 +52,6 @@ std::map<std::string, Case> cases() {
   c["bmm"] = {two({2, 3, 4}, {2, 4, 5}), [](const Inputs& i) { return V{mt::bmm(i[0], i[1])}; }};
   c["linear"] = {[] { return Inputs{leaf({3, 4}, 1), leaf({5, 4}, 2), leaf({5}, 3)}; },
                  [](const Inputs& i) { return V{mt::linear(i[0], i[1], i[2])}; }};
-#define MT_BINARY(op) c[#op] = binary([](const Tensor& a, const Tensor& b) { return mt::op(a, b); });
-  MT_BINARY(add) MT_BINARY(sub) MT_BINARY(mul) MT_BINARY(div) MT_BINARY(maximum) MT_BINARY(minimum) MT_BINARY(pow)
-#undef MT_BINARY
-  // The plain unary ops, walked from their list (base/elementwise_ops.h).
-#define MT_PLAIN_UNARY(code, name) c[#name] = unary([](const Tensor& a) { return mt::name(a); });
-  MT_FOR_PLAIN_UNARY_OPS
-#undef MT_PLAIN_UNARY
   c["where"] = {[] { return Inputs{mt::gt(random_tensor({3, 4}, mt::kFloat32, 4), mt::zeros({})), leaf({3, 4}, 1), leaf({4}, 2)}; },
                 [](const Inputs& i) { return V{mt::where(i[0], i[1], i[2])}; }};
   c["compare"] = {two({3, 4}, {3, 4}), [](const Inputs& i) { return V{mt::lt(i[0], i[1])}; }};
@@ -112,8 +103,6 @@ std::map<std::string, Case> cases() {
   c["masked_fill"] = {[] { return Inputs{leaf({3, 4}, 1), mt::gt(random_tensor({4}, mt::kFloat32, 4), mt::zeros({}))}; },
                       [](const Inputs& i) { return V{mt::masked_fill(i[0], i[1], -1.5)}; }};
   c["clamp"] = {one({3, 4}), [](const Inputs& i) { return V{mt::clamp(i[0], 0.7, 1.2)}; }};
-  c["clamp_min"] = {one({3, 4}), [](const Inputs& i) { return V{mt::clamp_min(i[0], 0.7)}; }};
-  c["clamp_max"] = {one({3, 4}), [](const Inputs& i) { return V{mt::clamp_max(i[0], 1.2)}; }};
   // FP8 operands (no grad: scaled_mm is not differentiable; fp8_linear has the layer's backward).
   c["scaled_mm"] = {[] {
                       const Tensor s = mt::ones({1});
@@ -130,6 +119,15 @@ std::map<std::string, Case> cases() {
                }};
   c["norm"] = {one({3, 4}), [](const Inputs& i) { return V{mt::norm(i[0], 2, {1}), mt::norm(i[0], INFINITY)}; }};
   return c;
+}
+
+// The cases of op `name`: its own here and the shared registry's, whose inputs are fp32 leaves.
+std::vector<Case> cases_of(const std::map<std::string, Case>& own, const std::string& name) {
+  std::vector<Case> found;
+  if (auto it = own.find(name); it != own.end()) found.push_back(it->second);
+  for (const mt::testing::OpSample& s : mt::testing::samples_of(name))
+    found.push_back({[s] { return s.inputs(mt::kFloat32, true); }, [s](const Inputs& i) { return std::vector<Tensor>{s.run(i)}; }});
+  return found;
 }
 
 Inputs to_meta(const Inputs& in) {
@@ -178,30 +176,32 @@ TEST(MetaOps, EveryOpGivesTheCpuOutputsAndGradientsWithAndWithoutAutocast) {
   const std::map<std::string, Case> all = cases();
   for (int k = 0; k < mt::ops::kNumOps; ++k) {
     const std::string name = mt::ops::op_name(static_cast<mt::ops::OpId>(k));
-    auto it = all.find(name);
-    ASSERT_NE(it, all.end()) << "op '" << name << "' has no meta case: add one";
-    for (bool autocast : {false, true}) {
-      SCOPED_TRACE(name + (autocast ? " under autocast bf16" : ""));
-      const Inputs cpu_in = it->second.inputs();
-      const Inputs meta_in = to_meta(cpu_in);
-      OpRun cpu, meta;
-      const std::string cpu_error = mt::testing::error_of([&] {
-        cpu = run_case(it->second, cpu_in, autocast ? std::optional(mt::DeviceType::CPU) : std::nullopt);
-      });
-      const std::string meta_error = mt::testing::error_of([&] {
-        meta = run_case(it->second, meta_in, autocast ? std::optional(mt::DeviceType::Meta) : std::nullopt);
-      });
-      // The same checks: a call the CPU refuses (a banned op under autocast) is refused on meta
-      // with the same message, naming meta where the CPU's names cpu.
-      std::string expected_error = cpu_error;
-      for (size_t at = 0; (at = expected_error.find(" cpu", at)) != std::string::npos; at += 5)
-        expected_error.replace(at, 4, " meta");
-      EXPECT_EQ(meta_error, expected_error);
-      if (cpu_error != mt::testing::kNoError) continue;
-      ASSERT_EQ(meta.outputs.size(), cpu.outputs.size());
-      for (size_t o = 0; o < cpu.outputs.size(); ++o)
-        expect_same_meta(cpu.outputs[o], meta.outputs[o], "output " + std::to_string(o));
-      for (size_t g = 0; g < cpu.grads.size(); ++g) expect_same_meta(cpu.grads[g], meta.grads[g], "grad " + std::to_string(g));
+    const std::vector<Case> todo = cases_of(all, name);
+    ASSERT_FALSE(todo.empty()) << "op '" << name << "' has no meta case: add one";
+    for (const Case& c : todo) {
+      for (bool autocast : {false, true}) {
+        SCOPED_TRACE(name + (autocast ? " under autocast bf16" : ""));
+        const Inputs cpu_in = c.inputs();
+        const Inputs meta_in = to_meta(cpu_in);
+        OpRun cpu, meta;
+        const std::string cpu_error = mt::testing::error_of([&] {
+          cpu = run_case(c, cpu_in, autocast ? std::optional(mt::DeviceType::CPU) : std::nullopt);
+        });
+        const std::string meta_error = mt::testing::error_of([&] {
+          meta = run_case(c, meta_in, autocast ? std::optional(mt::DeviceType::Meta) : std::nullopt);
+        });
+        // The same checks: a call the CPU refuses (a banned op under autocast) is refused on meta
+        // with the same message, naming meta where the CPU's names cpu.
+        std::string expected_error = cpu_error;
+        for (size_t at = 0; (at = expected_error.find(" cpu", at)) != std::string::npos; at += 5)
+          expected_error.replace(at, 4, " meta");
+        EXPECT_EQ(meta_error, expected_error);
+        if (cpu_error != mt::testing::kNoError) continue;
+        ASSERT_EQ(meta.outputs.size(), cpu.outputs.size());
+        for (size_t o = 0; o < cpu.outputs.size(); ++o)
+          expect_same_meta(cpu.outputs[o], meta.outputs[o], "output " + std::to_string(o));
+        for (size_t g = 0; g < cpu.grads.size(); ++g) expect_same_meta(cpu.grads[g], meta.grads[g], "grad " + std::to_string(g));
+      }
     }
   }
 }
@@ -229,8 +229,8 @@ TEST(MetaOps, GradFnNamesAreTheOpNameInCamelCaseAndBackward0) {
   for (int k = 0; k < mt::ops::kNumOps; ++k) {
     const std::string name = mt::ops::op_name(static_cast<mt::ops::OpId>(k));
     EXPECT_EQ(mt::ops::backward_name(static_cast<mt::ops::OpId>(k)), camel(name));
-    const Inputs in = all.at(name).inputs();
-    const Tensor out = all.at(name).run(in).front();
+    const Case c = cases_of(all, name).at(0);
+    const Tensor out = c.run(c.inputs()).front();
     if (!out.grad_fn()) continue;  // no gradient: compare, argmax, all, any, scaled_mm
     const auto composite = composites.find(name);
     EXPECT_EQ(out.grad_fn()->name(), composite == composites.end() ? camel(name) : composite->second) << name;

@@ -1,5 +1,6 @@
-// Reductions (sum, mean, max, min, argmax) against fp64 references written with plain loops, for
+// Reductions (sum, mean, max, min, amax, argmax) against fp64 references written with plain loops, for
 // every dtype; gradients against finite differences.
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -149,4 +150,61 @@ TEST(Reduce, MaxMinPickTheFirstNanOrTheFirstExtreme) {
       }
     }
   }
+}
+
+// amax over several dims against an fp64 reference in every dtype (its values are max's, so every
+// dtype is exact), with keepdim and negative dims; NaN propagates.
+TEST(Reduce, AmaxOverDimsMatchesReference) {
+  for (mt::DType dt : float_types()) {
+    const mt::Tensor x = random_tensor({3, 4, 5}, dt, 21, -3, 3);
+    const auto v = to_doubles(x);
+    std::vector<double> m02(4, -INFINITY), m1(3 * 5, -INFINITY);
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 4; ++j)
+        for (int k = 0; k < 5; ++k) {
+          const double e = v[(i * 4 + j) * 5 + k];
+          m02[j] = std::max(m02[j], e);
+          m1[i * 5 + k] = std::max(m1[i * 5 + k], e);
+        }
+    SCOPED_TRACE(mt::dtype_name(dt));
+    const mt::Tensor a = mt::amax(x, {0, -1}), a_keep = mt::amax(x, {2, 0}, true), a1 = mt::amax(x, {1});
+    EXPECT_EQ(a.shape(), (mt::Shape{4}));
+    EXPECT_EQ(a_keep.shape(), (mt::Shape{1, 4, 1}));
+    EXPECT_EQ(a1.shape(), (mt::Shape{3, 5}));
+    EXPECT_EQ(a.dtype(), dt);
+    EXPECT_EQ(to_doubles(a), m02);
+    EXPECT_EQ(to_doubles(a_keep), m02);
+    EXPECT_EQ(to_doubles(a1), m1);
+    EXPECT_EQ(to_doubles(mt::amax(x)), std::vector<double>{*std::max_element(m02.begin(), m02.end())});
+  }
+  const mt::Tensor with_nan = mt::from_vector(std::vector<double>{1, NAN, 3, 4, 5, 6}, {2, 3});
+  const auto rows = to_doubles(mt::amax(with_nan, {1}));
+  EXPECT_TRUE(std::isnan(rows[0]));
+  EXPECT_EQ(rows[1], 6.0);
+}
+
+// The gradient is shared evenly by equal maxima (PyTorch's amax; max(x, dim) gives it to the
+// first), in every dtype; gradcheck in fp64 on a transposed (non-contiguous) input.
+TEST(Reduce, AmaxGradientIsSharedByTies) {
+  for (mt::DType dt : float_types()) {
+    SCOPED_TRACE(mt::dtype_name(dt));
+    const mt::Tensor x =
+        mt::from_vector(std::vector<double>{1, 3, 3, 2, 0, -1, 5, 5, 5, 5, 5, 5}, {2, 2, 3}).to(dt).set_requires_grad(true);
+    mt::sum(mt::amax(x, {1, 2})).backward();
+    EXPECT_EQ(x.grad().dtype(), dt);
+    const double s = 1.0 / 6;  // rounded once to the dtype
+    const std::vector<double> want{0, 0.5, 0.5, 0, 0, 0, s, s, s, s, s, s};
+    EXPECT_EQ(to_doubles(x.grad()), to_doubles(mt::from_vector(want, {2, 2, 3}).to(dt)));
+  }
+  const mt::Tensor x = random_tensor({4, 3}, mt::kFloat64, 22);
+  EXPECT_TRUE(gradcheck([](const std::vector<mt::Tensor>& in) { return mt::amax(in[0].t(), {0}, true); }, {x}));
+  EXPECT_TRUE(gradcheck([](const std::vector<mt::Tensor>& in) { return mt::amax(in[0]); }, {x}));
+}
+
+TEST(Reduce, AmaxErrorsNameTheOpAndTheShape) {
+  const mt::Tensor x = mt::zeros({2, 0, 3});
+  mt::testing::expect_error([&] { (void)mt::amax(x, {1}); }, {"amax", "empty dimension", "[2, 0, 3]"});
+  mt::testing::expect_error([&] { (void)mt::amax(x); }, {"amax", "[2, 0, 3]"});
+  mt::testing::expect_error([&] { (void)mt::amax(mt::zeros({2, 3}), {1, -1}); }, {"amax", "repeats"});
+  mt::testing::expect_error([&] { (void)mt::amax(mt::zeros({2, 3}), {2}); }, "amax");
 }

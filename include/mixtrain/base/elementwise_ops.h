@@ -7,7 +7,9 @@
 // Unary columns: code, function name (also the op id in ops/op_list.h, which holds the autocast
 // policy), whether the backward formula reads the forward's input x, whether it reads the output
 // y (the ops layer saves only what it reads), and the signature: `plain` ops are fn(x) and their
-// public functions are generated; `alpha` ops take a scalar (fn(x, double)) and are written out.
+// public functions are generated; `alpha` ops take a scalar (fn(x, double)) and are written out;
+// `scalars` ops take the two scalars their MT_UNARY_SCALARS row names, with its defaults, and their
+// public functions are generated from that row.
 #define MT_UNARY_OPS(X)                     \
   X(Neg, neg, false, false, plain)          \
   X(Exp, exp, false, true, plain)           \
@@ -23,11 +25,27 @@
   X(Pow, pow, true, false, alpha)           \
   X(Square, square, true, false, plain)     \
   X(ClampMin, clamp_min, true, false, alpha) \
-  X(ClampMax, clamp_max, true, false, alpha)
+  X(ClampMax, clamp_max, true, false, alpha) \
+  X(Softplus, softplus, true, false, scalars)
 
-// Binary and comparison columns: code, name.
-#define MT_BINARY_OPS(X) \
-  X(Add, add) X(Sub, sub) X(Mul, mul) X(Div, div) X(Pow, pow) X(Maximum, maximum) X(Minimum, minimum)
+// The scalars of the `scalars` ops, with PyTorch's names and defaults: code, name, then the first
+// and the second scalar's name and default. The kernels get them as UnaryScalars{first, second}.
+// (A `scalars` op without a row here has no public function, so its walks do not compile.)
+#define MT_UNARY_SCALARS(X) X(Softplus, softplus, beta, 1.0, threshold, 20.0)
+
+// Binary columns: code, name, and whether the backward reads the first input a, the second b and
+// the output (what tests/autograd/test_saved_tensors.cpp expects the gradient in
+// src/ops/elementwise.cpp to save when both inputs require grad). Their public functions fn(a, b)
+// are generated. Comparison columns: code, name.
+#define MT_BINARY_OPS(X)                   \
+  X(Add, add, false, false, false)         \
+  X(Sub, sub, false, false, false)         \
+  X(Mul, mul, true, true, false)           \
+  X(Div, div, true, true, false)           \
+  X(Pow, pow, true, true, true)            \
+  X(Maximum, maximum, true, true, false)   \
+  X(Minimum, minimum, true, true, false)   \
+  X(Hypot, hypot, true, true, true)
 #define MT_COMPARE_OPS(X) X(Eq, eq) X(Ne, ne) X(Lt, lt) X(Le, le) X(Gt, gt) X(Ge, ge)
 
 // The plain unary ops: define MT_PLAIN_UNARY(code, name), expand MT_FOR_PLAIN_UNARY_OPS, undefine it.
@@ -35,6 +53,7 @@
 #define MT_SELECT_PLAIN_UNARY(code, name, reads_x, reads_y, kind) MT_SELECT_PLAIN_UNARY_##kind(code, name)
 #define MT_SELECT_PLAIN_UNARY_plain(code, name) MT_PLAIN_UNARY(code, name)
 #define MT_SELECT_PLAIN_UNARY_alpha(code, name)
+#define MT_SELECT_PLAIN_UNARY_scalars(code, name)
 
 namespace mixtrain {
 #define MT_COUNT_ENTRY(...) +1
@@ -44,6 +63,6 @@ constexpr int kNumCompareOps = 0 MT_COMPARE_OPS(MT_COUNT_ENTRY);
 #undef MT_COUNT_ENTRY
 // Every per-op table is generated from the lists, so a count only changes on purpose: bump it
 // with the entry you add (it also guards the uint8_t op codes against overflow).
-static_assert(kNumUnaryOps == 15 && kNumBinaryOps == 7 && kNumCompareOps == 6,
+static_assert(kNumUnaryOps == 16 && kNumBinaryOps == 8 && kNumCompareOps == 6,
               "an elementwise op list changed: update this count, and the op's formula and reference row");
 }  // namespace mixtrain

@@ -29,14 +29,11 @@ Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias = T
 // Inner product of two 1-D tensors of the same length and dtype (a 0-dim tensor).
 Tensor dot(const Tensor& a, const Tensor& b);
 
-// Elementwise (broadcasting, type promotion).
-Tensor add(const Tensor& a, const Tensor& b);
-Tensor sub(const Tensor& a, const Tensor& b);
-Tensor mul(const Tensor& a, const Tensor& b);
-Tensor div(const Tensor& a, const Tensor& b);
-Tensor pow(const Tensor& a, const Tensor& b);
-Tensor maximum(const Tensor& a, const Tensor& b);
-Tensor minimum(const Tensor& a, const Tensor& b);
+// Elementwise (broadcasting, type promotion): add, sub, mul, div, pow, maximum, minimum, hypot,
+// one per entry of MT_BINARY_OPS (mixtrain/base/elementwise_ops.h).
+#define MT_BINARY_FN(code, name, ...) Tensor name(const Tensor& a, const Tensor& b);
+MT_BINARY_OPS(MT_BINARY_FN)
+#undef MT_BINARY_FN
 Tensor add(const Tensor& a, double b);
 Tensor sub(const Tensor& a, double b);
 Tensor rsub(const Tensor& a, double b);  // b - a
@@ -49,6 +46,12 @@ Tensor pow(const Tensor& a, double exponent);
 #define MT_PLAIN_UNARY(code, name) Tensor name(const Tensor& x);
 MT_FOR_PLAIN_UNARY_OPS
 #undef MT_PLAIN_UNARY
+// The unary ops with two scalars (softplus(x, beta = 1, threshold = 20)), one per row of
+// MT_UNARY_SCALARS, with PyTorch's names and defaults.
+#define MT_SCALARS_UNARY(code, name, first, first_default, second, second_default) \
+  Tensor name(const Tensor& x, double first = first_default, double second = second_default);
+MT_UNARY_SCALARS(MT_SCALARS_UNARY)
+#undef MT_SCALARS_UNARY
 Tensor& relu_(Tensor& x);  // x.relu_(): in place, differentiable (Tensor::relu_)
 // self + value * t1 * t2 (broadcasting, type promotion over all three). Half results are computed
 // in fp32 and rounded once, as PyTorch's fused kernel does.
@@ -95,6 +98,9 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim
 Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor min(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor max(const Tensor& x);
+// The largest value over dims (empty = all), as torch.amax: NaN propagates; the gradient is shared
+// evenly by the elements equal to the maximum (max(x, dim) gives it to the first one).
+Tensor amax(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 // The k largest (largest = false: smallest) elements of x along dim, with their int64 indices:
 // always in order (sorted = false is accepted and gives the same), ties in index order, NaN

@@ -30,6 +30,10 @@ using mixtrain::relu;
 using mixtrain::sigmoid;
 using mixtrain::softmax;
 using mixtrain::tanh;
+// The unary ops with scalars of MT_UNARY_SCALARS are activations, F.softplus in PyTorch.
+#define MT_SCALARS_UNARY(code, name, ...) using mixtrain::name;
+MT_UNARY_SCALARS(MT_SCALARS_UNARY)
+#undef MT_SCALARS_UNARY
 
 enum class Reduction { Mean, Sum, None };
 

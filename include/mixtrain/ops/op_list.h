@@ -30,6 +30,7 @@
   _(div, Passthrough)                                      \
   _(maximum, Passthrough)                                  \
   _(minimum, Passthrough)                                  \
+  _(hypot, Passthrough)                                    \
   _(neg, Passthrough)                                      \
   _(abs, Passthrough)                                      \
   _(square, Passthrough)                                   \
@@ -50,10 +51,12 @@
   _(log, Float32)                                          \
   _(pow, Float32)                                          \
   _(rsqrt, Float32)                                        \
+  _(softplus, Float32)                                     \
   /* reductions */                                         \
   _(sum, Float32OptDtype)                                  \
   _(mean, Passthrough)                                     \
   _(max, Passthrough)                                      \
+  _(amax, Passthrough)                                     \
   _(min, Passthrough)                                      \
   _(argmax, Passthrough)                                   \
   _(all, Passthrough)                                      \

@@ -223,7 +223,7 @@ void store_acc(const acc_t<T>* src, int64_t n, T* p) {
 // with the two ops bit for bit. NaN stays NaN.
 template <class A>
 inline A relu_value(A x) {
-  return math::Unary<UnaryOp::Relu>::forward(x, A(0));
+  return math::Unary<UnaryOp::Relu>::forward(x, A(0), A(0));
 }
 
 template <class T>

@@ -6,6 +6,7 @@
 #include "backends/softmax.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
+#include "backends/softmax_math.h"
 
 namespace mixtrain::backends::cpu {
 
@@ -26,15 +27,15 @@ void softmax(const Tensor& x, int64_t outer, int64_t n, int64_t inner, bool log,
         const int64_t kept = causal_rows > 0 ? std::min(n, o % causal_rows + 1) : n;
         A mx = -std::numeric_limits<A>::infinity();
         for (int64_t j = 0; j < kept; ++j) mx = std::max(mx, static_cast<A>(row[j * inner]));
-        if (std::isinf(mx) && mx < 0) mx = 0;  // all -inf: keep exp finite so the row becomes NaN/0 as torch
+        mx = math::softmax_shift(mx);
         A total = 0;
-        for (int64_t j = 0; j < kept; ++j) total += std::exp(static_cast<A>(row[j * inner]) - mx);
+        for (int64_t j = 0; j < kept; ++j) total += math::m_exp(static_cast<A>(row[j * inner]) - mx);
         if (log) {
-          const A lse = mx + std::log(total);
+          const A lse = math::log_softmax_lse(mx, total);
           for (int64_t j = 0; j < n; ++j) orow[j * inner] = static_cast<T>(static_cast<A>(row[j * inner]) - lse);
         } else {
           const A inv = A(1) / total;
-          for (int64_t j = 0; j < kept; ++j) orow[j * inner] = static_cast<T>(std::exp(static_cast<A>(row[j * inner]) - mx) * inv);
+          for (int64_t j = 0; j < kept; ++j) orow[j * inner] = static_cast<T>(math::softmax_value(static_cast<A>(row[j * inner]), mx, inv));
           for (int64_t j = kept; j < n; ++j) orow[j * inner] = T(0);
         }
       }
@@ -57,12 +58,12 @@ void softmax_backward(const Tensor& y, const Tensor& grad_y, int64_t outer, int6
         A dot = 0;
         for (int64_t j = 0; j < n; ++j) {
           const int64_t k = base + j * inner;
-          dot += log ? static_cast<A>(pg[k]) : static_cast<A>(pg[k]) * static_cast<A>(py[k]);
+          dot += math::softmax_backward_term(log, static_cast<A>(py[k]), static_cast<A>(pg[k]));
         }
         for (int64_t j = 0; j < n; ++j) {
           const int64_t k = base + j * inner;
           const A yv = static_cast<A>(py[k]), gv = static_cast<A>(pg[k]);
-          px[k] = static_cast<T>(log ? gv - std::exp(yv) * dot : yv * (gv - dot));
+          px[k] = static_cast<T>(math::softmax_backward_value(log, yv, gv, dot));
         }
       }
     });

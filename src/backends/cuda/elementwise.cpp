@@ -7,16 +7,16 @@
 
 namespace mixtrain::backends::cuda {
 
-void unary(UnaryOp op, const Tensor& x, const Tensor& out, double alpha) {
-  kernels::unary(op, x.dtype(), make_iter<2>(unary_op_name(op), {&out, &x}), alpha, context(out).stream);
+void unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryScalars s) {
+  kernels::unary(op, x.dtype(), make_iter<2>(unary_op_name(op), {&out, &x}), s, context(out).stream);
 }
 
 void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& grad_y,
-                                 const Tensor& grad_x, double alpha) {
+                                 const Tensor& grad_x, UnaryScalars s) {
   // x or y may be undefined when the formula does not read it; grad_y stands in (same shape).
   const Tensor& xs = x.defined() ? x : grad_y;
   const Tensor& ys = y.defined() ? y : grad_y;
-  kernels::unary_backward(op, grad_y.dtype(), make_iter<4>(unary_op_name(op), {&grad_x, &xs, &ys, &grad_y}), alpha,
+  kernels::unary_backward(op, grad_y.dtype(), make_iter<4>(unary_op_name(op), {&grad_x, &xs, &ys, &grad_y}), s,
                           context(grad_x).stream);
 }
 
