@@ -97,6 +97,9 @@ struct ElasticAgent::Impl {
   void join(ElasticAgent& a);
   // After the group failed: the next generation of the members left.
   Outcome recover(ElasticAgent& a, const std::string& reason, Clock::time_point started, bool in_step);
+  std::string propose_members(ElasticAgent& a, int64_t g, const std::vector<std::string>& old,
+                              const std::vector<double>& old_weights, const std::vector<std::string>& old_who,
+                              const std::string& reason, const Deadline& d);
   // At a boundary where rank 0 saw joiners waiting: the next generation with them.
   void admit(ElasticAgent& a);
   void announce(ElasticAgent& a, MembershipChange c);
@@ -253,6 +256,40 @@ void ElasticAgent::Impl::join(ElasticAgent& a) {
   announce(a, c);
 }
 
+// Says this rank is alive in generation g and waits for every member of the last one to say so,
+// for the decision window, or for another's proposal; proposes the members alive by then (first
+// proposal wins). Returns the generation's record key.
+std::string ElasticAgent::Impl::propose_members(ElasticAgent& a, int64_t g, const std::vector<std::string>& old,
+                                                const std::vector<double>& old_weights,
+                                                const std::vector<std::string>& old_who, const std::string& reason,
+                                                const Deadline& d) {
+  store->set(gen_key(g, "alive/" + id), bytes({{"steps", a.steps_}}), d);
+  std::vector<std::string> keys;
+  for (const auto& m : old) keys.push_back(gen_key(g, "alive/" + m));
+  const std::string decided = gen_key(g, "members");
+  const auto until = Clock::now() + decision_window();
+  std::vector<bool> alive(keys.size(), false);
+  auto pause = std::chrono::milliseconds(1);
+  while (!store->present({decided}, d)[0]) {
+    alive = store->present(keys, d);
+    if (std::all_of(alive.begin(), alive.end(), [](bool b) { return b; }) || Clock::now() >= until) {
+      nlohmann::json members = nlohmann::json::array(), lost = nlohmann::json::array();
+      for (size_t i = 0; i < old.size(); ++i) {
+        if (alive[i])
+          members.push_back({{"id", old[i]}, {"weight", old_weights[i]}, {"who", old_who[i]}});
+        else
+          lost.push_back("rank " + std::to_string(i) + " (" + old_who[i] + ")");
+      }
+      store->set_if_absent(decided, bytes({{"members", members}, {"cause", "failure"}, {"lost", lost},
+                                           {"reason", reason}, {"next_join", next_join}}), d);
+      break;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(20));
+  }
+  return decided;
+}
+
 ElasticAgent::Impl::Outcome ElasticAgent::Impl::recover(ElasticAgent& a, const std::string& reason,
                                                         Clock::time_point started, bool in_step) {
   if (a.group_) a.group_->abort(reason);  // its connections close: members still waiting on this rank fail now
@@ -272,31 +309,7 @@ ElasticAgent::Impl::Outcome ElasticAgent::Impl::recover(ElasticAgent& a, const s
   };
   for (int64_t g = a.generation_ + 1;; ++g) {
     const Deadline d = deadline();
-    store->set(gen_key(g, "alive/" + id), bytes({{"steps", a.steps_}}), d);
-    // Wait for every member to say it is alive, for the decision window, or for a proposal.
-    std::vector<std::string> keys;
-    for (const auto& m : old) keys.push_back(gen_key(g, "alive/" + m));
-    const std::string decided = gen_key(g, "members");
-    const auto until = Clock::now() + decision_window();
-    std::vector<bool> alive(keys.size(), false);
-    auto pause = std::chrono::milliseconds(1);
-    while (!store->present({decided}, d)[0]) {
-      alive = store->present(keys, d);
-      if (std::all_of(alive.begin(), alive.end(), [](bool b) { return b; }) || Clock::now() >= until) {
-        nlohmann::json members = nlohmann::json::array(), lost = nlohmann::json::array();
-        for (size_t i = 0; i < old.size(); ++i) {
-          if (alive[i])
-            members.push_back({{"id", old[i]}, {"weight", old_weights[i]}, {"who", old_who[i]}});
-          else
-            lost.push_back("rank " + std::to_string(i) + " (" + old_who[i] + ")");
-        }
-        store->set_if_absent(decided, bytes({{"members", members}, {"cause", "failure"}, {"lost", lost},
-                                             {"reason", reason}, {"next_join", next_join}}), d);
-        break;
-      }
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::milliseconds(20));
-    }
+    const std::string decided = propose_members(a, g, old, old_weights, old_who, reason, d);
     const Record r{read_generation_record(store->get_now(decided, d), kRoot + decided)};
     if (r.j.is_null()) {  // every member reads the same bytes: all go on to the next generation
       give_up_unless_attempts_left(g, "generation " + std::to_string(g) + "'s record in the store is malformed");
