@@ -1,5 +1,6 @@
 // A Trainer under a launcher (DDP, the elastic agent) and its loop over steps (trainer.h).
 #include <chrono>
+#include <cstdlib>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -31,9 +32,9 @@ void Trainer::join_launcher() {
   p.shares.adaptive = p.shares.adaptive || options_.adaptive_rank_weights;
   // --rank-batches auto is resolved before the Trainer exists (train() does, by dry run): the
   // shares here are fixed ones.
-  MT_CHECK(!p.shares.by_memory, "MIXTRAIN_RANK_BATCHES (mixtrain launch --rank-batches auto) needs each rank's ",
-           "fit found by dry run before the Trainer is made: train() does it (TrainOptions::rank_weights from ",
-           "train::rank_weights_by_memory); this Trainer was given fixed shares: use --rank-weights instead");
+  MT_CHECK(!p.shares.by_memory, "MIXTRAIN_RANK_BATCHES (mixtrain launch --rank-batches auto) sizes each rank's ",
+           "share by a dry run of the task at other batch sizes: give train() TrainOptions::planning_task (a ",
+           "TaskFactory; or rank_weights from train::rank_weights_by_memory), or use --rank-weights instead");
   std::shared_ptr<distributed::ProcessGroup> group;
   if (launch.elastic)
     start_elastic(group);
@@ -261,8 +262,10 @@ TrainResult train(TrainTask& task, const TrainOptions& options, const std::funct
     StepQuery query;
     query.options = o;
     query.target = o.device;
-    o.rank_weights = rank_weights_by_memory(o.planning_task, query, task.batch_size(),
-                                            model_bytes_on(task.model(), o.device), &report);
+    // A budget measured as free memory no longer shows what the task's model holds, which the
+    // prediction counts; a budget given ($MIXTRAIN_RANK_MEMORY) is the rank's whole.
+    const int64_t held = std::getenv(distributed::kRankMemoryEnv) ? 0 : model_bytes_on(task.model(), o.device);
+    o.rank_weights = rank_weights_by_memory(o.planning_task, query, task.batch_size(), held, &report);
   }
   TrainResult result = Trainer(task, o).run(on_step);
   result.rank_shares_report = report;

@@ -87,8 +87,8 @@ FitResult fit_batch(const TaskFactory& make_task, StepQuery query, int64_t limit
 
 // MIXTRAIN_RANK_BATCHES=auto (mixtrain launch --rank-batches auto) under a launcher: each rank's
 // largest share of global_batch whose step fits its memory (by the allocated peak; the budget of
-// distributed::rank_memory_budget plus `held_bytes`, what this rank's task already holds on the
-// device and the prediction counts), gathered into the shares every rank trains with
+// distributed::rank_memory_budget plus `held_bytes`: what this rank's task already holds on the
+// device when that budget is its free memory, since the prediction counts it), gathered into the shares every rank trains with
 // (distributed::fit_rank_shares). Empty when the launcher asked for none or runs one process.
 std::vector<double> rank_weights_by_memory(const TaskFactory& make_task, StepQuery query, int64_t global_batch,
                                            int64_t held_bytes = 0, std::string* report = nullptr);
