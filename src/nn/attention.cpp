@@ -5,11 +5,12 @@
 #include "mixtrain/core/factories.h"
 #include "mixtrain/nn/functional.h"
 #include "mixtrain/nn/init.h"
+#include "nn/describe.h"
 
 namespace mixtrain::nn {
 
 namespace {
-std::string describe(const Tensor& t) { return t.defined() ? t.summary() : std::string("an undefined tensor"); }
+using detail::describe;
 }  // namespace
 
 MultiheadAttentionImpl::MultiheadAttentionImpl(const MultiheadAttentionOptions& options)

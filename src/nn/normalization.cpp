@@ -8,11 +8,12 @@
 #include "mixtrain/core/factories.h"
 #include "mixtrain/memory/trace.h"
 #include "mixtrain/nn/init.h"
+#include "nn/describe.h"
 
 namespace mixtrain::nn {
 
 namespace {
-std::string describe(const Tensor& t) { return t.defined() ? t.summary() : std::string("an undefined tensor"); }
+using detail::describe;
 }  // namespace
 
 BatchNorm2dImpl::BatchNorm2dImpl(const BatchNormOptions& options) : Module("BatchNorm2d"), options_(options) {

@@ -18,14 +18,6 @@ using backends::Conv2dParams;
 
 namespace {
 
-// The kernel's copy of an input: in the convolution's layout (a bias: contiguous), no history
-// (autograd is recorded by the op).
-Tensor kernel_input(const Tensor& t, MemoryFormat format = MemoryFormat::Contiguous) {
-  if (!t.defined()) return t;
-  NoGradGuard no_grad;
-  return t.detach().contiguous(t.dim() == 4 ? format : MemoryFormat::Contiguous);
-}
-
 MemoryFormat conv_layout(const Tensor& x, const Tensor& w) {
   // cuDNN has no fp64 channels-last kernels to count on (PyTorch makes the same exception).
   if (x.device().is_cuda() && (x.dtype() == kFloat64 || w.dtype() == kFloat64)) return MemoryFormat::Contiguous;

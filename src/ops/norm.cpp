@@ -13,12 +13,6 @@ namespace {
 
 DType stat_dtype(DType x) { return x == kFloat64 ? kFloat64 : kFloat32; }
 
-Tensor kernel_input(const Tensor& t) {
-  if (!t.defined()) return t;
-  NoGradGuard no_grad;
-  return t.detach().contiguous();
-}
-
 // weight / bias: undefined, or `shape` in the input's dtype, or fp32 with a half input.
 void check_affine(const char* op, const Tensor& x, const Tensor& t, const char* what, const Shape& shape) {
   if (!t.defined()) return;

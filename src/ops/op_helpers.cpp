@@ -68,6 +68,12 @@ Tensor sum_to(const Tensor& g, const Shape& shape) {
   return r.reshape(shape);
 }
 
+Tensor kernel_input(const Tensor& t, MemoryFormat format) {
+  if (!t.defined()) return t;
+  NoGradGuard no_grad;
+  return t.detach().contiguous(t.dim() == 4 ? format : MemoryFormat::Contiguous);
+}
+
 Tensor gemm_ready(const Tensor& t) {
   const int64_t d = t.dim();
   const bool ok = t.stride(d - 1) == 1 || t.stride(d - 2) == 1 || t.size(d - 1) == 1 || t.size(d - 2) == 1;

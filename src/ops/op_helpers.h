@@ -36,6 +36,10 @@ Tensor new_empty_preserving(const Shape& shape, const Tensor& a, const Tensor& b
 // Sums g over the dimensions that broadcasting expanded, giving a tensor of `shape`.
 Tensor sum_to(const Tensor& g, const Shape& shape);
 
+// A kernel's copy of an input, without history (the op records autograd): contiguous, or in
+// `format` when 4-D (a convolution's layout); undefined stays undefined.
+Tensor kernel_input(const Tensor& t, MemoryFormat format = MemoryFormat::Contiguous);
+
 // Tensors whose last two dims are not unit-strided in either order are copied for the GEMM.
 Tensor gemm_ready(const Tensor& t);
 

@@ -15,11 +15,6 @@ using backends::UpsampleMode;
 
 namespace {
 
-Tensor kernel_input(const Tensor& t) {
-  NoGradGuard no_grad;
-  return t.detach().contiguous();
-}
-
 void check_image(const char* op, const Tensor& x) {
   check_defined(op, x, "input");
   check_floating(op, x);
