@@ -42,6 +42,8 @@ std::vector<ZeroPiece> pieces_of(const std::vector<std::vector<size_t>>& buckets
 
 }  // namespace
 
+Tensor piece_of(const Tensor& t, const ZeroPiece& piece) { return t.view({-1}).narrow(0, piece.offset, piece.numel); }
+
 std::vector<ZeroPiece> zero_pieces(const std::vector<Tensor>& params, const nn::DistributedDataParallelOptions& options,
                                    int rank, int world) {
   MT_CHECK(world >= 1 && rank >= 0 && rank < world, "zero_pieces: rank ", rank, " is not in a world of ", world);
@@ -86,7 +88,7 @@ void ZeroRedundancyOptimizer::build() {
   NoGradGuard no_grad;
   shard_params_.clear();
   for (const ZeroPiece& piece : pieces_)
-    shard_params_.push_back(params_[piece.param].detach().view({-1}).narrow(0, piece.offset, piece.numel));
+    shard_params_.push_back(piece_of(params_[piece.param].detach(), piece));
   optimizer_.reset();  // its state goes before the new one is made
   optimizer_ = make_optimizer_({optim::ParamGroup(shard_params_)});
   MT_CHECK(optimizer_ != nullptr && optimizer_->param_groups().size() == 1, "ZeroRedundancyOptimizer: the factory ",
@@ -307,7 +309,7 @@ std::pair<nlohmann::json, optim::NamedTensors> shard_of(const io::OptimizerState
       MT_CHECK(t.shape() == p.shape(), "ZeroRedundancyOptimizer: the checkpoint's tensor ", it->first, " is ",
                shape_str(t.shape()), " but parameter ", pieces[k].param, " is ", shape_str(p.shape()));
       const Tensor piece = stand_ins ? zeros({}, TensorOptions(t.dtype())).expand({pieces[k].numel})
-                                     : t.contiguous().view({-1}).narrow(0, pieces[k].offset, pieces[k].numel);
+                                     : piece_of(t.contiguous(), pieces[k]);
       tensors.emplace_back("state." + std::to_string(k) + "." + n.get<std::string>(), piece);
     }
   }

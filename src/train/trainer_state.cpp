@@ -68,7 +68,7 @@ void TrainerState::plan_shard(int world) {
   {
     NoGradGuard no_grad;
     for (const distributed::ZeroPiece& piece : planned_pieces_)
-      planned_shard_.push_back(params[piece.param].detach().view({-1}).narrow(0, piece.offset, piece.numel));
+      planned_shard_.push_back(distributed::piece_of(params[piece.param].detach(), piece));
   }
   scheduler_.reset();
   full_ = std::make_unique<optim::AdamW>(planned_shard_, optim::AdamWOptions().lr(lr_).weight_decay(weight_decay_));
@@ -77,10 +77,8 @@ void TrainerState::plan_shard(int world) {
 
 void TrainerState::take_shard_gradients() {
   const std::vector<Tensor> params = model_.parameters();
-  for (size_t i = 0; i < planned_shard_.size(); ++i) {
-    const distributed::ZeroPiece& piece = planned_pieces_[i];
-    planned_shard_[i].set_grad(params[piece.param].grad().view({-1}).narrow(0, piece.offset, piece.numel));
-  }
+  for (size_t i = 0; i < planned_shard_.size(); ++i)
+    planned_shard_[i].set_grad(distributed::piece_of(params[planned_pieces_[i].param].grad(), planned_pieces_[i]));
 }
 
 void TrainerState::reshard() {

@@ -69,6 +69,9 @@ struct ZeroPiece {
 // rank's step without a group.
 std::vector<ZeroPiece> zero_pieces(const std::vector<Tensor>& params, const nn::DistributedDataParallelOptions& options,
                                    int rank, int world);
+// The piece's elements of t (its parameter, or a tensor of that parameter's shape, contiguous):
+// a flat view.
+Tensor piece_of(const Tensor& t, const ZeroPiece& piece);
 
 // Refers to the DDP it shards (its reducer and group): the DDP must outlive it.
 class ZeroRedundancyOptimizer {
