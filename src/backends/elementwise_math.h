@@ -38,24 +38,23 @@ MT_MATH_FN(m_abs, fabsf, fabs)
 MT_MATH_FN(m_log1p, log1pf, log1p)
 #undef MT_MATH_FN
 
-template <class A>
-MT_HOST_DEVICE inline A m_pow(A x, A y) {
+// The same for functions of two arguments.
 #ifdef __CUDA_ARCH__
-  if constexpr (std::is_same_v<A, float>) return powf(x, y); else return pow(x, y);
+#define MT_MATH_FN2(name, f32, f64)                                                         \
+  template <class A>                                                                        \
+  MT_HOST_DEVICE inline A name(A x, A y) {                                                  \
+    if constexpr (std::is_same_v<A, float>) return f32(x, y); else return f64(x, y);        \
+  }
 #else
-  return std::pow(x, y);
+#define MT_MATH_FN2(name, f32, f64)        \
+  template <class A>                       \
+  MT_HOST_DEVICE inline A name(A x, A y) { \
+    return std::f64(x, y);                 \
+  }
 #endif
-}
-
-// hypot without the overflow and underflow of sqrt(x * x + y * y).
-template <class A>
-MT_HOST_DEVICE inline A m_hypot(A x, A y) {
-#ifdef __CUDA_ARCH__
-  if constexpr (std::is_same_v<A, float>) return hypotf(x, y); else return hypot(x, y);
-#else
-  return std::hypot(x, y);
-#endif
-}
+MT_MATH_FN2(m_pow, powf, pow)
+MT_MATH_FN2(m_hypot, hypotf, hypot)  // without the overflow and underflow of sqrt(x * x + y * y)
+#undef MT_MATH_FN2
 
 // erf and exp for fp32 on the host without a library call, so that the CPU's elementwise loops
 // vectorize them (glibc's erff/expf are one call per element: 20 % of a bf16 transformer step went
