@@ -22,15 +22,11 @@ namespace {
 // The smallest batch searched: the tiny MLP preset's synthetic data needs two samples.
 constexpr int64_t kMinFitBatch = 2;
 
-// The run's options for a planned step on `device`: nothing saved, resumed or shared.
+// The run's options for a planned step on `device` (a planned Trainer reads no checkpoint
+// settings and no shares, so the rest is taken as it is).
 TrainOptions planned_options(const StepQuery& query, Device device) {
   TrainOptions o = query.options;
   o.device = device;
-  o.save_dir.clear();
-  o.resume_dir.clear();
-  o.save_every = 0;
-  o.rank_weights.clear();
-  o.adaptive_rank_weights = false;
   return o;
 }
 

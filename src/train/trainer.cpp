@@ -25,10 +25,10 @@ amp::GradScalerOptions scaler_options(const TrainOptions& options) {
 }  // namespace
 
 Trainer::Parts::Parts(nn::Module& model, const TrainOptions& options, const LrSchedule& schedule)
-    : scaler(scaler_options(options)),
+    : options(options),
+      scaler(scaler_options(options)),
       state(model, scaler, options, schedule),
-      fp8(make_fp8_scaling(model, options.precision, options.fp8_recipe)),
-      zero_requested(options.zero_stage > 0) {
+      fp8(make_fp8_scaling(model, options.precision, options.fp8_recipe)) {
   state.set_fp8(fp8.get());
 }
 

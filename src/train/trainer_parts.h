@@ -20,6 +20,7 @@ namespace mixtrain::train {
 struct Trainer::Parts {
   Parts(nn::Module& model, const TrainOptions& options, const LrSchedule& schedule);
 
+  const TrainOptions& options;    // the Trainer's
   distributed::LaunchEnv launch;  // world size 1 when planned
   amp::GradScaler scaler;
   // Declared before the optimizer state: a ZeRO optimizer refers to the DDP it shards, so the DDP
@@ -39,8 +40,8 @@ struct Trainer::Parts {
   std::unique_ptr<memory::PlanCache> plans;  // TrainOptions::memory_plan
 
   // ZeRO-1 across the ranks of a launched job (a planned rank's shard is TrainerState's).
-  bool sharded() const { return zero_requested && launch.world_size > 1; }
-  bool zero_requested = false;  // TrainOptions::zero_stage > 0
+  bool sharded() const { return options.zero_stage > 0 && launch.world_size > 1; }
+
 };
 
 }  // namespace mixtrain::train

@@ -61,7 +61,7 @@ void Trainer::join_launcher() {
 void Trainer::start_elastic(std::shared_ptr<distributed::ProcessGroup>& group) {
   Parts& p = *parts_;
   MT_CHECK(!options_.memory_plan, "--memory-plan cannot train with --elastic (a redone step's shapes change)");
-  const bool sharded = p.sharded();
+  const bool zero = p.sharded();
   p.agent = std::make_unique<distributed::ElasticAgent>(
       distributed::ElasticOptions().rank_weights(p.launch.elastic_join ? std::vector<double>{} : p.shares.weights));
   p.agent->set_steps(result_.first_step - 1);
@@ -69,8 +69,8 @@ void Trainer::start_elastic(std::shared_ptr<distributed::ProcessGroup>& group) {
   // change instead (rollback). With the state goes the last step's record and whether the job's
   // shares are adaptive: a joiner's launcher gives it only its own weight, and DDP's balancer adds
   // collectives to every step, so a joiner must follow the job in that.
-  p.agent->set_state({&model_, sharded ? nullptr : &p.state.optimizer(), &p.scaler,
-                      sharded ? nullptr : p.state.scheduler(),
+  p.agent->set_state({&model_, zero ? nullptr : &p.state.optimizer(), &p.scaler,
+                      zero ? nullptr : p.state.scheduler(),
                       [this] {
                         const Parts& q = *parts_;
                         return nlohmann::json{
@@ -89,13 +89,13 @@ void Trainer::start_elastic(std::shared_ptr<distributed::ProcessGroup>& group) {
     s.adaptive = parts_->shares.adaptive;
     g.set_rank_shares(s);
   };
-  p.agent->on_change([this, follow_members, sharded](const distributed::MembershipChange& c) {
+  p.agent->on_change([this, follow_members, zero](const distributed::MembershipChange& c) {
     Parts& q = *parts_;
     follow_members(*q.agent->group(), c.weights);  // the global batch re-split among the members
     task_.set_data_shard(c.rank, c.weights);
     if (q.ddp) q.ddp->set_process_group(q.agent->group());
     if (q.state.sharded()) q.state.reshard();
-    q.rollback = sharded;  // the shard of a rank that left is lost: back to the last checkpoint
+    q.rollback = zero;  // the shard of a rank that left is lost: back to the last checkpoint
   });
   p.agent->start();
   group = p.agent->group();
