@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -19,10 +20,17 @@ using mixtrain::testing::expect_error;
 
 namespace {
 
+// The test process's scratch directory, removed when the process exits (ctest runs each test in
+// a process of its own, so each had left one in the temporary folder).
+struct ScratchDir {
+  std::string path = ::testing::TempDir() + "mixtrain_data_test_" + std::to_string(::getpid());
+  ~ScratchDir() { std::filesystem::remove_all(path); }
+};
+
 std::string temp_path(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "mixtrain_data_test_" + std::to_string(::getpid());
-  ::mkdir(dir.c_str(), 0755);
-  return dir + "/" + name;
+  static const ScratchDir dir;
+  ::mkdir(dir.path.c_str(), 0755);
+  return dir.path + "/" + name;
 }
 
 // An IDX image of unsigned bytes: magic 00 00 08 ndims, big-endian dims, then the data.

@@ -110,6 +110,7 @@ TEST(MixtrainCli, TransformerWarmUpFollowsTheRunsSteps) {
   const CliRun r = run_mixtrain("train transformer --synthetic --device cpu --batch-size 4 --steps 20 --log " + log);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   std::istringstream lines(slurp(log));
+  std::remove(log.c_str());
   std::vector<double> lr;
   for (std::string line; std::getline(lines, line);) lr.push_back(nlohmann::json::parse(line)["lr"].get<double>());
   ASSERT_EQ(lr.size(), 20u);
